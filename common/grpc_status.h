@@ -1,0 +1,22 @@
+// The one place absl::Status and grpc::Status are converted.
+#ifndef DDP_COMMON_GRPC_STATUS_H_
+#define DDP_COMMON_GRPC_STATUS_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace ddp {
+
+inline grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace ddp
+
+#endif  // DDP_COMMON_GRPC_STATUS_H_

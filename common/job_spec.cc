@@ -1,0 +1,230 @@
+#include "common/job_spec.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace ddp {
+namespace {
+
+constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+absl::Status FieldError(absl::string_view field, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("job.", field, ": ", problem));
+}
+
+bool OneOf(const std::string& value, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (value == a) return true;
+  }
+  return false;
+}
+
+std::string Quoted(std::initializer_list<const char*> allowed) {
+  return absl::StrJoin(allowed, ", ", [](std::string* out, const char* s) {
+    absl::StrAppend(out, "\"", s, "\"");
+  });
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63 || !absl::ascii_islower(name[0])) return false;
+  for (char c : name) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+BuildCapabilities ThisBuild() {
+  BuildCapabilities build;
+#ifdef DDP_HAVE_NCCL_TRAINING
+  build.nccl = true;
+#endif
+  return build;
+}
+
+v1::JobSpec WithDefaults(v1::JobSpec spec) {
+  if (spec.name().empty()) spec.set_name("job");
+  auto* model = spec.mutable_model();
+  if (model->kind().empty()) model->set_kind("cnn");
+  auto* data = spec.mutable_dataset();
+  if (data->kind().empty()) data->set_kind("fashion-mnist");
+  if (data->kind() == "fashion-mnist" && data->path().empty()) data->set_path(kFashionMnistDir);
+  if (data->kind() == "synthetic") {
+    if (data->train_size() == 0) data->set_train_size(4096);
+    if (data->test_size() == 0) data->set_test_size(1024);
+  }
+  auto* opt = spec.mutable_optimizer();
+  if (opt->kind().empty()) opt->set_kind("sgd");
+  if (opt->lr() == 0) opt->set_lr(opt->kind() == "adam" ? 0.001 : 0.01);
+  if (!opt->has_beta1()) opt->set_beta1(0.9);
+  if (!opt->has_beta2()) opt->set_beta2(0.999);
+  if (!opt->has_eps()) opt->set_eps(1e-8);
+  if (spec.loss().empty()) spec.set_loss("cross_entropy");
+  if (spec.batch_size() == 0) spec.set_batch_size(64);
+  if (spec.epochs() == 0) spec.set_epochs(1);
+  if (!spec.has_shuffle()) spec.set_shuffle(true);
+  if (!spec.has_bucket_cap_mb()) spec.set_bucket_cap_mb(25);
+  if (spec.gradient_accumulation_steps() == 0) spec.set_gradient_accumulation_steps(1);
+  if (spec.backend().empty()) spec.set_backend("auto");
+  if (spec.min_workers() == 0) spec.set_min_workers(1);
+  if (spec.max_workers() == 0) spec.set_max_workers(spec.min_workers());
+  if (!spec.has_settle_seconds()) spec.set_settle_seconds(2);
+  if (!spec.has_evaluate()) spec.set_evaluate(true);
+  if (!spec.has_collective_timeout_seconds()) spec.set_collective_timeout_seconds(300);
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
+  if (!ValidName(spec.name())) {
+    return FieldError("name", absl::StrCat("\"", spec.name(),
+                                           "\" must be 1-63 characters of a-z, 0-9 and '-', "
+                                           "starting with a letter"));
+  }
+  const auto& model = spec.model();
+  if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript"})) {
+    return FieldError("model.kind", absl::StrCat("unknown model \"", model.kind(),
+                                                 "\"; expected one of ",
+                                                 Quoted({"mlp", "cnn", "torchscript"})));
+  }
+  if (model.kind() == "torchscript" && model.path().empty()) {
+    return FieldError("model.path", "required for model.kind \"torchscript\": the file "
+                                    "saved with torch.jit.save");
+  }
+  if (model.kind() != "torchscript" && !model.path().empty()) {
+    return FieldError("model.path", "only used with model.kind \"torchscript\"");
+  }
+  const auto& data = spec.dataset();
+  if (!OneOf(data.kind(), {"fashion-mnist", "synthetic", "tensors"})) {
+    return FieldError("dataset.kind",
+                      absl::StrCat("unknown dataset \"", data.kind(), "\"; expected one of ",
+                                   Quoted({"fashion-mnist", "synthetic", "tensors"})));
+  }
+  if (data.kind() == "tensors" && data.path().empty()) {
+    return FieldError("dataset.path", "required for dataset.kind \"tensors\": an (x, y) "
+                                      "tuple saved with torch.save");
+  }
+  const auto& opt = spec.optimizer();
+  if (!OneOf(opt.kind(), {"sgd", "adam"})) {
+    return FieldError("optimizer.kind", absl::StrCat("unknown optimizer \"", opt.kind(),
+                                                     "\"; expected one of ",
+                                                     Quoted({"sgd", "adam"})));
+  }
+  if (!(opt.lr() > 0 && opt.lr() < 1e3)) {
+    return FieldError("optimizer.lr", absl::StrCat("must be in (0, 1000) (got ", opt.lr(), ")"));
+  }
+  if (opt.momentum() < 0 || opt.momentum() >= 1) {
+    return FieldError("optimizer.momentum",
+                      absl::StrCat("must be in [0, 1) (got ", opt.momentum(), ")"));
+  }
+  if (opt.nesterov() && opt.momentum() == 0) {
+    return FieldError("optimizer.nesterov", "needs a non-zero optimizer.momentum");
+  }
+  if (opt.weight_decay() < 0) {
+    return FieldError("optimizer.weight_decay",
+                      absl::StrCat("must be >= 0 (got ", opt.weight_decay(), ")"));
+  }
+  if (opt.beta1() < 0 || opt.beta1() >= 1 || opt.beta2() < 0 || opt.beta2() >= 1) {
+    return FieldError("optimizer.beta1", "beta1 and beta2 must be in [0, 1)");
+  }
+  if (!(opt.eps() > 0)) return FieldError("optimizer.eps", "must be > 0");
+  if (!OneOf(spec.loss(), {"cross_entropy", "nll"})) {
+    return FieldError("loss", absl::StrCat("unknown loss \"", spec.loss(), "\"; expected one of ",
+                                           Quoted({"cross_entropy", "nll"})));
+  }
+  if (spec.batch_size() > 65536) {
+    return FieldError("batch_size", absl::StrCat("must be at most 65536 (got ",
+                                                 spec.batch_size(), ")"));
+  }
+  if (spec.epochs() > 100000) {
+    return FieldError("epochs", absl::StrCat("must be at most 100000 (got ", spec.epochs(), ")"));
+  }
+  if (!(spec.bucket_cap_mb() > 0 && spec.bucket_cap_mb() <= 4096)) {
+    return FieldError("bucket_cap_mb",
+                      absl::StrCat("must be in (0, 4096] MiB (got ", spec.bucket_cap_mb(), ")"));
+  }
+  if (spec.gradient_accumulation_steps() > 1024) {
+    return FieldError("gradient_accumulation_steps", "must be at most 1024");
+  }
+  if (!OneOf(spec.backend(), {"gloo", "nccl", "auto"})) {
+    return FieldError("backend", absl::StrCat("unknown backend \"", spec.backend(),
+                                              "\"; expected one of ",
+                                              Quoted({"gloo", "nccl", "auto"})));
+  }
+  if (spec.backend() == "nccl" && !build.nccl) {
+    return FieldError("backend",
+                      "\"nccl\" is not available: this build has no NCCL communicator with a "
+                      "CUDA-enabled LibTorch; use \"gloo\" or \"auto\", or rebuild where "
+                      "CMake finds both");
+  }
+  if (spec.min_workers() > 65536) {
+    return FieldError("min_workers", "must be at most 65536");
+  }
+  if (spec.max_workers() < spec.min_workers()) {
+    return FieldError("max_workers", absl::StrCat("must be >= min_workers (got ",
+                                                  spec.max_workers(), " < ",
+                                                  spec.min_workers(), ")"));
+  }
+  if (!(spec.settle_seconds() >= 0 && spec.settle_seconds() <= 3600)) {
+    return FieldError("settle_seconds", "must be in [0, 3600]");
+  }
+  if (spec.threads_per_worker() > 1024) {
+    return FieldError("threads_per_worker", "must be at most 1024");
+  }
+  if (!(spec.collective_timeout_seconds() > 0 && spec.collective_timeout_seconds() <= 86400)) {
+    return FieldError("collective_timeout_seconds", "must be in (0, 86400]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
+                                             const BuildCapabilities& build) {
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec is not a valid ddp.v1.JobSpec in JSON: ", parsed.message().as_string()));
+  }
+  spec = WithDefaults(std::move(spec));
+  if (absl::Status s = ValidateJobSpec(spec, build); !s.ok()) return s;
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
+                                            const BuildCapabilities& build) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("can't read job file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = ParseJobSpecJson(text.str(), build);
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+v1::JobSpec DefaultJobSpec(uint32_t workers) {
+  v1::JobSpec spec;
+  spec.set_name("fashion-mnist-cnn");
+  spec.mutable_model()->set_kind("cnn");
+  spec.mutable_dataset()->set_kind("fashion-mnist");
+  spec.mutable_optimizer()->set_kind("sgd");
+  spec.mutable_optimizer()->set_lr(0.05);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_batch_size(64);
+  spec.set_epochs(2);
+  spec.set_backend("gloo");
+  spec.set_min_workers(workers);
+  spec.set_max_workers(workers);
+  return WithDefaults(std::move(spec));
+}
+
+}  // namespace ddp

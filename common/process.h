@@ -1,0 +1,24 @@
+// What every binary does at start: flags and termination signals.
+#ifndef DDP_COMMON_PROCESS_H_
+#define DDP_COMMON_PROCESS_H_
+
+#include "absl/time/time.h"
+
+namespace ddp {
+
+// Parses absl flags, accepting the dashed spelling of every flag as well
+// (--state-dir for --state_dir). Prints usage and exits 0 on --help, exits
+// non-zero with the reason on a bad flag or a stray argument.
+void ParseFlagsOrExit(int argc, char** argv, const char* usage);
+
+// Blocks SIGINT and SIGTERM in the calling thread and every thread it
+// starts afterwards, so they can be taken synchronously with
+// WaitForTermination. Call first thing in main.
+void BlockTerminationSignals();
+
+// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal, or 0.
+int WaitForTermination(absl::Duration timeout);
+
+}  // namespace ddp
+
+#endif  // DDP_COMMON_PROCESS_H_

@@ -1,0 +1,176 @@
+// The coordinator's core: registers workers, forms generations, sends
+// assignments, follows progress and failures, and serves the rendezvous
+// store. One class per concern underneath (WorkerRegistry,
+// GenerationManager, JobProgress, KvStore); this class composes them under
+// one lock and knows nothing of gRPC: workers are reached through the
+// WorkerChannel interface, and time comes from an injected Clock.
+//
+// Thread-safe: every public method may be called from any thread. Messages
+// to workers are sent after the lock is released.
+#ifndef DDP_COORDINATOR_COORDINATOR_H_
+#define DDP_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/job_spec.h"
+#include "common/version.h"
+#include "coordinator/generation_manager.h"
+#include "coordinator/job_progress.h"
+#include "coordinator/kv_store.h"
+#include "coordinator/state_store.h"
+#include "coordinator/worker_registry.h"
+#include "ddp/v1/coordinator.pb.h"
+
+namespace ddp {
+
+// The way down to one worker's stream.
+class WorkerChannel {
+ public:
+  virtual ~WorkerChannel() = default;
+  // Queues a message; never blocks. Thread-safe.
+  virtual void Send(const v1::CoordinatorMessage& message) = 0;
+  // Ends the stream with `status` once queued messages are written.
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+class Coordinator {
+ public:
+  struct Options {
+    std::string version = kVersion;
+    WorkerRegistry::Options registry;
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    // Store gets wait this long when the request names no timeout, and at
+    // most max_store_wait.
+    absl::Duration default_store_wait = absl::Seconds(30);
+    absl::Duration max_store_wait = absl::Hours(1);
+    // The status snapshot is rebuilt on change at each Tick, and at least
+    // this often.
+    absl::Duration snapshot_max_age = absl::Seconds(1);
+    BuildCapabilities build;
+    // Where the job and generation numbering survive restarts. May be null.
+    StateStore* state_store = nullptr;
+    // Checks a job's files (the model loads and fits the data) before it is
+    // accepted; returns INVALID_ARGUMENT naming the problem. May be null.
+    std::function<absl::Status(const v1::JobSpec&)> preflight;
+  };
+
+  // Takes up the state saved before a restart (call before serving):
+  // generation numbers continue after the saved one, and an active job waits
+  // for workers again. Progress inside a generation is not checkpointed yet,
+  // so it restarts from step 0.
+  void Restore(const v1::DurableState& state);
+
+  // One worker's stream.
+  struct Session {
+    std::string worker_id;
+    uint64_t id = 0;
+  };
+
+  Coordinator(const Clock* clock, Options options);
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Registers the worker behind a new stream and sends it Registered.
+  // INVALID_ARGUMENT, FAILED_PRECONDITION or ALREADY_EXISTS as
+  // WorkerRegistry::Register; the caller closes the stream with it.
+  absl::StatusOr<Session> Attach(const v1::RegisterRequest& request,
+                                 std::shared_ptr<WorkerChannel> channel);
+  // Any message after the first on the stream. Refused messages (stale
+  // generation, a second register) are answered with Rejected.
+  void OnMessage(const Session& session, const v1::WorkerMessage& message);
+  // The stream ended: the worker is lost.
+  void OnStreamClosed(const Session& session, const std::string& reason);
+
+  // Validates (INVALID_ARGUMENT names the field), runs the preflight, and
+  // makes the spec the current job. FAILED_PRECONDITION while another job
+  // is waiting or running. Returns the spec with defaults.
+  absl::StatusOr<v1::JobSpec> SubmitJob(const v1::JobSpec& spec);
+  // NOT_FOUND for another job, FAILED_PRECONDITION if it already ended.
+  absl::Status CancelJob(const std::string& job_id, const std::string& reason);
+
+  // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
+  // is the generation in progress; INVALID_ARGUMENT for an empty key.
+  absl::Status StoreSet(const v1::StoreSetRequest& request);
+  void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done);
+  absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request);
+
+  // Periodic work: marks silent workers lost, forms a generation when the
+  // settle window ends, fails store gets past their deadline, republishes
+  // the status snapshot.
+  void Tick();
+
+  // The latest status snapshot: never waits behind stream handlers.
+  std::shared_ptr<const v1::JobStatus> Snapshot() const;
+  v1::JobState job_state() const;
+
+  // Tells every attached worker to exit.
+  void StopAllWorkers(const std::string& reason);
+
+ private:
+  // What a locked section decided to do once the lock is released.
+  struct Effects {
+    std::vector<std::pair<std::shared_ptr<WorkerChannel>, v1::CoordinatorMessage>> sends;
+    std::vector<std::pair<std::shared_ptr<WorkerChannel>, absl::Status>> closes;
+    std::vector<std::string> dropped_namespaces;
+    // (sequence, state) to save, when the durable state changed.
+    std::optional<std::pair<uint64_t, v1::DurableState>> persist;
+  };
+  void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Apply(Effects& fx);
+
+  void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RejectLocked(const std::string& worker_id, absl::Status why, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFormGenerationLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current generation, aborting members still in it.
+  void EndGenerationLocked(const std::string& abort_reason, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `generation` is current and the worker is one of its members.
+  absl::Status CheckMemberLocked(const WorkerRecord& worker, uint64_t generation, int* rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> StoreNamespace(const std::string& job_id, uint64_t generation,
+                                             const std::string& key);
+  void OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Clock* clock_;
+  const Options options_;
+  KvStore store_;
+
+  mutable absl::Mutex mu_;
+  WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
+  GenerationManager generations_ ABSL_GUARDED_BY(mu_);
+  JobProgress job_ ABSL_GUARDED_BY(mu_);
+  // The stream of each attached worker, with its session id.
+  std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Time published_at_ ABSL_GUARDED_BY(mu_);
+
+  mutable absl::Mutex snapshot_mu_;
+  std::shared_ptr<const v1::JobStatus> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+};
+
+}  // namespace ddp
+
+#endif  // DDP_COORDINATOR_COORDINATOR_H_

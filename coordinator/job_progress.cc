@@ -1,0 +1,178 @@
+#include "coordinator/job_progress.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp {
+namespace {
+
+constexpr absl::Duration kRateWindow = absl::Seconds(20);
+
+}  // namespace
+
+absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
+  if (active()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", spec_.name(), "\" is still ", state_ == v1::JOB_STATE_RUNNING ? "running" : "waiting for workers",
+        "; cancel it first (CancelJob) or wait for it to end"));
+  }
+  spec_ = spec;
+  state_ = v1::JOB_STATE_WAITING;
+  message_ = absl::StrCat("waiting for ", spec.min_workers(), " worker(s)");
+  submitted_at_ = clock_->Now();
+  ranks_.clear();
+  steps_per_epoch_ = 0;
+  start_step_ = 0;
+  epochs_.clear();
+  digests_.clear();
+  rate_window_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status JobProgress::Cancel(const std::string& job_id, const std::string& reason) {
+  if (state_ == v1::JOB_STATE_UNSPECIFIED || job_id != spec_.name()) {
+    return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\"",
+                                            spec_.name().empty() ? "" : "; the current job is \"",
+                                            spec_.name(), spec_.name().empty() ? "" : "\""));
+  }
+  if (ended()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", job_id, "\" already ended (", v1::JobState_Name(state_), ")"));
+  }
+  state_ = v1::JOB_STATE_CANCELLED;
+  message_ = reason.empty() ? "cancelled by an operator" : absl::StrCat("cancelled: ", reason);
+  return absl::OkStatus();
+}
+
+void JobProgress::OnGenerationStarted(uint32_t world_size, uint64_t start_step) {
+  state_ = v1::JOB_STATE_RUNNING;
+  message_ = absl::StrCat("training on ", world_size, " worker(s)");
+  start_step_ = start_step;
+  ranks_.assign(world_size, RankProgress{});
+  for (auto& r : ranks_) r.step = start_step_;
+  rate_window_.clear();
+}
+
+void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
+  if (rank >= ranks_.size()) return;
+  RankProgress& r = ranks_[rank];
+  r.step = std::max(r.step, report.step());
+  r.epoch = report.epoch();
+  r.loss = report.loss();
+  if (report.step_seconds() > 0) r.samples_per_sec = report.samples() / report.step_seconds();
+  r.reported = true;
+  steps_per_epoch_ = report.steps_per_epoch();
+  const absl::Time now = clock_->Now();
+  rate_window_.emplace_back(now, GlobalStep());
+  while (rate_window_.size() > 2 && now - rate_window_.front().first > kRateWindow) {
+    rate_window_.pop_front();
+  }
+}
+
+void JobProgress::OnEpochResult(const v1::EpochResult& result) {
+  for (const auto& e : epochs_) {
+    if (e.epoch() == result.epoch()) return;
+  }
+  epochs_.push_back(result);
+}
+
+absl::Status JobProgress::OnParameterDigest(uint32_t rank, uint64_t step,
+                                            const std::string& digest) {
+  auto [it, inserted] = digests_.emplace(step, std::make_pair(digest, rank));
+  if (!inserted && it->second.first != digest) {
+    return absl::DataLossError(absl::StrCat(
+        "replicas diverged: after step ", step, " rank ", it->second.second,
+        " has parameter digest ", it->second.first, " but rank ", rank, " has ", digest));
+  }
+  while (digests_.size() > 16) digests_.erase(digests_.begin());
+  return absl::OkStatus();
+}
+
+bool JobProgress::OnRankDone(uint32_t rank) {
+  if (rank >= ranks_.size() || state_ != v1::JOB_STATE_RUNNING) return false;
+  ranks_[rank].done = true;
+  for (const auto& r : ranks_) {
+    if (!r.done) return false;
+  }
+  state_ = v1::JOB_STATE_SUCCEEDED;
+  message_ = absl::StrCat("finished ", GlobalStep(), " steps");
+  if (!epochs_.empty() && spec_.evaluate()) {
+    absl::StrAppend(&message_, "; test accuracy ", epochs_.back().test_accuracy());
+  }
+  return true;
+}
+
+void JobProgress::Fail(const std::string& reason) {
+  state_ = v1::JOB_STATE_FAILED;
+  message_ = reason;
+}
+
+void JobProgress::Restore(const v1::DurableState& state) {
+  if (!state.has_job()) return;
+  spec_ = state.job();
+  state_ = state.job_state();
+  message_ = state.job_message();
+  submitted_at_ = clock_->Now();
+  epochs_.assign(state.epoch_results().begin(), state.epoch_results().end());
+  if (active()) {
+    state_ = v1::JOB_STATE_WAITING;
+    message_ = absl::StrCat("restored after a coordinator restart; waiting for ",
+                            spec_.min_workers(), " worker(s)");
+  }
+}
+
+void JobProgress::FillDurable(v1::DurableState* state) const {
+  if (state_ == v1::JOB_STATE_UNSPECIFIED) return;
+  *state->mutable_job() = spec_;
+  state->set_job_state(state_);
+  state->set_job_message(message_);
+  for (const auto& e : epochs_) *state->add_epoch_results() = e;
+}
+
+uint64_t JobProgress::GlobalStep() const {
+  if (ranks_.empty()) return start_step_;
+  uint64_t step = std::numeric_limits<uint64_t>::max();
+  for (const auto& r : ranks_) step = std::min(step, r.step);
+  return step;
+}
+
+void JobProgress::FillStatus(v1::JobStatus* status) const {
+  status->set_job_id(spec_.name());
+  status->set_state(state_);
+  status->set_message(message_);
+  if (state_ == v1::JOB_STATE_UNSPECIFIED) return;
+  *status->mutable_spec() = spec_;
+  status->set_epochs(spec_.epochs());
+  status->set_elapsed_seconds(absl::ToDoubleSeconds(clock_->Now() - submitted_at_));
+  const uint64_t global = GlobalStep();
+  status->set_global_step(global);
+  status->set_steps_per_epoch(steps_per_epoch_);
+  uint64_t total = steps_per_epoch_ * spec_.epochs();
+  if (spec_.max_steps() > 0) total = total == 0 ? spec_.max_steps() : std::min(total, spec_.max_steps());
+  status->set_total_steps(total);
+  uint64_t epoch = std::numeric_limits<uint64_t>::max();
+  double loss = 0, rate = 0;
+  int reported = 0;
+  for (const auto& r : ranks_) {
+    epoch = std::min(epoch, r.epoch);
+    if (!r.reported) continue;
+    loss += r.loss;
+    rate += r.samples_per_sec;
+    ++reported;
+  }
+  status->set_epoch(ranks_.empty() ? 0 : epoch);
+  status->set_loss(reported ? loss / reported : 0);
+  status->set_samples_per_sec(state_ == v1::JOB_STATE_RUNNING ? rate : 0);
+  if (state_ == v1::JOB_STATE_RUNNING && rate_window_.size() >= 2 && total > global) {
+    const auto& [t0, s0] = rate_window_.front();
+    const auto& [t1, s1] = rate_window_.back();
+    const double seconds = absl::ToDoubleSeconds(t1 - t0);
+    if (s1 > s0 && seconds > 0) status->set_eta_seconds((total - global) * seconds / (s1 - s0));
+  }
+  for (const auto& e : epochs_) *status->add_epoch_results() = e;
+  if (!epochs_.empty()) status->set_test_accuracy(epochs_.back().test_accuracy());
+}
+
+}  // namespace ddp

@@ -1,0 +1,41 @@
+// WatchStatus streams: each gets the latest snapshot every interval it
+// asked for. The ticker calls Broadcast; a slow client skips snapshots
+// rather than queueing them.
+#ifndef DDP_COORDINATOR_STATUS_WATCHERS_H_
+#define DDP_COORDINATOR_STATUS_WATCHERS_H_
+
+#include <memory>
+#include <set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ddp/v1/status.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace ddp {
+
+class StatusWatch;
+
+class StatusWatchers {
+ public:
+  // Starts a watch stream that writes `first` at once. The reactor is
+  // gRPC's until OnDone.
+  grpc::ServerWriteReactor<v1::JobStatus>* Start(std::shared_ptr<const v1::JobStatus> first,
+                                                 absl::Duration interval, absl::Time now);
+  // Offers `status` to every watch whose interval has passed. Thread-safe.
+  void Broadcast(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now);
+  // Ends every watch (server shutdown).
+  void FinishAll();
+
+ private:
+  friend class StatusWatch;
+  void Remove(StatusWatch* watch);
+
+  absl::Mutex mu_;
+  std::set<StatusWatch*> watches_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddp
+
+#endif  // DDP_COORDINATOR_STATUS_WATCHERS_H_

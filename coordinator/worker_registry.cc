@@ -1,0 +1,125 @@
+#include "coordinator/worker_registry.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/rank_assignment.h"
+
+namespace ddp {
+
+absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest& request,
+                                                       const std::string& version,
+                                                       uint64_t session) {
+  if (request.host().empty()) {
+    return absl::InvalidArgumentError("register.host is empty: a worker must say which host "
+                                      "its peers reach it at");
+  }
+  absl::StatusOr<Device> device = ParseDevice(request.device());
+  if (!device.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register.device: ", device.status().message()));
+  }
+  if (request.version() != version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker version \"", request.version(), "\" differs from the coordinator's \"", version,
+        "\"; run the same build on every machine"));
+  }
+  const std::string id = request.name().empty()
+                             ? absl::StrCat(request.host(), "/", device->ToString())
+                             : request.name();
+  const absl::Time now = clock_->Now();
+  for (auto it = by_id_.begin(); it != by_id_.end();) {
+    const WorkerRecord& other = *it->second;
+    const bool same_slot = other.host == request.host() && other.device == *device;
+    if (other.id != id && !same_slot) {
+      ++it;
+      continue;
+    }
+    if (!other.lost) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "%s %s on host %s is already attached as worker \"%s\" (pid %d, last heard "
+          "%.1fs ago); stop that worker, give this one another --device or --name, or "
+          "wait %.0fs for the coordinator to mark it lost",
+          same_slot ? "device" : "worker id", same_slot ? device->ToString() : id,
+          other.host, other.id, other.pid, absl::ToDoubleSeconds(now - other.last_seen),
+          absl::ToDoubleSeconds(options_.heartbeat_timeout)));
+    }
+    it = by_id_.erase(it);  // a lost worker coming back, or its slot reused
+  }
+  auto record = std::make_unique<WorkerRecord>();
+  record->id = id;
+  record->host = request.host();
+  record->device = *device;
+  record->pid = request.pid();
+  record->version = request.version();
+  record->capabilities = request.capabilities();
+  record->session = session;
+  record->registered_at = now;
+  record->last_seen = now;
+  WorkerRecord* raw = record.get();
+  by_id_[id] = std::move(record);
+  return raw;
+}
+
+WorkerRecord* WorkerRegistry::FindAttached(const std::string& id, uint64_t session) {
+  WorkerRecord* w = Find(id);
+  return (w != nullptr && !w->lost && w->session == session) ? w : nullptr;
+}
+
+WorkerRecord* WorkerRegistry::Find(const std::string& id) {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second.get();
+}
+
+bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session,
+                              const std::string& reason) {
+  WorkerRecord* w = FindAttached(id, session);
+  if (w == nullptr) return false;
+  w->lost = true;
+  w->lost_at = clock_->Now();
+  w->state = v1::WORKER_STATE_LOST;
+  w->detail = reason;
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::ExpireSilent() {
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> expired;
+  for (auto it = by_id_.begin(); it != by_id_.end();) {
+    WorkerRecord& w = *it->second;
+    if (w.lost && now - w.lost_at > options_.lost_retention) {
+      it = by_id_.erase(it);
+      continue;
+    }
+    if (!w.lost && now - w.last_seen > options_.heartbeat_timeout) {
+      expired.push_back(w.id);
+      w.lost = true;
+      w.lost_at = now;
+      w.state = v1::WORKER_STATE_LOST;
+      w.detail = absl::StrFormat("no heartbeat for %.1fs",
+                                 absl::ToDoubleSeconds(now - w.last_seen));
+    }
+    ++it;
+  }
+  return expired;
+}
+
+std::vector<const WorkerRecord*> WorkerRegistry::All() const {
+  std::vector<const WorkerRecord*> all;
+  all.reserve(by_id_.size());
+  for (const auto& [id, w] : by_id_) all.push_back(w.get());
+  std::sort(all.begin(), all.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
+    return SlotKey(a->host, a->device, a->id) < SlotKey(b->host, b->device, b->id);
+  });
+  return all;
+}
+
+size_t WorkerRegistry::num_attached() const {
+  size_t n = 0;
+  for (const auto& [id, w] : by_id_) n += w->lost ? 0 : 1;
+  return n;
+}
+
+}  // namespace ddp

@@ -1,0 +1,101 @@
+// Which workers are attached, what each last said, and which went silent.
+//
+// Not thread-safe: the Coordinator calls it under its own lock.
+#ifndef DDP_COORDINATOR_WORKER_REGISTRY_H_
+#define DDP_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/device.h"
+#include "ddp/v1/worker.pb.h"
+
+namespace ddp {
+
+struct WorkerRecord {
+  std::string id;
+  std::string host;
+  Device device;
+  int64_t pid = 0;
+  std::string version;
+  v1::Capabilities capabilities;
+  // Identifies the stream: a reconnecting worker gets a new session, and
+  // messages from its old stream are ignored.
+  uint64_t session = 0;
+  absl::Time registered_at;
+  absl::Time last_seen;
+  bool lost = false;
+  absl::Time lost_at;
+
+  v1::WorkerState state = v1::WORKER_STATE_IDLE;
+  std::string detail;
+  uint64_t generation = 0;
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+  v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+  double last_loss = 0;
+  double samples_per_sec = 0;
+  v1::ReductionStatus reduction;
+  std::set<std::string> unused_parameters;
+  uint64_t reports_dropped = 0;
+  uint64_t stale_messages = 0;
+  v1::ProbeResult probe;
+  std::string parameter_digest;
+  uint64_t digest_step = 0;
+};
+
+class WorkerRegistry {
+ public:
+  struct Options {
+    // A worker silent this long is lost.
+    absl::Duration heartbeat_timeout = absl::Seconds(5);
+    // Lost workers stay visible to operators this long.
+    absl::Duration lost_retention = absl::Minutes(10);
+  };
+
+  WorkerRegistry(const Clock* clock, Options options) : clock_(clock), options_(options) {}
+
+  // Adds an attached worker. INVALID_ARGUMENT for a bad device or empty
+  // host, FAILED_PRECONDITION for another version than `version`,
+  // ALREADY_EXISTS when an attached worker has the same (host, device) or id.
+  // A lost worker with the same id or (host, device) is replaced.
+  absl::StatusOr<WorkerRecord*> Register(const v1::RegisterRequest& request,
+                                         const std::string& version, uint64_t session);
+
+  // The attached (not lost) worker `id` on stream `session`, or null.
+  WorkerRecord* FindAttached(const std::string& id, uint64_t session);
+  // Any worker `id`, lost or not, or null.
+  WorkerRecord* Find(const std::string& id);
+
+  // Records that the worker spoke now.
+  void Touch(WorkerRecord* worker) { worker->last_seen = clock_->Now(); }
+
+  // Marks the worker lost. False if it is not attached on `session`.
+  bool MarkLost(const std::string& id, uint64_t session, const std::string& reason);
+
+  // Marks lost every attached worker silent for longer than the heartbeat
+  // timeout, and returns their ids. Also forgets long-lost workers.
+  std::vector<std::string> ExpireSilent();
+
+  // Every known worker, ordered by host, then device.
+  std::vector<const WorkerRecord*> All() const;
+  size_t num_attached() const;
+
+  const Options& options() const { return options_; }
+
+ private:
+  const Clock* clock_;
+  Options options_;
+  std::map<std::string, std::unique_ptr<WorkerRecord>> by_id_;
+};
+
+}  // namespace ddp
+
+#endif  // DDP_COORDINATOR_WORKER_REGISTRY_H_

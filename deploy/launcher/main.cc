@@ -1,0 +1,252 @@
+// ddp-run: one machine, one command. Starts a coordinator and N workers on
+// loopback (free ports picked for them), shows the job's progress, and exits
+// with the job's status. Ctrl-C or SIGTERM stops every child.
+#include <signal.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
+#include "common/process.h"
+#include "ddp/v1/coordinator.grpc.pb.h"
+#include "deploy/launcher/child_processes.h"
+#include "deploy/launcher/progress_printer.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(int32_t, nproc, 2, "number of workers to start");
+ABSL_FLAG(std::string, job, "",
+          "JobSpec file (protobuf JSON); default: a CNN on Fashion-MNIST. min_workers and "
+          "max_workers are set to --nproc");
+ABSL_FLAG(int32_t, threads, 0,
+          "compute threads per worker (0: the machine's cores divided among the workers)");
+ABSL_FLAG(std::string, log_dir, "",
+          "where the coordinator's and workers' logs go (default: a new folder under /tmp)");
+ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
+
+namespace ddp {
+namespace {
+
+constexpr char kUsage[] =
+    "ddp-run: trains a job on this machine with N workers, like\n"
+    "torchrun --standalone --nproc-per-node N.\n"
+    "  ddp-run --nproc 2                 # the default job: a CNN on Fashion-MNIST\n"
+    "  ddp-run --nproc 4 --job job.json";
+
+std::string BinDir() {
+  char path[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  std::string exe(path, n > 0 ? n : 0);
+  return exe.substr(0, exe.rfind('/'));
+}
+
+std::string Tail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+    absl::StrAppend(&out, "    ", all[i], "\n");
+  }
+  return out;
+}
+
+// Follows WatchStatus and prints progress until the coordinator goes away.
+class Watcher {
+ public:
+  explicit Watcher(const std::string& target)
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Watcher() {
+    stop_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (context_) context_->TryCancel();
+    }
+    thread_.join();
+  }
+  std::optional<v1::JobStatus> last() {
+    absl::MutexLock lock(&mu_);
+    return last_;
+  }
+
+ private:
+  void Loop() {
+    ProgressPrinter printer;
+    while (!stop_) {
+      grpc::ClientContext context;
+      {
+        absl::MutexLock lock(&mu_);
+        context_ = &context;
+      }
+      v1::WatchStatusRequest request;
+      request.set_interval_seconds(0.25);
+      auto reader = stub_->WatchStatus(&context, request);
+      v1::JobStatus status;
+      while (reader->Read(&status)) {
+        for (const std::string& line : printer.Update(status, absl::Now())) {
+          std::cout << line << std::endl;
+        }
+        absl::MutexLock lock(&mu_);
+        last_ = status;
+      }
+      reader->Finish();
+      {
+        absl::MutexLock lock(&mu_);
+        context_ = nullptr;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::optional<v1::JobStatus> last_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+int Run() {
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (nproc < 1 || nproc > 1024) {
+    std::cerr << "ddp-run: --nproc must be between 1 and 1024\n";
+    return 2;
+  }
+  v1::JobSpec spec = DefaultJobSpec(nproc);
+  if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
+    auto loaded = LoadJobSpecFile(path, ThisBuild());
+    if (!loaded.ok()) {
+      std::cerr << "ddp-run: --job " << loaded.status().message() << "\n";
+      return 2;
+    }
+    spec = *loaded;
+  }
+  spec.set_min_workers(nproc);
+  spec.set_max_workers(nproc);
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nproc);
+  }
+
+  std::string dir = absl::GetFlag(FLAGS_log_dir);
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/ddp-run-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      std::cerr << "ddp-run: can't create a folder under /tmp\n";
+      return 1;
+    }
+    dir = tmpl;
+  } else {
+    ::mkdir(dir.c_str(), 0755);
+  }
+  std::string json;
+  google::protobuf::util::MessageToJsonString(spec, &json);
+  std::ofstream(dir + "/job.json") << json << "\n";
+  const std::string port_file = dir + "/coordinator.port";
+  const bool verbose = absl::GetFlag(FLAGS_verbose);
+  auto log = [&](const std::string& name) { return verbose ? "" : dir + "/" + name + ".log"; };
+
+  std::cout << "ddp-run: job " << spec.name() << " (" << spec.model().kind() << " on "
+            << spec.dataset().kind() << ", " << spec.epochs() << " epoch(s), batch "
+            << spec.batch_size() << " per worker) on " << nproc << " worker(s), " << threads
+            << " thread(s) each; logs in " << dir << std::endl;
+
+  ChildProcesses children;
+  const std::string bin = BinDir();
+  const std::vector<std::string> env = {absl::StrCat("OMP_NUM_THREADS=", threads),
+                                        absl::StrCat("OPENBLAS_NUM_THREADS=", threads)};
+  auto coordinator = children.Start(
+      "coordinator",
+      {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
+       "--job=" + dir + "/job.json", "--exit_when_done"},
+      env, log("coordinator"));
+  if (!coordinator.ok()) {
+    std::cerr << "ddp-run: " << coordinator.status().message() << "\n";
+    return 1;
+  }
+  int port = 0;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(60); port == 0;) {
+    std::ifstream(port_file) >> port;
+    if (port != 0) break;
+    for (const auto& [name, code] : children.Reap()) {
+      std::cerr << "ddp-run: the coordinator exited with code " << code << " before serving:\n"
+                << Tail(dir + "/coordinator.log", 10);
+      return 1;
+    }
+    if (absl::Now() > deadline) {
+      std::cerr << "ddp-run: the coordinator did not start serving within 60s\n";
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  for (int i = 0; i < nproc; ++i) {
+    auto worker = children.Start(
+        absl::StrCat("worker ", i),
+        {bin + "/ddp-worker", "--coordinator=" + target, absl::StrCat("--device=cpu:", i),
+         "--host=127.0.0.1", absl::StrCat("--name=w", i), absl::StrCat("--threads=", threads)},
+        env, log(absl::StrCat("worker-", i)));
+    if (!worker.ok()) {
+      std::cerr << "ddp-run: " << worker.status().message() << "\n";
+      return 1;
+    }
+  }
+
+  Watcher watcher(target);
+  int exit_code = -1;
+  while (exit_code < 0) {
+    if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
+      std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
+                << "; stopping every process" << std::endl;
+      children.StopAll(absl::Seconds(5));
+      return 128 + sig;
+    }
+    for (const auto& [name, code] : children.Reap()) {
+      if (name == "coordinator") {
+        exit_code = code;
+      } else if (code != 0) {
+        std::cerr << "ddp-run: " << name << " exited with code " << code << ":\n"
+                  << Tail(dir + "/worker-" + name.substr(7) + ".log", 10);
+      }
+    }
+  }
+  // The coordinator stopped the workers on its way out; give them a moment.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5);
+       children.num_running() > 0 && absl::Now() < deadline;) {
+    children.Reap();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  children.StopAll(absl::Seconds(2));
+  if (std::optional<v1::JobStatus> last = watcher.last(); last && last->state() != v1::JOB_STATE_UNSPECIFIED) {
+    std::cout << ProgressPrinter::Summary(*last) << std::endl;
+  }
+  if (exit_code != 0 && !verbose) {
+    std::cerr << "ddp-run: the job did not succeed (exit code " << exit_code
+              << "); the coordinator's log ends with:\n"
+              << Tail(dir + "/coordinator.log", 10);
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace ddp
+
+int main(int argc, char** argv) {
+  ddp::BlockTerminationSignals();
+  ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
+  return ddp::Run();
+}

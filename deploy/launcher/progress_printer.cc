@@ -1,0 +1,65 @@
+#include "deploy/launcher/progress_printer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ddp {
+
+std::string FormatSeconds(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s >= 3600) return absl::StrFormat("%dh%02dm%02ds", s / 3600, (s / 60) % 60, s % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, absl::Time now) {
+  std::vector<std::string> lines;
+  const std::string stamp = absl::StrFormat("[%7.1fs]", status.elapsed_seconds());
+  const std::string state =
+      absl::StrCat(v1::JobState_Name(status.state()), "/", status.generation());
+  if (state != last_state_) {
+    last_state_ = state;
+    if (status.state() == v1::JOB_STATE_WAITING) {
+      lines.push_back(absl::StrFormat("%s job %s: waiting for workers (%d attached, %d needed)",
+                                      stamp, status.job_id(), status.attached_workers(),
+                                      status.spec().min_workers()));
+    } else if (status.state() == v1::JOB_STATE_RUNNING) {
+      lines.push_back(absl::StrFormat("%s job %s: generation %d formed with %d worker(s)", stamp,
+                                      status.job_id(), status.generation(), status.world_size()));
+    }
+  }
+  for (const v1::EpochResult& e : status.epoch_results()) {
+    if (!epochs_printed_.insert(e.epoch()).second) continue;
+    lines.push_back(absl::StrFormat(
+        "%s epoch %d/%d done in %s: test accuracy %.4f, test loss %.4f, train loss %.4f", stamp,
+        e.epoch() + 1, status.epochs(), FormatSeconds(e.seconds()), e.test_accuracy(),
+        e.test_loss(), e.train_loss()));
+  }
+  if (status.state() == v1::JOB_STATE_RUNNING && status.global_step() > 0 &&
+      now - last_line_ >= every_) {
+    last_line_ = now;
+    const double pct =
+        status.total_steps() ? 100.0 * status.global_step() / status.total_steps() : 0;
+    std::string line = absl::StrFormat(
+        "%s epoch %d/%d  step %d/%d (%.1f%%)  loss %.4f  %.0f samples/s", stamp,
+        status.epoch() + 1, status.epochs(), status.global_step(), status.total_steps(), pct,
+        status.loss(), status.samples_per_sec());
+    if (status.eta_seconds() > 0) absl::StrAppend(&line, "  ETA ", FormatSeconds(status.eta_seconds()));
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::string ProgressPrinter::Summary(const v1::JobStatus& status) {
+  std::string line = absl::StrFormat("job %s %s after %s: %s", status.job_id(),
+                                     v1::JobState_Name(status.state()).substr(10),
+                                     FormatSeconds(status.elapsed_seconds()), status.message());
+  if (!status.epoch_results().empty()) {
+    absl::StrAppend(&line, absl::StrFormat("\ntest accuracy: %.4f", status.test_accuracy()));
+  }
+  return line;
+}
+
+}  // namespace ddp

@@ -1,0 +1,67 @@
+// The worker daemon's life: attach to the coordinator (waiting and
+// reconnecting with backoff while it is not there), register, send
+// heartbeats and queued reports, and run each assignment it is given, one
+// generation at a time.
+#ifndef DDP_WORKER_AGENT_H_
+#define DDP_WORKER_AGENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/device.h"
+#include "ddp/v1/coordinator.grpc.pb.h"
+#include "worker/generation_run.h"
+#include "worker/outbox.h"
+
+namespace ddp {
+
+class WorkerAgent {
+ public:
+  struct Options {
+    std::string coordinator = "127.0.0.1:29400";
+    // Where peers reach this worker, and the name it registers under.
+    std::string host;
+    Device device;
+    std::string name;
+    // Intra-op and BLAS threads (0: every core).
+    int threads = 0;
+    absl::Duration min_backoff = absl::Milliseconds(100);
+    absl::Duration max_backoff = absl::Seconds(5);
+  };
+
+  explicit WorkerAgent(Options options);
+  ~WorkerAgent();
+
+  // Runs until Shutdown or a Stop from the coordinator (returns 0), or a
+  // registration the coordinator refuses for good (returns 2).
+  int Run();
+  // Ends Run soon. Thread-safe.
+  void Shutdown();
+
+ private:
+  enum class SessionEnd { kRetry, kStopped, kFatal };
+  SessionEnd RunSession();
+  void SendLoop(grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                absl::Duration heartbeat_interval, std::atomic<bool>* done);
+  void StartGeneration(const v1::Assignment& assignment,
+                       std::shared_ptr<v1::Coordinator::StubInterface> stub);
+  void AbortGeneration(uint64_t generation, const std::string& reason);
+  v1::RegisterRequest MakeRegister() const;
+
+  const Options options_;
+  Outbox outbox_;
+  ProgressBoard board_;
+  std::atomic<bool> stopping_{false};
+
+  absl::Mutex mu_;
+  grpc::ClientContext* session_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::unique_ptr<GenerationRun> run_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_AGENT_H_

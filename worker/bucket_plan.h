@@ -1,0 +1,34 @@
+// Which gradients share an all-reduce: pure functions, table-tested.
+#ifndef DDP_WORKER_BUCKET_PLAN_H_
+#define DDP_WORKER_BUCKET_PLAN_H_
+
+#include <cstddef>
+#include <vector>
+
+namespace ddp {
+
+// DDP's defaults: a small first bucket so communication starts early in
+// backward, then about 25 MiB each.
+inline constexpr size_t kDefaultFirstBucketBytes = size_t{1} << 20;
+inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;
+
+// Groups tensors of `bytes[i]` bytes, taken in `order`, into buckets: a
+// bucket closes as soon as it holds at least its cap (so one tensor larger
+// than the cap gets a bucket of its own); the first bucket's cap is
+// `first_cap`, the others' `cap`. Returns tensor indices per bucket, in
+// `order`. Every index in `order` appears exactly once.
+std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
+                                             const std::vector<size_t>& order, size_t first_cap,
+                                             size_t cap);
+
+// The order to plan buckets in before any step ran: gradients become ready
+// roughly from the last layer back, so reverse registration order.
+std::vector<size_t> ReverseOrder(size_t n);
+
+// `observed` (the order in which gradients became ready in one step), then
+// the tensors that never became ready, in reverse registration order.
+std::vector<size_t> CompleteReadyOrder(const std::vector<size_t>& observed, size_t n);
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_BUCKET_PLAN_H_

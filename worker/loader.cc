@@ -1,0 +1,71 @@
+#include "worker/loader.h"
+
+#include <algorithm>
+
+#include <torch/torch.h>
+
+namespace ddp {
+
+int64_t NumBatches(int64_t samples, int64_t batch_size, bool drop_last) {
+  return drop_last ? samples / batch_size : (samples + batch_size - 1) / batch_size;
+}
+
+BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices,
+                         int64_t batch_size, bool drop_last, int64_t skip_batches, size_t depth)
+    : x_(std::move(x)),
+      y_(std::move(y)),
+      indices_(std::move(indices)),
+      batch_size_(batch_size),
+      num_batches_(NumBatches(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
+      first_batch_(std::min(skip_batches, num_batches_)),
+      depth_(depth) {
+  {
+    absl::MutexLock lock(&mu_);
+    produced_ = consumed_ = first_batch_;
+  }
+  thread_ = std::thread([this] { Produce(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void BatchLoader::Produce() {
+  for (int64_t b = first_batch_; b < num_batches_; ++b) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BatchLoader* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
+            return l->stopping_ || l->ready_.size() < l->depth_;
+          },
+          this));
+      if (stopping_) return;
+    }
+    const int64_t begin = b * batch_size_;
+    const int64_t end = std::min<int64_t>(begin + batch_size_, indices_.size());
+    at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin),
+                                      {end - begin}, torch::kInt64);
+    Batch batch{x_.index_select(0, idx), y_.index_select(0, idx)};
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(std::move(batch));
+    ++produced_;
+  }
+}
+
+std::optional<Batch> BatchLoader::Next() {
+  absl::MutexLock lock(&mu_);
+  if (consumed_ >= num_batches_) return std::nullopt;
+  mu_.Await(absl::Condition(
+      +[](BatchLoader* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) { return !l->ready_.empty(); },
+      this));
+  Batch batch = std::move(ready_.front());
+  ready_.pop_front();
+  ++consumed_;
+  return batch;
+}
+
+}  // namespace ddp

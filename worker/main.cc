@@ -1,0 +1,85 @@
+// ddp-worker: one per GPU or CPU slot. Attaches to the coordinator, trains
+// what it is assigned, all-reduces gradients directly with its peers.
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "common/device.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "worker/agent.h"
+#include "worker/threads.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400", "the coordinator's HOST:PORT");
+ABSL_FLAG(std::string, device, "cpu", "device this worker owns: cpu, cpu:N or cuda:N");
+ABSL_FLAG(std::string, name, "", "worker id (default: HOST/DEVICE)");
+ABSL_FLAG(std::string, host, "",
+          "address peers reach this worker at (default: this machine's host name)");
+ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
+
+namespace ddp {
+namespace {
+
+constexpr char kUsage[] =
+    "ddp-worker: trains what the coordinator assigns, on one device.\n"
+    "  ddp-worker --coordinator 10.0.0.1:29400 --device cuda:0";
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "127.0.0.1";
+  return name;
+}
+
+int Run() {
+  auto device = ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    DDP_LOG(Error) << "--device: " << device.status().message();
+    return 2;
+  }
+  if (device->is_cuda() && !ThisBuild().nccl) {
+    DDP_LOG(Error) << "--device " << device->ToString()
+                   << ": this build has no CUDA-enabled LibTorch with NCCL; use --device cpu";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    DDP_LOG(Error) << "--threads must be >= 0";
+    return 2;
+  }
+  WorkerAgent::Options options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.device = *device;
+  options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
+  options.name = absl::GetFlag(FLAGS_name);
+  options.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  SetLogIdentity(options.name.empty() ? "worker" : "worker " + options.name);
+  DDP_LOG(Info) << "device " << device->ToString() << ", " << options.threads
+                << " compute thread(s), peers reach it at " << options.host;
+
+  WorkerAgent agent(options);
+  std::atomic<bool> done{false};
+  std::thread signals([&] {
+    while (!done) {
+      if (WaitForTermination(absl::Milliseconds(200)) != 0) {
+        DDP_LOG(Info) << "shutting down";
+        agent.Shutdown();
+        return;
+      }
+    }
+  });
+  const int code = agent.Run();
+  done = true;
+  signals.join();
+  return code;
+}
+
+}  // namespace
+}  // namespace ddp
+
+int main(int argc, char** argv) {
+  ddp::BlockTerminationSignals();
+  ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
+  return ddp::Run();
+}

@@ -1,0 +1,169 @@
+#include "worker/model.h"
+
+#include <fstream>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ddp {
+namespace {
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t in, int64_t classes)
+      : fc1(register_module("fc1", torch::nn::Linear(in, 256))),
+        fc2(register_module("fc2", torch::nn::Linear(256, 128))),
+        fc3(register_module("fc3", torch::nn::Linear(128, classes))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x.flatten(1);
+    x = torch::relu(fc1(x));
+    x = torch::relu(fc2(x));
+    return fc3(x);
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Mlp);
+
+struct CnnImpl : torch::nn::Module {
+  explicit CnnImpl(int64_t classes)
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+        fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, classes))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    x = torch::relu(fc1(x.flatten(1)));
+    return fc2(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Cnn);
+
+template <typename Net>
+class NativeModel final : public Model {
+ public:
+  explicit NativeModel(Net net) : net_(std::move(net)) {}
+  at::Tensor Forward(const at::Tensor& x) override { return net_->forward(x); }
+  std::vector<NamedTensor> Parameters() override {
+    std::vector<NamedTensor> out;
+    for (const auto& p : net_->named_parameters()) {
+      if (p.value().requires_grad()) out.emplace_back(p.key(), p.value());
+    }
+    return out;
+  }
+  std::vector<NamedTensor> Buffers() override {
+    std::vector<NamedTensor> out;
+    for (const auto& b : net_->named_buffers()) out.emplace_back(b.key(), b.value());
+    return out;
+  }
+  void SetTraining(bool training) override { net_->train(training); }
+
+ private:
+  Net net_;
+};
+
+class ScriptModel final : public Model {
+ public:
+  explicit ScriptModel(torch::jit::Module module) : module_(std::move(module)) {}
+  at::Tensor Forward(const at::Tensor& x) override {
+    c10::IValue out = module_.forward({x});
+    if (!out.isTensor()) {
+      throw std::runtime_error(
+          absl::StrCat("forward returned ", out.tagKind(), ", not a tensor of logits"));
+    }
+    return out.toTensor();
+  }
+  std::vector<NamedTensor> Parameters() override {
+    std::vector<NamedTensor> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      if (p.value.requires_grad()) out.emplace_back(p.name, p.value);
+    }
+    return out;
+  }
+  std::vector<NamedTensor> Buffers() override {
+    std::vector<NamedTensor> out;
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
+    return out;
+  }
+  void SetTraining(bool training) override { module_.train(training); }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
+                                                 const std::vector<int64_t>& sample_shape,
+                                                 int64_t num_classes, uint64_t seed) {
+  if (spec.kind() == "torchscript") {
+    if (!std::ifstream(spec.path()).good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.path: can't read TorchScript file ", spec.path()));
+    }
+    try {
+      return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(spec.path())));
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.path: ", spec.path(), " is not a TorchScript module saved with "
+          "torch.jit.save: ", FirstLine(e.what())));
+    }
+  }
+  torch::manual_seed(seed);
+  int64_t in = 1;
+  for (int64_t d : sample_shape) in *= d;
+  if (spec.kind() == "mlp") {
+    return std::unique_ptr<Model>(new NativeModel<Mlp>(Mlp(in, num_classes)));
+  }
+  if (spec.kind() == "cnn") {
+    if (sample_shape != std::vector<int64_t>{1, 28, 28}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
+          ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
+    }
+    return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown \"", spec.kind(), "\""));
+}
+
+absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
+                            const std::vector<int64_t>& sample_shape, int64_t num_classes) {
+  const std::string field = spec.kind() == "torchscript" ? "model.path" : "model.kind";
+  std::vector<int64_t> batch_shape = {2};
+  batch_shape.insert(batch_shape.end(), sample_shape.begin(), sample_shape.end());
+  at::Tensor out;
+  try {
+    torch::NoGradGuard no_grad;
+    model.SetTraining(false);
+    out = model.Forward(torch::zeros(batch_shape));
+    model.SetTraining(true);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": forward fails on a batch of shape ", ShapeString(batch_shape),
+        " from the dataset: ", FirstLine(e.what())));
+  }
+  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) < num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": forward on a batch of shape ", ShapeString(batch_shape), " returns shape ",
+        ShapeString(out.sizes().vec()), "; it must return [2, C] logits with C >= ",
+        num_classes, " (the dataset's classes)"));
+  }
+  if (model.Parameters().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": the model has no trainable parameters"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp

@@ -1,0 +1,50 @@
+// The network a worker trains: a built-in one (mlp, cnn) or a TorchScript
+// module from a file, behind one small interface.
+#ifndef DDP_WORKER_MODEL_H_
+#define DDP_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "ddp/v1/job.pb.h"
+
+namespace ddp {
+
+using NamedTensor = std::pair<std::string, at::Tensor>;
+
+// Not thread-safe: owned and used by one trainer thread.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Logits [B, classes] (or log-probabilities, for the "nll" loss).
+  virtual at::Tensor Forward(const at::Tensor& x) = 0;
+  // Parameters that require gradients, in registration order, with their
+  // qualified names ("fc1.weight").
+  virtual std::vector<NamedTensor> Parameters() = 0;
+  // Buffers (running statistics and the like), in registration order.
+  virtual std::vector<NamedTensor> Buffers() = 0;
+  virtual void SetTraining(bool training) = 0;
+};
+
+// Builds the model `spec` names for samples of `sample_shape` and
+// `num_classes` classes; built-in models are initialized from `seed`.
+// INVALID_ARGUMENT names the field: a missing or corrupt TorchScript file,
+// a shape the model can't take.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
+                                                 const std::vector<int64_t>& sample_shape,
+                                                 int64_t num_classes, uint64_t seed);
+
+// Runs forward on a batch of two zero samples and checks the output is
+// [2, C] with C >= num_classes. INVALID_ARGUMENT says what did not fit.
+absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
+                            const std::vector<int64_t>& sample_shape, int64_t num_classes);
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_MODEL_H_

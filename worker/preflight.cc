@@ -1,0 +1,34 @@
+#include "worker/preflight.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+
+namespace ddp {
+
+absl::Status PreflightJob(const v1::JobSpec& spec) {
+  std::vector<int64_t> shape = {1, 28, 28};
+  int64_t classes = 10;
+  const auto& data = spec.dataset();
+  if (data.kind() == "fashion-mnist") {
+    // The labels are small; reading them proves the folder is there.
+    for (const char* file : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+      absl::StatusOr<at::Tensor> labels = ReadIdxFile(absl::StrCat(data.path(), "/", file));
+      if (!labels.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            labels.status().message(),
+            " (Fashion-MNIST comes with Debian's dataset-fashion-mnist package)"));
+      }
+    }
+  } else if (data.kind() == "tensors") {
+    absl::StatusOr<std::shared_ptr<const Dataset>> loaded = LoadDatasetCached(data, spec.seed());
+    if (!loaded.ok()) return loaded.status();
+    shape = (*loaded)->sample_shape();
+    classes = (*loaded)->num_classes;
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(spec.model(), shape, classes, spec.seed());
+  if (!model.ok()) return model.status();
+  return CheckModelFits(**model, spec.model(), shape, classes);
+}
+
+}  // namespace ddp

@@ -1,0 +1,240 @@
+#include "worker/reducer.h"
+
+#include <cstring>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace ddp {
+
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> params,
+                                                         Communicator* comm, Options options) {
+  if (params.empty()) return absl::InvalidArgumentError("the model has no trainable parameters");
+  for (const auto& [name, t] : params) {
+    if (t.scalar_type() != at::kFloat || !t.device().is_cpu() || !t.is_contiguous() ||
+        !t.requires_grad()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", name, " is ", std::string(t.dtype().name()), " on ", t.device().str(),
+          "; the reducer takes contiguous float32 CPU parameters that require grad"));
+    }
+  }
+  std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), comm, options));
+  reducer->BuildBuckets(ReverseOrder(reducer->params_.size()));
+  reducer->InstallHooks();
+  reducer->comm_thread_ = std::thread([r = reducer.get()] { r->CommLoop(); });
+  return reducer;
+}
+
+Reducer::Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options)
+    : comm_(comm), options_(options) {
+  for (auto& [name, tensor] : params) params_.push_back(Param{name, tensor, {}, 0, 0});
+  reported_unused_.assign(params_.size(), false);
+  absl::MutexLock lock(&mu_);
+  used_.assign(params_.size(), false);
+  marked_.assign(params_.size(), false);
+}
+
+Reducer::~Reducer() {
+  for (auto& [node, key] : hooks_) node->del_post_hook(key);
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  comm_thread_.join();
+}
+
+void Reducer::InstallHooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // The post hook of the parameter's AccumulateGrad node runs once its
+    // gradient has been added into .grad, i.e. into the bucket.
+    std::shared_ptr<torch::autograd::Node> acc =
+        torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list& /*inputs*/) {
+          MarkReady(i);
+          return outputs;
+        }));
+    hooks_.emplace_back(std::move(acc), key);
+  }
+}
+
+void Reducer::BuildBuckets(const std::vector<size_t>& order) {
+  std::vector<size_t> bytes(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    bytes[i] = params_[i].tensor.numel() * sizeof(float);
+  }
+  std::vector<std::vector<size_t>> plan = PlanBuckets(
+      bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
+  buckets_.clear();
+  for (size_t b = 0; b < plan.size(); ++b) {
+    Bucket bucket;
+    bucket.params = std::move(plan[b]);
+    for (size_t p : bucket.params) bucket.grad_elements += params_[p].tensor.numel();
+    bucket.buffer = torch::zeros({bucket.grad_elements + static_cast<int64_t>(bucket.params.size())},
+                                 torch::kFloat32);
+    int64_t offset = 0;
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      Param& param = params_[bucket.params[j]];
+      param.bucket = b;
+      param.index_in_bucket = j;
+      param.view = bucket.buffer.narrow(0, offset, param.tensor.numel()).view(param.tensor.sizes());
+      offset += param.tensor.numel();
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+std::vector<std::vector<size_t>> Reducer::plan() const {
+  std::vector<std::vector<size_t>> plan;
+  for (const auto& b : buckets_) plan.push_back(b.params);
+  return plan;
+}
+
+absl::Status Reducer::StartGroup() {
+  if (first_sync_done_ && !rebuilt_ && options_.rebuild_after_first_step) {
+    rebuilt_ = true;
+    std::vector<size_t> observed;
+    {
+      absl::MutexLock lock(&mu_);
+      observed = ready_order_;
+    }
+    // Every rank must plan the same buckets: take rank 0's order.
+    std::vector<int64_t> order(params_.size());
+    const std::vector<size_t> mine = CompleteReadyOrder(observed, params_.size());
+    for (size_t i = 0; i < mine.size(); ++i) order[i] = static_cast<int64_t>(mine[i]);
+    absl::Status s = comm_->Broadcast(order.data(), order.size() * sizeof(int64_t), 0);
+    if (!s.ok()) return s;
+    std::vector<size_t> agreed(order.begin(), order.end());
+    BuildBuckets(agreed);
+  }
+  for (Bucket& b : buckets_) b.buffer.zero_();
+  for (Param& p : params_) {
+    if (!p.tensor.grad().defined() || !p.tensor.grad().is_same(p.view)) {
+      p.tensor.mutable_grad() = p.view;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  used_.assign(params_.size(), false);
+  return error_;
+}
+
+void Reducer::PrepareBackward(bool sync) {
+  absl::MutexLock lock(&mu_);
+  sync_ = sync;
+  marked_.assign(params_.size(), false);
+  if (!sync) return;
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.ready = false;
+  }
+  next_launch_ = 0;
+  queue_.clear();
+  queue_head_ = 0;
+  done_ = 0;
+  allreduce_ms_ = 0;
+  if (!first_sync_done_) ready_order_.clear();
+}
+
+void Reducer::MarkReady(size_t param) {
+  absl::MutexLock lock(&mu_);
+  used_[param] = true;
+  if (marked_[param]) return;  // reentrant backward: already counted
+  marked_[param] = true;
+  if (!sync_) return;
+  if (!first_sync_done_) ready_order_.push_back(param);
+  Bucket& bucket = buckets_[params_[param].bucket];
+  if (--bucket.pending == 0) CompleteBucketLocked(params_[param].bucket, /*from_backward=*/true);
+}
+
+void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
+  Bucket& bucket = buckets_[b];
+  float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
+  for (size_t j = 0; j < bucket.params.size(); ++j) {
+    flags[j] = (from_backward || used_[bucket.params[j]]) ? 1.0f : 0.0f;
+  }
+  bucket.ready = true;
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
+    queue_.push_back(next_launch_++);
+  }
+}
+
+void Reducer::CommLoop() {
+  const float world = static_cast<float>(comm_->world_size());
+  while (true) {
+    size_t b;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Reducer* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+            return r->stopping_ || r->queue_head_ < r->queue_.size();
+          },
+          this));
+      if (queue_head_ >= queue_.size()) return;  // stopping, nothing queued
+      b = queue_[queue_head_++];
+      if (!error_.ok()) {
+        ++done_;
+        continue;
+      }
+    }
+    const absl::Time start = absl::Now();
+    at::Tensor& buffer = buckets_[b].buffer;
+    float* data = buffer.data_ptr<float>();
+    const int64_t n = buffer.numel();
+    // Average as DDP does: divide before summing.
+    for (int64_t i = 0; i < n; ++i) data[i] /= world;
+    absl::Status s = comm_->AllReduceSum(data, static_cast<size_t>(n));
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && error_.ok()) error_ = s;
+    allreduce_ms_ += ms;
+    ++done_;
+  }
+}
+
+absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
+  const absl::Time start = absl::Now();
+  ReductionStats stats;
+  stats.buckets_total = static_cast<uint32_t>(buckets_.size());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (!buckets_[b].ready) CompleteBucketLocked(b, /*from_backward=*/false);
+    }
+    mu_.Await(absl::Condition(
+        +[](Reducer* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+          return r->done_ == r->buckets_.size();
+        },
+        this));
+    if (!error_.ok()) return error_;
+    stats.allreduce_ms = allreduce_ms_;
+    for (size_t p = 0; p < params_.size(); ++p) {
+      if (used_[p]) continue;
+      ++stats.unused;
+      if (!reported_unused_[p]) {
+        reported_unused_[p] = true;
+        stats.newly_unused.push_back(params_[p].name);
+      }
+    }
+    first_sync_done_ = true;
+  }
+  for (Param& p : params_) {
+    const Bucket& bucket = buckets_[p.bucket];
+    const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
+    if (flag <= 0.0f) {
+      ++stats.globally_unused;
+      p.tensor.mutable_grad().reset();
+    }
+  }
+  for (const Bucket& b : buckets_) stats.bytes += b.buffer.numel() * sizeof(float);
+  stats.buckets_reduced = stats.buckets_total;
+  stats.wait_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  return stats;
+}
+
+}  // namespace ddp

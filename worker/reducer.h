@@ -1,0 +1,143 @@
+// Gradient all-reduce with DDP's semantics, split into a bucket plan
+// (bucket_plan.h), readiness tracking (autograd hooks), and a communicator.
+//
+// Each parameter's .grad is a view into a flat bucket buffer, so backward
+// writes gradients where the all-reduce reads them, and nothing is copied.
+// A bucket is all-reduced on the communication thread as soon as its last
+// gradient is ready, overlapping the rest of backward; buckets are launched
+// in plan order on every rank, so collectives always match.
+//
+// Unused parameters: each bucket carries one "used" flag per parameter,
+// all-reduced with the gradients. Locally unused parameters contribute
+// zeros; globally unused ones (flag sum 0) are left without a gradient, as
+// PyTorch leaves them, so the optimizer skips them. Nothing waits for a
+// gradient that will never come, and no extra collective is needed.
+//
+// Not thread-safe: one trainer thread calls every method; the autograd
+// hooks run on the thread that calls backward.
+#ifndef DDP_WORKER_REDUCER_H_
+#define DDP_WORKER_REDUCER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/bucket_plan.h"
+#include "worker/communicator.h"
+#include "worker/model.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace ddp {
+
+// What one synchronized step's reduction did.
+struct ReductionStats {
+  uint32_t buckets_reduced = 0;
+  uint32_t buckets_total = 0;
+  uint64_t bytes = 0;
+  // Communication-thread time in all-reduce (milliseconds).
+  double allreduce_ms = 0;
+  // Trainer-thread time waiting after backward (milliseconds).
+  double wait_ms = 0;
+  uint32_t unused = 0;
+  uint32_t globally_unused = 0;
+  // Parameters seen unused on this rank for the first time.
+  std::vector<std::string> newly_unused;
+};
+
+class Reducer {
+ public:
+  struct Options {
+    size_t bucket_cap_bytes = kDefaultBucketBytes;
+    size_t first_bucket_cap_bytes = kDefaultFirstBucketBytes;
+    // Rebuild buckets in the gradients' real ready order after the first
+    // step (rank 0's order, so every rank agrees).
+    bool rebuild_after_first_step = true;
+  };
+
+  // `params`: float32 CPU tensors that require grad. `comm` outlives this.
+  // INVALID_ARGUMENT for other parameters.
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::vector<NamedTensor> params,
+                                                         Communicator* comm, Options options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Starts a gradient-accumulation group: zeroes the gradients and points
+  // every .grad at its bucket view. After the first synchronized step it
+  // first rebuilds the buckets in the observed ready order.
+  absl::Status StartGroup();
+  // Before each backward; `sync` on the group's last micro-batch, whose
+  // backward all-reduces. Earlier micro-batches only accumulate locally.
+  void PrepareBackward(bool sync);
+  // After the synchronized backward: reduces the buckets backward did not
+  // complete, waits for all, and leaves globally unused parameters without a
+  // gradient. The communicator's error (ABORTED, UNAVAILABLE, ...) if a
+  // collective failed.
+  absl::StatusOr<ReductionStats> FinishBackward();
+
+  // Parameter indices per bucket, in launch order.
+  std::vector<std::vector<size_t>> plan() const;
+
+ private:
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    at::Tensor view;  // its gradient inside the bucket buffer
+    size_t bucket = 0;
+    size_t index_in_bucket = 0;
+  };
+  struct Bucket {
+    std::vector<size_t> params;
+    at::Tensor buffer;  // gradients, then one used-flag per parameter
+    int64_t grad_elements = 0;
+    size_t pending = 0;
+    bool ready = false;
+  };
+
+  Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options);
+  void InstallHooks();
+  void BuildBuckets(const std::vector<size_t>& order);
+  void MarkReady(size_t param);
+  // Marks a bucket complete and queues every complete bucket whose
+  // predecessors are queued, in plan order.
+  void CompleteBucketLocked(size_t bucket, bool from_backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommLoop();
+
+  Communicator* comm_;
+  const Options options_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<bool> reported_unused_;
+  bool rebuilt_ = false;
+  bool first_sync_done_ = false;
+  std::thread comm_thread_;
+
+  absl::Mutex mu_;
+  bool sync_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Per parameter: got a gradient in this group / in this backward.
+  std::vector<bool> used_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> marked_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> ready_order_ ABSL_GUARDED_BY(mu_);
+  size_t next_launch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<size_t> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  double allreduce_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_REDUCER_H_
