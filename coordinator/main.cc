@@ -20,6 +20,7 @@
 #include "coordinator/service.h"
 #include "coordinator/state_store.h"
 #include "coordinator/status_watchers.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 
@@ -36,6 +37,8 @@ ABSL_FLAG(bool, exit_when_done, false,
           "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
           "3 if it was cancelled");
 ABSL_FLAG(std::string, port_file, "", "write the port served on to this file once serving");
+ABSL_FLAG(std::string, status_file, "",
+          "on exit, write the final GetStatus answer to this file (protobuf JSON)");
 
 namespace ddp {
 namespace {
@@ -157,6 +160,13 @@ int Run() {
     }
     // Give workers a moment to take the stop and hang up.
     if (snapshot->attached_workers() == 0 || absl::Now() - ended_at > absl::Seconds(3)) break;
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_status_file); !file.empty()) {
+    core.Tick();  // publish the latest state
+    std::string json;
+    google::protobuf::util::MessageToJsonString(*core.Snapshot(), &json);
+    std::ofstream(file + ".tmp") << json << "\n";
+    std::rename((file + ".tmp").c_str(), file.c_str());
   }
   health.SetServing(false);
   watchers.FinishAll();

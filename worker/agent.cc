@@ -57,7 +57,8 @@ void WorkerAgent::StartGeneration(const v1::Assignment& assignment,
     old->Abort(absl::StrCat("assigned to generation ", assignment.generation()));
     old.reset();
   }
-  GenerationRun::Environment env{std::move(stub), options_.host, options_.device};
+  GenerationRun::Environment env{std::move(stub), options_.host, options_.device,
+                                 options_.metrics_file};
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_);

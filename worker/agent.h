@@ -29,6 +29,8 @@ class WorkerAgent {
     std::string name;
     // Intra-op and BLAS threads (0: every core).
     int threads = 0;
+    // When set, one JSON line per training step is appended here.
+    std::string metrics_file;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(5);
   };

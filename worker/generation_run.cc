@@ -1,11 +1,14 @@
 #include "worker/generation_run.h"
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/store_client.h"
 #include "worker/gloo_communicator.h"
+#include "worker/gloo_store.h"
 #include "worker/trainer.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/nccl_communicator.h"
@@ -14,10 +17,15 @@
 namespace ddp {
 namespace {
 
-// Forwards the trainer's news to the outbox and the heartbeat board.
+// Forwards the trainer's news to the outbox, the heartbeat board and the
+// metrics file.
 class OutboxObserver final : public TrainingObserver {
  public:
-  OutboxObserver(Outbox* outbox, ProgressBoard* board) : outbox_(outbox), board_(board) {}
+  OutboxObserver(Outbox* outbox, ProgressBoard* board, const std::string& metrics_file,
+                 uint32_t rank)
+      : outbox_(outbox), board_(board), rank_(rank) {
+    if (!metrics_file.empty()) metrics_.open(metrics_file, std::ios::app);
+  }
   void OnPhase(v1::StepPhase phase, uint64_t step) override {
     board_->phase = phase;
     board_->step = step;
@@ -25,6 +33,17 @@ class OutboxObserver final : public TrainingObserver {
   void OnStep(const v1::StepReport& report) override {
     board_->step = report.step();
     outbox_->PushReport(report);
+    if (metrics_.is_open()) {
+      // Buffered; flushed when the run ends.
+      metrics_ << absl::StrFormat(
+          "{\"generation\": %d, \"rank\": %d, \"epoch\": %d, \"step\": %d, \"loss\": %.9g, "
+          "\"samples\": %d, \"step_seconds\": %.6f, \"allreduce_ms\": %.4f, \"wait_ms\": %.4f, "
+          "\"buckets\": %d, \"unused\": %d, \"digest\": \"%s\"}\n",
+          report.generation(), rank_, report.epoch(), report.step(), report.loss(),
+          report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
+          report.reduction().wait_ms(), report.reduction().buckets_total(),
+          report.reduction().unused_parameters(), report.parameter_digest());
+    }
   }
   void OnEpoch(const v1::EpochResult& result) override {
     v1::WorkerMessage message;
@@ -35,6 +54,8 @@ class OutboxObserver final : public TrainingObserver {
  private:
   Outbox* outbox_;
   ProgressBoard* board_;
+  const uint32_t rank_;
+  std::ofstream metrics_;
 };
 
 }  // namespace
@@ -88,7 +109,8 @@ absl::Status GenerationRun::RunSteps() {
     options.world_size = static_cast<int>(a.world_size());
     options.host = env_.host;
     options.timeout = timeout;
-    auto created = GlooCommunicator::Create(&store, options);
+    CoordinatorGlooStore gloo_store(&store, timeout);
+    auto created = GlooCommunicator::Create(gloo_store, options);
     if (!created.ok()) return created.status();
     comm = std::move(*created);
   } else {
@@ -128,7 +150,7 @@ absl::Status GenerationRun::RunSteps() {
                                    a.world_size(), probe.observed(), probe.latency_ms());
   PushState(a.generation(), v1::WORKER_STATE_TRAINING, "training", &probe);
 
-  OutboxObserver observer(outbox_, board_);
+  OutboxObserver observer(outbox_, board_, env_.metrics_file, a.rank());
   return Train(a, comm.get(), &observer, abort_);
 }
 

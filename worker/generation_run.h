@@ -31,6 +31,8 @@ class GenerationRun {
     // Address peers reach this worker at.
     std::string host;
     Device device;
+    // When set, one JSON line per step is appended here.
+    std::string metrics_file;
   };
 
   // Starts the run's thread. `outbox` and `board` outlive the run.

@@ -1,7 +1,6 @@
 #include "worker/gloo_communicator.h"
 
 #include <chrono>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gloo/allreduce.h"
@@ -13,56 +12,16 @@
 #include "gloo/transport/tcp/device.h"
 
 namespace ddp {
-namespace {
-
-// Gloo's rendezvous speaks to a gloo::rendezvous::Store; this one is the
-// coordinator's store, already namespaced by job and generation. Gloo's
-// interface reports failure by throwing.
-class CoordinatorGlooStore final : public gloo::rendezvous::Store {
- public:
-  CoordinatorGlooStore(StoreClient* client, absl::Duration timeout)
-      : client_(client), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s = client_->Set(Key(key), std::string(data.begin(), data.end()));
-    if (!s.ok()) throw gloo::IoException(std::string(s.message()));
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = client_->Get(Key(key), timeout_);
-    if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
-    return std::vector<char>(v->begin(), v->end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    const absl::Duration limit = std::min(timeout_, absl::FromChrono(timeout));
-    for (const auto& key : keys) {
-      absl::StatusOr<std::string> v = client_->Get(Key(key), limit);
-      if (!v.ok()) throw gloo::IoException(std::string(v.status().message()));
-    }
-  }
-
- private:
-  static std::string Key(const std::string& key) { return "gloo/" + key; }
-  StoreClient* client_;
-  absl::Duration timeout_;
-};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
-    StoreClient* store, const Options& options) {
+    gloo::rendezvous::Store& store, const Options& options) {
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    CoordinatorGlooStore gloo_store(store, options.timeout);
-    context->connectFullMesh(gloo_store, device);
+    context->connectFullMesh(store, device);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(context), options));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("gloo rendezvous of rank ", options.rank, " of ",

@@ -8,12 +8,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/store_client.h"
 #include "worker/communicator.h"
 
 namespace gloo {
 class Context;
+namespace rendezvous {
+class Store;
 }
+}  // namespace gloo
 
 namespace ddp {
 
@@ -29,9 +31,10 @@ class GlooCommunicator final : public Communicator {
   };
 
   // Connects the full mesh: every rank publishes its address in `store` and
-  // reads the others'. Fails with the store's error when a peer never shows.
-  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(StoreClient* store,
-                                                                  const Options& options);
+  // reads the others'. UNAVAILABLE with the store's error when a peer never
+  // shows.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      gloo::rendezvous::Store& store, const Options& options);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

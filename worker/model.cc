@@ -13,6 +13,13 @@ namespace {
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+absl::Status WriteFile(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) return absl::FailedPreconditionError(absl::StrCat("output_path: can't write ", path));
+  return absl::OkStatus();
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -69,6 +76,12 @@ class NativeModel final : public Model {
     return out;
   }
   void SetTraining(bool training) override { net_->train(training); }
+  absl::Status Save(const std::string& path) override {
+    c10::Dict<std::string, at::Tensor> state;
+    for (const auto& p : net_->named_parameters()) state.insert(p.key(), p.value().detach());
+    for (const auto& b : net_->named_buffers()) state.insert(b.key(), b.value().detach());
+    return WriteFile(path, torch::pickle_save(state));
+  }
 
  private:
   Net net_;
@@ -98,6 +111,15 @@ class ScriptModel final : public Model {
     return out;
   }
   void SetTraining(bool training) override { module_.train(training); }
+  absl::Status Save(const std::string& path) override {
+    try {
+      module_.save(path);
+    } catch (const std::exception& e) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output_path: can't write ", path, ": ", FirstLine(e.what())));
+    }
+    return absl::OkStatus();
+  }
 
  private:
   torch::jit::Module module_;

@@ -30,6 +30,9 @@ class Model {
   // Buffers (running statistics and the like), in registration order.
   virtual std::vector<NamedTensor> Buffers() = 0;
   virtual void SetTraining(bool training) = 0;
+  // Writes the model: TorchScript as TorchScript, built-in models as a
+  // state dict torch.load reads.
+  virtual absl::Status Save(const std::string& path) = 0;
 };
 
 // Builds the model `spec` names for samples of `sample_shape` and

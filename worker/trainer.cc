@@ -314,6 +314,10 @@ absl::Status Trainer::Run() {
   for (uint64_t epoch = step_ / steps_per_epoch_; epoch < spec_.epochs() && !stop; ++epoch) {
     if (absl::Status s = RunEpoch(epoch, &stop); !s.ok()) return s;
   }
+  if (a_.rank() == 0 && !spec_.output_path().empty()) {
+    if (absl::Status s = model_->Save(spec_.output_path()); !s.ok()) return s;
+    DDP_LOG(Info) << "wrote the trained model to " << spec_.output_path();
+  }
   return absl::OkStatus();
 }
 

@@ -70,22 +70,23 @@ class Watcher {
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
     thread_ = std::thread([this] { Loop(); });
   }
-  ~Watcher() {
-    stop_ = true;
+  ~Watcher() { Stop(); }
+  void Stop() {
+    if (stop_.exchange(true)) return;
     {
       absl::MutexLock lock(&mu_);
       if (context_) context_->TryCancel();
     }
     thread_.join();
   }
-  std::optional<v1::JobStatus> last() {
-    absl::MutexLock lock(&mu_);
-    return last_;
+  // Stops watching, and returns the lines `final_status` still adds.
+  std::vector<std::string> Drain(const v1::JobStatus& final_status) {
+    Stop();
+    return printer_.Update(final_status, absl::Now());
   }
 
  private:
   void Loop() {
-    ProgressPrinter printer;
     while (!stop_) {
       grpc::ClientContext context;
       {
@@ -97,11 +98,9 @@ class Watcher {
       auto reader = stub_->WatchStatus(&context, request);
       v1::JobStatus status;
       while (reader->Read(&status)) {
-        for (const std::string& line : printer.Update(status, absl::Now())) {
+        for (const std::string& line : printer_.Update(status, absl::Now())) {
           std::cout << line << std::endl;
         }
-        absl::MutexLock lock(&mu_);
-        last_ = status;
       }
       reader->Finish();
       {
@@ -116,7 +115,8 @@ class Watcher {
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::optional<v1::JobStatus> last_ ABSL_GUARDED_BY(mu_);
+  // Used by the watch thread, then by Drain once that thread has stopped.
+  ProgressPrinter printer_;
   std::thread thread_;
 };
 
@@ -157,6 +157,7 @@ int Run() {
   google::protobuf::util::MessageToJsonString(spec, &json);
   std::ofstream(dir + "/job.json") << json << "\n";
   const std::string port_file = dir + "/coordinator.port";
+  const std::string status_file = dir + "/final-status.json";
   const bool verbose = absl::GetFlag(FLAGS_verbose);
   auto log = [&](const std::string& name) { return verbose ? "" : dir + "/" + name + ".log"; };
 
@@ -172,7 +173,7 @@ int Run() {
   auto coordinator = children.Start(
       "coordinator",
       {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
-       "--job=" + dir + "/job.json", "--exit_when_done"},
+       "--job=" + dir + "/job.json", "--exit_when_done", "--status_file=" + status_file},
       env, log("coordinator"));
   if (!coordinator.ok()) {
     std::cerr << "ddp-run: " << coordinator.status().message() << "\n";
@@ -198,7 +199,8 @@ int Run() {
     auto worker = children.Start(
         absl::StrCat("worker ", i),
         {bin + "/ddp-worker", "--coordinator=" + target, absl::StrCat("--device=cpu:", i),
-         "--host=127.0.0.1", absl::StrCat("--name=w", i), absl::StrCat("--threads=", threads)},
+         "--host=127.0.0.1", absl::StrCat("--name=w", i), absl::StrCat("--threads=", threads),
+         absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl")},
         env, log(absl::StrCat("worker-", i)));
     if (!worker.ok()) {
       std::cerr << "ddp-run: " << worker.status().message() << "\n";
@@ -231,8 +233,15 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(20));
   }
   children.StopAll(absl::Seconds(2));
-  if (std::optional<v1::JobStatus> last = watcher.last(); last && last->state() != v1::JOB_STATE_UNSPECIFIED) {
-    std::cout << ProgressPrinter::Summary(*last) << std::endl;
+  // The coordinator leaves its last word in the status file; the watch
+  // stream may have ended before the final snapshot.
+  std::ifstream final_in(status_file);
+  std::stringstream final_json;
+  final_json << final_in.rdbuf();
+  v1::JobStatus final_status;
+  if (google::protobuf::util::JsonStringToMessage(final_json.str(), &final_status).ok()) {
+    for (const std::string& line : watcher.Drain(final_status)) std::cout << line << std::endl;
+    std::cout << ProgressPrinter::Summary(final_status) << std::endl;
   }
   if (exit_code != 0 && !verbose) {
     std::cerr << "ddp-run: the job did not succeed (exit code " << exit_code

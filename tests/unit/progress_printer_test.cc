@@ -1,0 +1,58 @@
+#include "deploy/launcher/progress_printer.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddp {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ProgressPrinter, FormatSeconds_Table) {
+  EXPECT_EQ(FormatSeconds(0), "0s");
+  EXPECT_EQ(FormatSeconds(59.4), "59s");
+  EXPECT_EQ(FormatSeconds(125), "2m05s");
+  EXPECT_EQ(FormatSeconds(3723), "1h02m03s");
+  EXPECT_EQ(FormatSeconds(-3), "0s");
+}
+
+TEST(ProgressPrinter, Update_ProgressLineAtMostEveryInterval_EpochLinesOnce) {
+  ProgressPrinter printer(absl::Seconds(2));
+  v1::JobStatus s;
+  s.set_job_id("j");
+  s.set_state(v1::JOB_STATE_RUNNING);
+  s.set_generation(1);
+  s.set_world_size(2);
+  s.set_epochs(2);
+  s.set_global_step(10);
+  s.set_total_steps(100);
+  s.set_loss(0.5);
+  s.set_samples_per_sec(1000);
+  s.set_eta_seconds(90);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  auto lines = printer.Update(s, t0);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], HasSubstr("generation 1 formed with 2 worker(s)"));
+  EXPECT_THAT(lines[1], HasSubstr("step 10/100 (10.0%)"));
+  EXPECT_THAT(lines[1], HasSubstr("loss 0.5000"));
+  EXPECT_THAT(lines[1], HasSubstr("ETA 1m30s"));
+  EXPECT_TRUE(printer.Update(s, t0 + absl::Seconds(1)).empty());
+  s.add_epoch_results()->set_test_accuracy(0.9);
+  lines = printer.Update(s, t0 + absl::Seconds(1));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("epoch 1/2 done"));
+  EXPECT_THAT(lines[0], HasSubstr("test accuracy 0.9000"));
+  EXPECT_EQ(printer.Update(s, t0 + absl::Seconds(2)).size(), 1u);  // progress only
+}
+
+TEST(ProgressPrinter, Summary_SaysHowItEnded) {
+  v1::JobStatus s;
+  s.set_job_id("j");
+  s.set_state(v1::JOB_STATE_FAILED);
+  s.set_message("rank 1 lost");
+  EXPECT_THAT(ProgressPrinter::Summary(s), HasSubstr("job j FAILED"));
+  EXPECT_THAT(ProgressPrinter::Summary(s), HasSubstr("rank 1 lost"));
+}
+
+}  // namespace
+}  // namespace ddp

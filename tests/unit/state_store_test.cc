@@ -1,0 +1,57 @@
+#include "coordinator/state_store.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ddp {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/ddp-state-test-XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+TEST(StateStore, SaveLoad_RoundTrip) {
+  auto store = StateStore::Open(TempDir());
+  ASSERT_THAT(store, IsOk());
+  auto empty = (*store)->Load();
+  ASSERT_THAT(empty, IsOk());
+  EXPECT_FALSE(empty->has_value());
+  v1::DurableState state;
+  state.mutable_job()->set_name("j");
+  state.set_latest_generation(7);
+  ASSERT_THAT((*store)->Save(state, 1), IsOk());
+  auto loaded = (*store)->Load();
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ((*loaded)->latest_generation(), 7u);
+  EXPECT_EQ((*loaded)->job().name(), "j");
+}
+
+TEST(StateStore, Save_OlderSequence_Skipped) {
+  auto store = *StateStore::Open(TempDir());
+  v1::DurableState newer, older;
+  newer.set_latest_generation(2);
+  older.set_latest_generation(1);
+  ASSERT_THAT(store->Save(newer, 5), IsOk());
+  ASSERT_THAT(store->Save(older, 4), IsOk());
+  EXPECT_EQ((*store->Load())->latest_generation(), 2u);
+}
+
+TEST(StateStore, Load_CorruptFile_DataLoss) {
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/coordinator.state") << "\xff\xff\xff garbage";
+  auto store = *StateStore::Open(dir);
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(StateStore, Open_Unwritable_FailedPrecondition) {
+  EXPECT_THAT(StateStore::Open("/proc/ddp-no-such-dir"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace ddp
