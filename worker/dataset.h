@@ -31,7 +31,7 @@ struct Dataset {
 //    [0, 1] and normalized with the training set's mean 0.2860 and standard
 //    deviation 0.3530, shape [N, 1, 28, 28];
 //  - "synthetic": a fixed random problem of the same shape, 10 classes,
-//    labels from a random linear teacher, made from `seed`;
+//    each a noisy copy of a random prototype, made from `seed`;
 //  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path).
 // INVALID_ARGUMENT names the field and says what is wrong with the file.
 absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed);

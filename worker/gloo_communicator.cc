@@ -3,13 +3,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "gloo/allreduce.h"
-#include "gloo/broadcast.h"
 #include "gloo/common/error.h"
-#include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
 
 namespace ddp {
 
@@ -40,53 +38,138 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
 GlooCommunicator::~GlooCommunicator() = default;
 
 absl::Status GlooCommunicator::Failed(const char* op, const std::exception& e) const {
-  if (aborted_) return absl::AbortedError(absl::StrCat("gloo ", op, " aborted"));
   const std::string what = e.what();
   if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos) {
     return absl::DeadlineExceededError(
         absl::StrCat("gloo ", op, " on rank ", rank_, " timed out after ",
-                     absl::FormatDuration(timeout_), ": ", what));
+                     absl::FormatDuration(timeout_), " (a peer is stuck?): ", what));
   }
   return absl::UnavailableError(
       absl::StrCat("gloo ", op, " on rank ", rank_, " failed (a peer left?): ", what));
 }
 
-absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
-  if (aborted_) return absl::AbortedError("communicator aborted");
-  if (world_size_ == 1 || count == 0) return absl::OkStatus();
-  try {
-    gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data, count);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    opts.setTag(next_tag_++);
-    opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
-    gloo::allreduce(opts);
-  } catch (const std::exception& e) {
-    return Failed("all-reduce", e);
+GlooCommunicator::Buffer GlooCommunicator::Track(void* data, size_t bytes) {
+  Buffer b = context_->createUnboundBuffer(data, bytes);
+  absl::MutexLock lock(&mu_);
+  active_.push_back(b.get());
+  // Aborted before this buffer existed: make its first wait return at once.
+  if (aborted_) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+  return b;
+}
+
+void GlooCommunicator::Untrack() {
+  absl::MutexLock lock(&mu_);
+  active_.clear();
+}
+
+bool GlooCommunicator::WaitSend(gloo::transport::UnboundBuffer* b) {
+  return b->waitSend(absl::ToChronoMilliseconds(timeout_));
+}
+
+bool GlooCommunicator::WaitRecv(gloo::transport::UnboundBuffer* b) {
+  return b->waitRecv(absl::ToChronoMilliseconds(timeout_));
+}
+
+absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
+  const int n = world_size_;
+  const int right = (rank_ + 1) % n;
+  const int left = (rank_ + n - 1) % n;
+  // Chunk c covers [begin(c), begin(c + 1)): sizes differ by at most one.
+  auto begin = [&](int c) { return count / n * c + std::min<size_t>(c, count % n); };
+  auto length = [&](int c) { return begin(c + 1) - begin(c); };
+  scratch_.resize(count / n + 1);
+  const uint64_t slot = context_->nextSlot();
+  Buffer out = Track(data, count * sizeof(float));
+  Buffer in = Track(data, count * sizeof(float));
+  Buffer tmp = Track(scratch_.data(), scratch_.size() * sizeof(float));
+  // Reduce-scatter: after n-1 steps this rank holds the full sum of chunk
+  // (rank + 1) % n.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send = (rank_ - s + n) % n;
+    const int recv = (rank_ - s - 1 + n) % n;
+    if (length(send) > 0) out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+    if (length(recv) > 0) tmp->recv(left, slot, 0, length(recv) * sizeof(float));
+    if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
+    if (length(recv) > 0 && !WaitRecv(tmp.get())) return absl::AbortedError("aborted");
+    float* dst = data + begin(recv);
+    const float* src = scratch_.data();
+    for (size_t i = 0, len = length(recv); i < len; ++i) dst[i] += src[i];
+  }
+  // All-gather: pass the finished chunks around the ring.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send = (rank_ - s + 1 + n) % n;
+    const int recv = (rank_ - s + n) % n;
+    if (length(send) > 0) out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+    if (length(recv) > 0) in->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
+    if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
+    if (length(recv) > 0 && !WaitRecv(in.get())) return absl::AbortedError("aborted");
   }
   return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return absl::AbortedError("communicator aborted");
+  }
+  if (world_size_ == 1 || count == 0) return absl::OkStatus();
+  absl::Status status;
+  try {
+    status = RingAllReduce(data, count);
+  } catch (const std::exception& e) {
+    status = Failed("all-reduce", e);
+  }
+  Untrack();
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return absl::AbortedError("gloo all-reduce aborted");
+  return status;
 }
 
 absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  if (aborted_) return absl::AbortedError("communicator aborted");
-  if (world_size_ == 1 || bytes == 0) return absl::OkStatus();
-  try {
-    gloo::BroadcastOptions opts(context_);
-    opts.setOutput(static_cast<uint8_t*>(data), bytes);
-    opts.setRoot(root);
-    opts.setTag(next_tag_++);
-    opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
-    gloo::broadcast(opts);
-  } catch (const std::exception& e) {
-    return Failed("broadcast", e);
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return absl::AbortedError("communicator aborted");
   }
-  return absl::OkStatus();
+  if (world_size_ == 1 || bytes == 0) return absl::OkStatus();
+  absl::Status status;
+  try {
+    const uint64_t slot = context_->nextSlot();
+    Buffer buffer = Track(data, bytes);
+    if (rank_ == root) {
+      for (int r = 0; r < world_size_; ++r) {
+        if (r != root) buffer->send(r, slot);
+      }
+      for (int r = 0; r < world_size_ - 1 && status.ok(); ++r) {
+        if (!WaitSend(buffer.get())) status = absl::AbortedError("aborted");
+      }
+    } else {
+      buffer->recv(root, slot);
+      if (!WaitRecv(buffer.get())) status = absl::AbortedError("aborted");
+    }
+  } catch (const std::exception& e) {
+    status = Failed("broadcast", e);
+  }
+  Untrack();
+  absl::MutexLock lock(&mu_);
+  if (aborted_) return absl::AbortedError("gloo broadcast aborted");
+  return status;
 }
 
 void GlooCommunicator::Abort() {
-  aborted_ = true;
-  // Closing every pair fails pending sends and receives at once.
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    for (auto* b : active_) {
+      b->abortWaitSend();
+      b->abortWaitRecv();
+    }
+  }
+  // Peers blocked on this rank see the connections close and fail too,
+  // instead of waiting for their timeout.
   context_->closeConnections();
 }
 

@@ -1,12 +1,19 @@
-// Gloo collectives over TCP, rendezvoused through the coordinator's store.
+// Collectives over Gloo's TCP transport, rendezvoused through a store (the
+// coordinator's, in a worker). The all-reduce is a bandwidth-optimal ring
+// (reduce-scatter, then all-gather) written on Gloo's unbound buffers, so
+// that Abort can break a wait in flight: Gloo's own collectives can only
+// time out.
 #ifndef DDP_WORKER_GLOO_COMMUNICATOR_H_
 #define DDP_WORKER_GLOO_COMMUNICATOR_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/communicator.h"
 
@@ -14,6 +21,9 @@ namespace gloo {
 class Context;
 namespace rendezvous {
 class Store;
+}
+namespace transport {
+class UnboundBuffer;
 }
 }  // namespace gloo
 
@@ -45,16 +55,28 @@ class GlooCommunicator final : public Communicator {
   void Abort() override;
 
  private:
+  using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
   GlooCommunicator(std::shared_ptr<gloo::Context> context, const Options& options);
   absl::Status Failed(const char* op, const std::exception& e) const;
+  // A buffer over `bytes` at `data` that Abort can reach while in use.
+  Buffer Track(void* data, size_t bytes);
+  void Untrack();
+  // Waits for one send or receive; false when aborted. Throws on timeout.
+  bool WaitSend(gloo::transport::UnboundBuffer* b);
+  bool WaitRecv(gloo::transport::UnboundBuffer* b);
+  absl::Status RingAllReduce(float* data, size_t count);
 
   std::shared_ptr<gloo::Context> context_;
   const int rank_;
   const int world_size_;
   const absl::Duration timeout_;
-  // Same sequence on every rank: collectives are issued in the same order.
-  uint32_t next_tag_ = 0;
-  std::atomic<bool> aborted_{false};
+  std::vector<float> scratch_;
+
+  absl::Mutex mu_;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
+  // Buffers of the collective in flight.
+  std::vector<gloo::transport::UnboundBuffer*> active_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddp
