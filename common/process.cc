@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 
 namespace ddp {
 
@@ -35,22 +37,30 @@ void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
   }
 }
 
-void BlockTerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void OnTerminationSignal(int sig) { g_signal.store(sig); }
+
+}  // namespace
+
+void CatchTerminationSignals() {
+  struct sigaction action = {};
+  action.sa_handler = OnTerminationSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 }
 
 int WaitForTermination(absl::Duration timeout) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  const timespec ts = absl::ToTimespec(timeout);
-  const int sig = sigtimedwait(&set, nullptr, &ts);
-  return sig > 0 ? sig : 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (const int sig = g_signal.exchange(0); sig != 0) return sig;
+    if (absl::Now() >= deadline) return 0;
+    absl::SleepFor(std::min(absl::Milliseconds(10), deadline - absl::Now()));
+  }
 }
 
 }  // namespace ddp

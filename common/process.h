@@ -11,12 +11,14 @@ namespace ddp {
 // non-zero with the reason on a bad flag or a stray argument.
 void ParseFlagsOrExit(int argc, char** argv, const char* usage);
 
-// Blocks SIGINT and SIGTERM in the calling thread and every thread it
-// starts afterwards, so they can be taken synchronously with
-// WaitForTermination. Call first thing in main.
-void BlockTerminationSignals();
+// Catches SIGINT and SIGTERM so that WaitForTermination can report them.
+// A handler, not a blocked mask: libraries (OpenBLAS, OpenMP) start threads
+// before main, and a signal delivered to one of those would otherwise kill
+// the process. Call first thing in main.
+void CatchTerminationSignals();
 
-// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal, or 0.
+// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal (once per
+// signal received), or 0.
 int WaitForTermination(absl::Duration timeout);
 
 }  // namespace ddp

@@ -470,13 +470,9 @@ void Coordinator::Tick() {
 void Coordinator::PublishLocked() {
   auto status = std::make_shared<v1::JobStatus>();
   job_.FillStatus(status.get());
-  const Generation* g = generations_.current();
-  if (g) {
-    status->set_generation(g->number);
-    status->set_world_size(static_cast<uint32_t>(g->members.size()));
-  } else {
-    status->set_generation(generations_.latest());
-  }
+  const Generation* g = generations_.last();
+  status->set_generation(generations_.latest());
+  if (g) status->set_world_size(static_cast<uint32_t>(g->members.size()));
   const absl::Time now = clock_->Now();
   uint32_t attached = 0;
   for (const WorkerRecord* w : registry_.All()) {

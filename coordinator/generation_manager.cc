@@ -29,6 +29,7 @@ std::optional<Generation> GenerationManager::MaybeForm(const v1::JobSpec& spec,
   g.members = std::move(ordered);
   g.formed_at = now;
   current_ = g;
+  last_ = g;
   quorum_since_.reset();
   return g;
 }

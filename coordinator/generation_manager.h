@@ -45,6 +45,9 @@ class GenerationManager {
 
   // The generation in progress, or null.
   const Generation* current() const { return current_ ? &*current_ : nullptr; }
+  // The generation in progress, else the one that ended last (operators
+  // still want to see who had which rank), or null.
+  const Generation* last() const { return last_ ? &*last_ : nullptr; }
   // Whether `number` is the generation in progress.
   bool IsCurrent(uint64_t number) const { return current_ && current_->number == number; }
   // Number of the latest generation formed, 0 before the first. Numbers
@@ -61,6 +64,7 @@ class GenerationManager {
  private:
   const Clock* clock_;
   std::optional<Generation> current_;
+  std::optional<Generation> last_;
   uint64_t latest_ = 0;
   // When min_workers first became free, while they stay free.
   std::optional<absl::Time> quorum_since_;

@@ -4,7 +4,20 @@ namespace ddp {
 
 void Outbox::Push(v1::WorkerMessage message) {
   absl::MutexLock lock(&mu_);
+  // Reports made before this message go before it: "done" must not overtake
+  // the last steps' reports.
+  if (!reports_.empty()) control_.push_back(TakeReportsLocked());
   control_.push_back(std::move(message));
+}
+
+v1::WorkerMessage Outbox::TakeReportsLocked() {
+  v1::WorkerMessage batch;
+  auto* reports = batch.mutable_reports();
+  for (auto& r : reports_) *reports->add_reports() = std::move(r);
+  reports->set_dropped(dropped_);
+  reports_.clear();
+  dropped_ = 0;
+  return batch;
 }
 
 void Outbox::PushReport(v1::StepReport report) {
@@ -43,13 +56,7 @@ std::vector<v1::WorkerMessage> Outbox::Take(absl::Time deadline) {
                                      std::make_move_iterator(control_.end()));
   control_.clear();
   if (!reports_.empty() && clock_->Now() - oldest_report_ >= options_.batch_delay) {
-    v1::WorkerMessage batch;
-    auto* reports = batch.mutable_reports();
-    for (auto& r : reports_) *reports->add_reports() = std::move(r);
-    reports->set_dropped(dropped_);
-    reports_.clear();
-    dropped_ = 0;
-    out.push_back(std::move(batch));
+    out.push_back(TakeReportsLocked());
   }
   return out;
 }

@@ -33,8 +33,9 @@ class Outbox {
   void PushReport(v1::StepReport report);
 
   // Waits until a control message is queued, or reports have waited
-  // batch_delay, or `deadline`. Returns control messages in order, then at
-  // most one StepReportBatch holding every queued report.
+  // batch_delay, or `deadline`. Returns everything due in the order it was
+  // pushed: reports queued before a control message come before it, as one
+  // StepReportBatch.
   std::vector<v1::WorkerMessage> Take(absl::Time deadline);
 
   // Makes a waiting Take return now (to end a session).
@@ -46,6 +47,7 @@ class Outbox {
 
  private:
   bool ReadyLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerMessage TakeReportsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* clock_;
   const Options options_;

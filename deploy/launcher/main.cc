@@ -255,7 +255,7 @@ int Run() {
 }  // namespace ddp
 
 int main(int argc, char** argv) {
-  ddp::BlockTerminationSignals();
+  ddp::CatchTerminationSignals();
   ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
   return ddp::Run();
 }

@@ -55,12 +55,23 @@ TEST_F(OutboxTest, PushReport_Full_DropsOldestAndCountsWithoutBlocking) {
   clock_.Advance(absl::Seconds(1));
   auto out = outbox.Take(clock_.Now());
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].state().state(), v1::WORKER_STATE_DONE);
-  const auto& batch = out[1].reports();
+  EXPECT_EQ(out[1].state().state(), v1::WORKER_STATE_DONE);
+  const auto& batch = out[0].reports();
   ASSERT_EQ(batch.reports_size(), 3);
   EXPECT_EQ(batch.reports(0).step(), 3u);
   EXPECT_EQ(batch.dropped(), 2u);
   EXPECT_EQ(outbox.dropped_total(), 2u);
+}
+
+TEST_F(OutboxTest, Push_ReportsQueuedBefore_GoFirstSoDoneNeverOvertakesThem) {
+  Outbox outbox = Make(8);
+  outbox.PushReport(Report(9));
+  outbox.Push(State(v1::WORKER_STATE_DONE));
+  auto out = outbox.Take(clock_.Now());  // due at once: a control message is queued
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].reports().reports_size(), 1);
+  EXPECT_EQ(out[0].reports().reports(0).step(), 9u);
+  EXPECT_EQ(out[1].state().state(), v1::WORKER_STATE_DONE);
 }
 
 TEST_F(OutboxTest, Clear_DropsEverythingQueued) {

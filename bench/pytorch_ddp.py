@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""PyTorch DDP running one of our job files, written the way a user writes it by
+hand: DistributedSampler + DataLoader + DistributedDataParallel, gloo backend.
+
+It is the yardstick our workers are compared with, for numbers (tests/py) and
+for speed (bench/). One process per rank, started with env:// variables,
+since Debian's torchrun fails on Python 3.11:
+
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 \\
+        pytorch_ddp.py --job job.json --metrics /tmp/ref-rank0.jsonl
+
+Same data, same initial weights (built-in models are seeded like ours; a
+TorchScript file is loaded as it is), same sampler, same optimizer math.
+"""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+
+
+class Mlp(nn.Module):
+    def __init__(self, inputs, classes):
+        super().__init__()
+        self.fc1 = nn.Linear(inputs, 256)
+        self.fc2 = nn.Linear(256, 128)
+        self.fc3 = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class Cnn(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
+
+
+def load_dataset(spec, seed):
+    """(train_x, train_y, test_x, test_y), exactly as worker/dataset.cc makes them."""
+    kind = spec.get("kind", "fashion-mnist")
+    if kind == "fashion-mnist":
+        d = spec.get("path", "/usr/share/datasets/fashion-mnist")
+        norm = lambda x: ((x.to(torch.float32) / 255.0 - FASHION_MEAN) / FASHION_STD).unsqueeze(1)
+        tx, ty = read_idx(d + "/train-images-idx3-ubyte.gz"), read_idx(d + "/train-labels-idx1-ubyte.gz")
+        vx, vy = read_idx(d + "/t10k-images-idx3-ubyte.gz"), read_idx(d + "/t10k-labels-idx1-ubyte.gz")
+        out = [norm(tx), ty.to(torch.int64), norm(vx), vy.to(torch.int64)]
+    elif kind == "synthetic":
+        n_train = int(spec.get("trainSize", 4096))
+        n = n_train + int(spec.get("testSize", 1024))
+        g = torch.Generator()
+        g.manual_seed(seed)
+        prototypes = torch.randn(10, 1, 28, 28, generator=g) * 0.3
+        y = torch.randint(10, (n,), generator=g)
+        x = prototypes.index_select(0, y) + torch.randn(n, 1, 28, 28, generator=g)
+        return x[:n_train].contiguous(), y[:n_train].contiguous(), x[n_train:], y[n_train:]
+    elif kind == "tensors":
+        tx, ty = torch.load(spec["path"])
+        vx, vy = torch.load(spec["testPath"]) if spec.get("testPath") else (None, None)
+        out = [tx.to(torch.float32), ty.to(torch.int64), vx, vy]
+    else:
+        raise ValueError("unknown dataset kind " + kind)
+    size = int(spec.get("trainSize", 0))
+    if size:
+        out[0], out[1] = out[0][:size].contiguous(), out[1][:size].contiguous()
+    return tuple(out)
+
+
+def make_model(spec, sample_shape, classes, seed):
+    kind = spec.get("kind", "cnn")
+    if kind == "torchscript":
+        return torch.jit.load(spec["path"])
+    torch.manual_seed(seed)
+    if kind == "mlp":
+        inputs = 1
+        for d in sample_shape:
+            inputs *= d
+        return Mlp(inputs, classes)
+    return Cnn(classes)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", required=True, help="one of our JobSpec JSON files")
+    parser.add_argument("--metrics", help="write one JSON line per step here")
+    parser.add_argument("--output", help="rank 0 saves the trained state dict here")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--find-unused-parameters", action="store_true")
+    args = parser.parse_args()
+    with open(args.job) as f:
+        job = json.load(f)
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    seed = int(job.get("seed", 0))
+    train_x, train_y, test_x, test_y = load_dataset(job.get("dataset", {}), seed)
+    classes = int(max(train_y.max(), test_y.max() if test_y is not None else 0)) + 1
+    model = make_model(job.get("model", {}), list(train_x.shape[1:]), classes, seed)
+    ddp = DDP(model, bucket_cap_mb=float(job.get("bucketCapMb", 25)),
+              find_unused_parameters=args.find_unused_parameters)
+
+    shuffle = job.get("shuffle", True)
+    drop_last = job.get("dropLast", False)
+    dataset = TensorDataset(train_x, train_y)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle,
+                                 seed=seed, drop_last=drop_last)
+    batch = int(job.get("batchSize", 64))
+    loader = DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last)
+
+    opt_spec = job.get("optimizer", {})
+    if opt_spec.get("kind", "sgd") == "adam":
+        optimizer = torch.optim.Adam(
+            ddp.parameters(), lr=opt_spec.get("lr", 0.001),
+            betas=(opt_spec.get("beta1", 0.9), opt_spec.get("beta2", 0.999)),
+            eps=opt_spec.get("eps", 1e-8), weight_decay=opt_spec.get("weightDecay", 0))
+    else:
+        optimizer = torch.optim.SGD(
+            ddp.parameters(), lr=opt_spec.get("lr", 0.01), momentum=opt_spec.get("momentum", 0),
+            weight_decay=opt_spec.get("weightDecay", 0), nesterov=opt_spec.get("nesterov", False))
+    loss_fn = F.nll_loss if job.get("loss") == "nll" else F.cross_entropy
+    k = int(job.get("gradientAccumulationSteps", 1))
+    max_steps = int(job.get("maxSteps", 0))
+
+    metrics = open(args.metrics, "w") if args.metrics else None
+    step = 0
+    start = time.perf_counter()
+    samples = 0
+    for epoch in range(int(job.get("epochs", 1))):
+        sampler.set_epoch(epoch)
+        iterator = iter(loader)
+        micro = len(loader)
+        for first in range(0, micro, k):
+            t0 = time.perf_counter()
+            group = min(k, micro - first)
+            optimizer.zero_grad()
+            step_loss = 0.0
+            n = 0
+            for m in range(group):
+                x, y = next(iterator)
+                if m < group - 1:
+                    with ddp.no_sync():
+                        loss = loss_fn(ddp(x), y)
+                        (loss / group).backward()
+                else:
+                    loss = loss_fn(ddp(x), y)
+                    (loss / group).backward()
+                step_loss += loss.item() / group
+                n += x.shape[0]
+            optimizer.step()
+            step += 1
+            samples += n
+            if metrics:
+                metrics.write(json.dumps({"rank": rank, "epoch": epoch, "step": step,
+                                          "loss": step_loss, "samples": n,
+                                          "step_seconds": time.perf_counter() - t0}) + "\n")
+            if step == max_steps:
+                break
+        if step == max_steps:
+            break
+    elapsed = time.perf_counter() - start
+    if metrics:
+        metrics.write(json.dumps({"rank": rank, "summary": True, "steps": step,
+                                  "samples": samples, "seconds": elapsed}) + "\n")
+        metrics.close()
+    if rank == 0 and args.output:
+        torch.save({k: v.detach() for k, v in model.state_dict().items()}, args.output)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

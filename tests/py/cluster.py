@@ -1,0 +1,121 @@
+"""Real processes on loopback for the tests: a coordinator, workers, ddp-run."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import grpc
+
+from grpc_reflect import ReflectionClient
+
+BIN = os.environ.get("DDP_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin"))
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
+
+
+def wait_for(predicate, timeout, what, interval=0.05):
+    """Polls `predicate` until it returns something true; RPC errors count as
+    not yet (a server may still be starting)."""
+    deadline = time.time() + timeout
+    last_error = None
+    while time.time() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except grpc.RpcError as e:
+            last_error = e
+        time.sleep(interval)
+    raise AssertionError("timed out after %.0fs waiting for %s%s" % (
+        timeout, what, " (last error: %s)" % last_error.details() if last_error else ""))
+
+
+class Cluster:
+    """A coordinator on a free port and the workers the test starts."""
+
+    def __init__(self, job=None, heartbeat_timeout="5s", extra_flags=()):
+        self.dir = tempfile.mkdtemp(prefix="ddp-test-")
+        self.procs = []
+        port_file = os.path.join(self.dir, "port")
+        args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
+                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout]
+        if job is not None:
+            job_file = os.path.join(self.dir, "job.json")
+            with open(job_file, "w") as f:
+                json.dump(job, f)
+            args.append("--job=" + job_file)
+        args.extend(extra_flags)
+        self.coordinator = self._start("coordinator", args)
+        self.port = int(wait_for(lambda: _read(port_file), 30, "the coordinator to serve"))
+        self.target = "127.0.0.1:%d" % self.port
+        self.client = ReflectionClient(self.target)
+
+    def _start(self, name, args):
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        with open(os.path.join(self.dir, name + ".log"), "w") as log:
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        p.name = name
+        self.procs.append(p)
+        return p
+
+    def start_worker(self, index, name=None, extra=()):
+        name = name or "w%d" % index
+        return self._start(name, [
+            os.path.join(BIN, "ddp-worker"), "--coordinator=" + self.target,
+            "--device=cpu:%d" % index, "--host=127.0.0.1", "--name=" + name, "--threads=1",
+            "--metrics_file=" + os.path.join(self.dir, name + ".jsonl")] + list(extra))
+
+    def status(self):
+        return self.client.call("ddp.v1.Coordinator/GetStatus")
+
+    def wait_state(self, states, timeout=120):
+        states = states if isinstance(states, (list, tuple)) else [states]
+        return wait_for(lambda: (lambda s: s if s.get("state") in states else None)(self.status()),
+                        timeout, "job state in %s (last: %s)" % (states, self._brief()))
+
+    def _brief(self):
+        try:
+            s = self.status()
+            return "%s %s" % (s.get("state"), s.get("message"))
+        except Exception as e:  # noqa: BLE001 - only for the error message
+            return repr(e)
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log")) as f:
+            return f.read()
+
+    def metrics(self, name):
+        with open(os.path.join(self.dir, name + ".jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def stop(self):
+        self.client.close()
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def synthetic_job(name, workers, **overrides):
+    job = {"name": name, "model": {"kind": "mlp"},
+           "dataset": {"kind": "synthetic", "trainSize": 2048, "testSize": 256},
+           "optimizer": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+           "batchSize": 32, "epochs": 1, "backend": "gloo",
+           "minWorkers": workers, "maxWorkers": workers, "settleSeconds": 0}
+    job.update(overrides)
+    return job

@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""ddp-run, as a user runs it: the default job trains a CNN on Fashion-MNIST to
+at least 0.88 test accuracy with a progress line every few seconds; Ctrl-C,
+SIGTERM, or the launcher's own death leave nothing running."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cluster import BIN, synthetic_job, wait_for  # noqa: E402
+
+DDP_RUN = os.path.join(BIN, "ddp-run")
+
+
+def children_of(pid):
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                kids.append(int(entry))
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            pass
+    return kids
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class DefaultJobTest(unittest.TestCase):
+    def test_default_job_reaches_088_with_steady_progress(self):
+        logs = tempfile.mkdtemp(prefix="ddp-run-default-")
+        start = time.time()
+        run = subprocess.run([DDP_RUN, "--nproc", "2", "--log_dir", logs],
+                             capture_output=True, text=True, timeout=900)
+        print(run.stdout[-1500:])
+        self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+        with open(os.path.join(logs, "final-status.json")) as f:
+            final = json.load(f)
+        self.assertEqual(final["state"], "JOB_STATE_SUCCEEDED")
+        self.assertGreaterEqual(final["testAccuracy"], 0.88)
+        self.assertRegex(run.stdout, r"test accuracy: 0\.(8[89]|9)\d*")
+        # Progress lines: epoch, step of steps, loss, samples/s, ETA, and never
+        # more than a few seconds apart.
+        progress = re.findall(r"\[\s*([\d.]+)s\] epoch \d+/3  step \d+/\d+ \([\d.]+%\)  "
+                              r"loss [\d.]+  \d+ samples/s(  ETA \S+)?", run.stdout)
+        self.assertGreater(len(progress), 5, run.stdout)
+        stamps = [float(t) for t in re.findall(r"^\[\s*([\d.]+)s\]", run.stdout, re.M)]
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        self.assertLess(max(gaps), 5.0, stamps)
+        print("default job: %.0fs, test accuracy %.4f" % (time.time() - start,
+                                                           final["testAccuracy"]))
+
+
+class SignalTest(unittest.TestCase):
+    def start(self):
+        job = os.path.join(tempfile.mkdtemp(prefix="ddp-run-signal-"), "job.json")
+        with open(job, "w") as f:
+            json.dump(synthetic_job("long", 2, epochs=10000), f)
+        p = subprocess.Popen([DDP_RUN, "--nproc", "2", "--job", job],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Wait for training to start: the generation line.
+        for line in p.stdout:
+            if "formed with 2 worker(s)" in line:
+                break
+        kids = children_of(p.pid)
+        self.assertEqual(len(kids), 3, "coordinator and two workers")
+        self.proc = p
+        return p, kids
+
+    def assertAllGone(self, kids):
+        self.proc.stdout.close()
+        wait_for(lambda: not any(alive(k) for k in kids), 15, "every child to exit")
+
+    def test_sigterm_stops_everything(self):
+        p, kids = self.start()
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=20), 128 + signal.SIGTERM)
+        self.assertAllGone(kids)
+
+    def test_ctrl_c_stops_everything(self):
+        p, kids = self.start()
+        p.send_signal(signal.SIGINT)
+        self.assertEqual(p.wait(timeout=20), 128 + signal.SIGINT)
+        self.assertAllGone(kids)
+
+    def test_launcher_killed_children_die_too(self):
+        p, kids = self.start()
+        p.kill()
+        p.wait(timeout=10)
+        self.assertAllGone(kids)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
