@@ -31,8 +31,7 @@ class RealClock final : public Clock {
 // A clock whose time moves only when the test says so.
 class FakeClock final : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1700000000))
-      : now_(start) {}
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1700000000)) : now_(start) {}
   absl::Time Now() const override {
     absl::MutexLock lock(&mu_);
     return now_;

@@ -13,10 +13,10 @@ std::string Device::ToString() const {
 
 absl::StatusOr<Device> ParseDevice(absl::string_view text) {
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown device \"", text,
-        "\": expected \"cpu\", \"cpu:N\" or \"cuda:N\" with N a device index "
-        "from 0 to 1023"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown device \"", text,
+                     "\": expected \"cpu\", \"cpu:N\" or \"cuda:N\" with N a device index "
+                     "from 0 to 1023"));
   };
   Device device;
   absl::string_view rest = text;

@@ -25,9 +25,8 @@ bool OneOf(const std::string& value, std::initializer_list<const char*> allowed)
 }
 
 std::string Quoted(std::initializer_list<const char*> allowed) {
-  return absl::StrJoin(allowed, ", ", [](std::string* out, const char* s) {
-    absl::StrAppend(out, "\"", s, "\"");
-  });
+  return absl::StrJoin(
+      allowed, ", ", [](std::string* out, const char* s) { absl::StrAppend(out, "\"", s, "\""); });
 }
 
 bool ValidName(const std::string& name) {
@@ -88,13 +87,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   }
   const auto& model = spec.model();
   if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript"})) {
-    return FieldError("model.kind", absl::StrCat("unknown model \"", model.kind(),
-                                                 "\"; expected one of ",
-                                                 Quoted({"mlp", "cnn", "torchscript"})));
+    return FieldError("model.kind",
+                      absl::StrCat("unknown model \"", model.kind(), "\"; expected one of ",
+                                   Quoted({"mlp", "cnn", "torchscript"})));
   }
   if (model.kind() == "torchscript" && model.path().empty()) {
-    return FieldError("model.path", "required for model.kind \"torchscript\": the file "
-                                    "saved with torch.jit.save");
+    return FieldError("model.path",
+                      "required for model.kind \"torchscript\": the file "
+                      "saved with torch.jit.save");
   }
   if (model.kind() != "torchscript" && !model.path().empty()) {
     return FieldError("model.path", "only used with model.kind \"torchscript\"");
@@ -106,14 +106,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                                    Quoted({"fashion-mnist", "synthetic", "tensors"})));
   }
   if (data.kind() == "tensors" && data.path().empty()) {
-    return FieldError("dataset.path", "required for dataset.kind \"tensors\": an (x, y) "
-                                      "tuple saved with torch.save");
+    return FieldError("dataset.path",
+                      "required for dataset.kind \"tensors\": an (x, y) "
+                      "tuple saved with torch.save");
   }
   const auto& opt = spec.optimizer();
   if (!OneOf(opt.kind(), {"sgd", "adam"})) {
-    return FieldError("optimizer.kind", absl::StrCat("unknown optimizer \"", opt.kind(),
-                                                     "\"; expected one of ",
-                                                     Quoted({"sgd", "adam"})));
+    return FieldError("optimizer.kind",
+                      absl::StrCat("unknown optimizer \"", opt.kind(), "\"; expected one of ",
+                                   Quoted({"sgd", "adam"})));
   }
   if (!(opt.lr() > 0 && opt.lr() < 1e3)) {
     return FieldError("optimizer.lr", absl::StrCat("must be in (0, 1000) (got ", opt.lr(), ")"));
@@ -138,8 +139,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                                            Quoted({"cross_entropy", "nll"})));
   }
   if (spec.batch_size() > 65536) {
-    return FieldError("batch_size", absl::StrCat("must be at most 65536 (got ",
-                                                 spec.batch_size(), ")"));
+    return FieldError("batch_size",
+                      absl::StrCat("must be at most 65536 (got ", spec.batch_size(), ")"));
   }
   if (spec.epochs() > 100000) {
     return FieldError("epochs", absl::StrCat("must be at most 100000 (got ", spec.epochs(), ")"));
@@ -152,9 +153,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("gradient_accumulation_steps", "must be at most 1024");
   }
   if (!OneOf(spec.backend(), {"gloo", "nccl", "auto"})) {
-    return FieldError("backend", absl::StrCat("unknown backend \"", spec.backend(),
-                                              "\"; expected one of ",
-                                              Quoted({"gloo", "nccl", "auto"})));
+    return FieldError("backend",
+                      absl::StrCat("unknown backend \"", spec.backend(), "\"; expected one of ",
+                                   Quoted({"gloo", "nccl", "auto"})));
   }
   if (spec.backend() == "nccl" && !build.nccl) {
     return FieldError("backend",
@@ -166,9 +167,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("min_workers", "must be at most 65536");
   }
   if (spec.max_workers() < spec.min_workers()) {
-    return FieldError("max_workers", absl::StrCat("must be >= min_workers (got ",
-                                                  spec.max_workers(), " < ",
-                                                  spec.min_workers(), ")"));
+    return FieldError("max_workers",
+                      absl::StrCat("must be >= min_workers (got ", spec.max_workers(), " < ",
+                                   spec.min_workers(), ")"));
   }
   if (!(spec.settle_seconds() >= 0 && spec.settle_seconds() <= 3600)) {
     return FieldError("settle_seconds", "must be in [0, 3600]");
@@ -190,8 +191,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
   auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec is not a valid ddp.v1.JobSpec in JSON: ", parsed.message().as_string()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec is not a valid ddp.v1.JobSpec in JSON: ", parsed.message().as_string()));
   }
   spec = WithDefaults(std::move(spec));
   if (absl::Status s = ValidateJobSpec(spec, build); !s.ok()) return s;

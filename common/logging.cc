@@ -33,8 +33,8 @@ void SetLogIdentity(const std::string& identity) {
 }
 
 LogMessage::~LogMessage() {
-  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(),
-                                            absl::LocalTimeZone());
+  const std::string when =
+      absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
   absl::MutexLock lock(&g_log_mu);
   std::fprintf(stderr, "%s %c %s] %s\n", when.c_str(), SeverityLetter(severity_),
                g_identity ? g_identity->c_str() : "ddp", stream_.str().c_str());

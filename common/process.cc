@@ -10,6 +10,7 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 
@@ -17,6 +18,14 @@ namespace ddp {
 
 void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
   absl::SetProgramUsageMessage(usage);
+  // --help lists the flags of the binary's main.cc (absl's default looks for
+  // a file named like the program, and ours are called main.cc).
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "/main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
   // absl spells flags with underscores; people type dashes.
   std::vector<std::string> normalized(argv, argv + argc);
   for (size_t i = 1; i < normalized.size(); ++i) {

@@ -45,8 +45,8 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Durat
   request.set_key(key);
   request.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
   v1::StoreGetResponse response;
-  absl::Status s = WithContext(stub_->StoreGet(&context, request, &response),
-                               absl::StrCat("store get ", key));
+  absl::Status s =
+      WithContext(stub_->StoreGet(&context, request, &response), absl::StrCat("store get ", key));
   if (!s.ok()) return s;
   return std::move(*response.mutable_value());
 }
@@ -60,8 +60,8 @@ absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) 
   request.set_key(key);
   request.set_delta(delta);
   v1::StoreAddResponse response;
-  absl::Status s = WithContext(stub_->StoreAdd(&context, request, &response),
-                               absl::StrCat("store add ", key));
+  absl::Status s =
+      WithContext(stub_->StoreAdd(&context, request, &response), absl::StrCat("store add ", key));
   if (!s.ok()) return s;
   return response.value();
 }

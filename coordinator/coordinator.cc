@@ -80,8 +80,8 @@ void Coordinator::RejectLocked(const std::string& worker_id, absl::Status why, E
   SendLocked(worker_id, std::move(message), fx);
 }
 
-absl::StatusOr<Coordinator::Session> Coordinator::Attach(
-    const v1::RegisterRequest& request, std::shared_ptr<WorkerChannel> channel) {
+absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterRequest& request,
+                                                         std::shared_ptr<WorkerChannel> channel) {
   Effects fx;
   Session session;
   {
@@ -119,9 +119,9 @@ absl::Status Coordinator::CheckMemberLocked(const WorkerRecord& worker, uint64_t
   }
   *rank = current->RankOf(worker.id);
   if (*rank < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker.id, " is not a member of generation ", generation,
-        "; the message was dropped"));
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker.id,
+                                                      " is not a member of generation ", generation,
+                                                      "; the message was dropped"));
   }
   return absl::OkStatus();
 }
@@ -290,8 +290,8 @@ void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
   auto channel = channels_.find(worker->id);
   if (channel != channels_.end()) {
     fx->closes.emplace_back(channel->second.second,
-                            absl::UnavailableError(absl::StrCat(
-                                "marked lost (", worker->detail, "); reconnect to attach again")));
+                            absl::UnavailableError(absl::StrCat("marked lost (", worker->detail,
+                                                                "); reconnect to attach again")));
     channels_.erase(channel);
   }
   const Generation* g = generations_.current();
@@ -414,7 +414,8 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
   absl::MutexLock lock(&mu_);
   if (!job_.active() || job_id != job_.id()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", job_id, "\" is not running", job_.active() ? absl::StrCat("; the current job is \"", job_.id(), "\"") : ""));
+        "job \"", job_id, "\" is not running",
+        job_.active() ? absl::StrCat("; the current job is \"", job_.id(), "\"") : ""));
   }
   if (!generations_.IsCurrent(generation)) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -38,9 +38,9 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const auto status = StatusOf(request->service());
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "unknown service \"" + request->service() +
-                                     "\"; known: \"\" and \"ddp.v1.Coordinator\""));
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        "unknown service \"" + request->service() + "\"; known: \"\" and \"ddp.v1.Coordinator\""));
     return reactor;
   }
   response->set_status(status);

@@ -14,9 +14,10 @@ constexpr absl::Duration kRateWindow = absl::Seconds(20);
 
 absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
   if (active()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", spec_.name(), "\" is still ", state_ == v1::JOB_STATE_RUNNING ? "running" : "waiting for workers",
-        "; cancel it first (CancelJob) or wait for it to end"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", spec_.name(), "\" is still ",
+                     state_ == v1::JOB_STATE_RUNNING ? "running" : "waiting for workers",
+                     "; cancel it first (CancelJob) or wait for it to end"));
   }
   spec_ = spec;
   state_ = v1::JOB_STATE_WAITING;
@@ -82,9 +83,9 @@ absl::Status JobProgress::OnParameterDigest(uint32_t rank, uint64_t step,
                                             const std::string& digest) {
   auto [it, inserted] = digests_.emplace(step, std::make_pair(digest, rank));
   if (!inserted && it->second.first != digest) {
-    return absl::DataLossError(absl::StrCat(
-        "replicas diverged: after step ", step, " rank ", it->second.second,
-        " has parameter digest ", it->second.first, " but rank ", rank, " has ", digest));
+    return absl::DataLossError(absl::StrCat("replicas diverged: after step ", step, " rank ",
+                                            it->second.second, " has parameter digest ",
+                                            it->second.first, " but rank ", rank, " has ", digest));
   }
   while (digests_.size() > 16) digests_.erase(digests_.begin());
   return absl::OkStatus();
@@ -150,7 +151,8 @@ void JobProgress::FillStatus(v1::JobStatus* status) const {
   status->set_global_step(global);
   status->set_steps_per_epoch(steps_per_epoch_);
   uint64_t total = steps_per_epoch_ * spec_.epochs();
-  if (spec_.max_steps() > 0) total = total == 0 ? spec_.max_steps() : std::min(total, spec_.max_steps());
+  if (spec_.max_steps() > 0)
+    total = total == 0 ? spec_.max_steps() : std::min(total, spec_.max_steps());
   status->set_total_steps(total);
   uint64_t epoch = std::numeric_limits<uint64_t>::max();
   double loss = 0, rate = 0;

@@ -34,9 +34,7 @@ class JobProgress {
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
 
   // The job is waiting for workers or running.
-  bool active() const {
-    return state_ == v1::JOB_STATE_WAITING || state_ == v1::JOB_STATE_RUNNING;
-  }
+  bool active() const { return state_ == v1::JOB_STATE_WAITING || state_ == v1::JOB_STATE_RUNNING; }
   bool ended() const {
     return state_ == v1::JOB_STATE_SUCCEEDED || state_ == v1::JOB_STATE_FAILED ||
            state_ == v1::JOB_STATE_CANCELLED;

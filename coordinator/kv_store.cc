@@ -28,8 +28,7 @@ void KvStore::Set(const std::string& ns, const std::string& key, std::string val
   Run(fired);
 }
 
-absl::StatusOr<int64_t> KvStore::Add(const std::string& ns, const std::string& key,
-                                     int64_t delta) {
+absl::StatusOr<int64_t> KvStore::Add(const std::string& ns, const std::string& key, int64_t delta) {
   Fired fired;
   int64_t sum = 0;
   {
@@ -76,10 +75,10 @@ void KvStore::ExpireWaiters() {
         continue;
       }
       fired.emplace_back(std::move(it->second.done),
-                         absl::DeadlineExceededError(absl::StrCat(
-                             "store key \"", it->first,
-                             "\" was not set before the deadline; a peer may not have "
-                             "started or may have failed before the rendezvous")));
+                         absl::DeadlineExceededError(
+                             absl::StrCat("store key \"", it->first,
+                                          "\" was not set before the deadline; a peer may not have "
+                                          "started or may have failed before the rendezvous")));
       it = waiters_.erase(it);
     }
   }

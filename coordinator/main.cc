@@ -16,13 +16,13 @@
 #include "common/process.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/health_service.h"
-#include "worker/preflight.h"
 #include "coordinator/service.h"
 #include "coordinator/state_store.h"
 #include "coordinator/status_watchers.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/preflight.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29400",
           "address:port to serve on; port 0 picks a free port (see --port_file)");
@@ -31,8 +31,7 @@ ABSL_FLAG(std::string, state_dir, "",
           "directory where the job and generation numbers survive restarts (none: memory only)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers send heartbeats");
-ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
-          "a worker silent this long is lost");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5), "a worker silent this long is lost");
 ABSL_FLAG(bool, exit_when_done, false,
           "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
           "3 if it was cancelled");

@@ -55,9 +55,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
   return Reply(context, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
-    grpc::CallbackServerContext* context, const v1::ListWorkersRequest* /*request*/,
-    v1::ListWorkersResponse* response) {
+grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
+                                                          const v1::ListWorkersRequest* /*request*/,
+                                                          v1::ListWorkersResponse* response) {
   std::shared_ptr<const v1::JobStatus> status = core_->Snapshot();
   *response->mutable_workers() = status->workers();
   return Reply(context, absl::OkStatus());

@@ -60,7 +60,8 @@ absl::Status StateStore::Save(const v1::DurableState& state, uint64_t sequence) 
     return Errno(absl::StrCat("can't fsync ", tmp));
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) return Errno(absl::StrCat("can't replace ", path_));
+  if (::rename(tmp.c_str(), path_.c_str()) != 0)
+    return Errno(absl::StrCat("can't replace ", path_));
   saved_sequence_ = sequence;
   return absl::OkStatus();
 }

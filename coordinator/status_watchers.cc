@@ -71,8 +71,7 @@ grpc::ServerWriteReactor<v1::JobStatus>* StatusWatchers::Start(
   return watch;
 }
 
-void StatusWatchers::Broadcast(const std::shared_ptr<const v1::JobStatus>& status,
-                               absl::Time now) {
+void StatusWatchers::Broadcast(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (StatusWatch* watch : watches_) watch->Offer(status, now);
 }

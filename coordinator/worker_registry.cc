@@ -13,18 +13,18 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
                                                        const std::string& version,
                                                        uint64_t session) {
   if (request.host().empty()) {
-    return absl::InvalidArgumentError("register.host is empty: a worker must say which host "
-                                      "its peers reach it at");
+    return absl::InvalidArgumentError(
+        "register.host is empty: a worker must say which host "
+        "its peers reach it at");
   }
   absl::StatusOr<Device> device = ParseDevice(request.device());
   if (!device.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register.device: ", device.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("register.device: ", device.status().message()));
   }
   if (request.version() != version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker version \"", request.version(), "\" differs from the coordinator's \"", version,
-        "\"; run the same build on every machine"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker version \"", request.version(), "\" differs from the coordinator's \"",
+                     version, "\"; run the same build on every machine"));
   }
   const std::string id = request.name().empty()
                              ? absl::StrCat(request.host(), "/", device->ToString())
@@ -42,8 +42,8 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
           "%s %s on host %s is already attached as worker \"%s\" (pid %d, last heard "
           "%.1fs ago); stop that worker, give this one another --device or --name, or "
           "wait %.0fs for the coordinator to mark it lost",
-          same_slot ? "device" : "worker id", same_slot ? device->ToString() : id,
-          other.host, other.id, other.pid, absl::ToDoubleSeconds(now - other.last_seen),
+          same_slot ? "device" : "worker id", same_slot ? device->ToString() : id, other.host,
+          other.id, other.pid, absl::ToDoubleSeconds(now - other.last_seen),
           absl::ToDoubleSeconds(options_.heartbeat_timeout)));
     }
     it = by_id_.erase(it);  // a lost worker coming back, or its slot reused
@@ -73,8 +73,7 @@ WorkerRecord* WorkerRegistry::Find(const std::string& id) {
   return it == by_id_.end() ? nullptr : it->second.get();
 }
 
-bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session,
-                              const std::string& reason) {
+bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std::string& reason) {
   WorkerRecord* w = FindAttached(id, session);
   if (w == nullptr) return false;
   w->lost = true;
@@ -98,8 +97,8 @@ std::vector<std::string> WorkerRegistry::ExpireSilent() {
       w.lost = true;
       w.lost_at = now;
       w.state = v1::WORKER_STATE_LOST;
-      w.detail = absl::StrFormat("no heartbeat for %.1fs",
-                                 absl::ToDoubleSeconds(now - w.last_seen));
+      w.detail =
+          absl::StrFormat("no heartbeat for %.1fs", absl::ToDoubleSeconds(now - w.last_seen));
     }
     ++it;
   }

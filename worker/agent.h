@@ -47,8 +47,9 @@ class WorkerAgent {
  private:
   enum class SessionEnd { kRetry, kStopped, kFatal };
   SessionEnd RunSession();
-  void SendLoop(grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
-                absl::Duration heartbeat_interval, std::atomic<bool>* done);
+  void SendLoop(
+      grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+      absl::Duration heartbeat_interval, std::atomic<bool>* done);
   void StartGeneration(const v1::Assignment& assignment,
                        std::shared_ptr<v1::Coordinator::StubInterface> stub);
   void AbortGeneration(uint64_t generation, const std::string& reason);

@@ -46,20 +46,20 @@ absl::StatusOr<Dataset> LoadFashionMnist(const v1::DatasetSpec& spec) {
     absl::StatusOr<at::Tensor> yi = ReadIdxFile(absl::StrCat(dir, "/", labels));
     if (!yi.ok()) return yi.status();
     if (xi->dim() != 3 || yi->dim() != 1 || xi->size(0) != yi->size(0)) {
-      return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", images, " and ", labels,
-                                                     " in ", dir, " don't match"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset.path: ", images, " and ", labels, " in ", dir, " don't match"));
     }
     *x = ((xi->to(torch::kFloat32) / 255.0 - kFashionMean) / kFashionStd).unsqueeze(1);
     *y = yi->to(torch::kInt64);
     return absl::OkStatus();
   };
-  if (absl::Status s = load("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                            &d.train_x, &d.train_y);
+  if (absl::Status s =
+          load("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &d.train_x, &d.train_y);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = load("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
-                            &d.test_x, &d.test_y);
+  if (absl::Status s =
+          load("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &d.test_x, &d.test_y);
       !s.ok()) {
     return s;
   }
@@ -94,9 +94,9 @@ absl::Status LoadTensorPair(const std::string& field, const std::string& path, a
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", path, " is not a file saved with torch.save: ",
-        std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", path, " is not a file saved with torch.save: ",
+                     std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
   }
   std::vector<c10::IValue> items;
   if (value.isTuple()) {
@@ -154,10 +154,9 @@ absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
   }
   const size_t header = 4 + 4 * dims;
   if (raw->size() != header + static_cast<size_t>(count)) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " holds ",
-                                                   raw->size() - header, " bytes of data, not ",
-                                                   count, " for shape [",
-                                                   absl::StrJoin(shape, ", "), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.path: ", path, " holds ", raw->size() - header, " bytes of data, not ", count,
+        " for shape [", absl::StrJoin(shape, ", "), "]"));
   }
   at::Tensor t = torch::empty(shape, torch::kUInt8);
   std::memcpy(t.data_ptr(), p + header, count);

@@ -82,8 +82,8 @@ void GenerationRun::Abort(const std::string& reason) {
   if (comm) comm->Abort();
 }
 
-void GenerationRun::PushState(uint64_t generation, v1::WorkerState state,
-                              const std::string& detail, const v1::ProbeResult* probe) {
+void GenerationRun::PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
+                              const v1::ProbeResult* probe) {
   v1::WorkerMessage message;
   v1::StateChange* change = message.mutable_state();
   change->set_generation(generation);
@@ -142,9 +142,9 @@ absl::Status GenerationRun::RunSteps() {
   probe.set_observed(value);
   probe.set_latency_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
   if (probe.observed() != probe.expected()) {
-    return absl::DataLossError(absl::StrFormat(
-        "the probe all-reduce summed to %g instead of %g: the ring is broken",
-        probe.observed(), probe.expected()));
+    return absl::DataLossError(
+        absl::StrFormat("the probe all-reduce summed to %g instead of %g: the ring is broken",
+                        probe.observed(), probe.expected()));
   }
   DDP_LOG(Info) << absl::StrFormat("ring of %d proven: probe all-reduce = %g in %.2f ms",
                                    a.world_size(), probe.observed(), probe.latency_ms());

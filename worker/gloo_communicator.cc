@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
 }
 
-GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
-                                   const Options& options)
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, const Options& options)
     : context_(std::move(context)),
       rank_(options.rank),
       world_size_(options.world_size),
@@ -90,7 +89,8 @@ absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + n) % n;
     const int recv = (rank_ - s - 1 + n) % n;
-    if (length(send) > 0) out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+    if (length(send) > 0)
+      out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
     if (length(recv) > 0) tmp->recv(left, slot, 0, length(recv) * sizeof(float));
     if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(tmp.get())) return absl::AbortedError("aborted");
@@ -102,8 +102,10 @@ absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + 1 + n) % n;
     const int recv = (rank_ - s + n) % n;
-    if (length(send) > 0) out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
-    if (length(recv) > 0) in->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
+    if (length(send) > 0)
+      out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+    if (length(recv) > 0)
+      in->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
     if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(in.get())) return absl::AbortedError("aborted");
   }

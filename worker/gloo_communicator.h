@@ -43,8 +43,8 @@ class GlooCommunicator final : public Communicator {
   // Connects the full mesh: every rank publishes its address in `store` and
   // reads the others'. UNAVAILABLE with the store's error when a peer never
   // shows.
-  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
-      gloo::rendezvous::Store& store, const Options& options);
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(gloo::rendezvous::Store& store,
+                                                                  const Options& options);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

@@ -47,8 +47,8 @@ void BatchLoader::Produce() {
     }
     const int64_t begin = b * batch_size_;
     const int64_t end = std::min<int64_t>(begin + batch_size_, indices_.size());
-    at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin),
-                                      {end - begin}, torch::kInt64);
+    at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin), {end - begin},
+                                      torch::kInt64);
     Batch batch{x_.index_select(0, idx), y_.index_select(0, idx)};
     absl::MutexLock lock(&mu_);
     ready_.push_back(std::move(batch));

@@ -138,9 +138,10 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
     try {
       return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(spec.path())));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.path: ", spec.path(), " is not a TorchScript module saved with "
-          "torch.jit.save: ", FirstLine(e.what())));
+      return absl::InvalidArgumentError(absl::StrCat("model.path: ", spec.path(),
+                                                     " is not a TorchScript module saved with "
+                                                     "torch.jit.save: ",
+                                                     FirstLine(e.what())));
     }
   }
   torch::manual_seed(seed);
@@ -151,9 +152,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
   }
   if (spec.kind() == "cnn") {
     if (sample_shape != std::vector<int64_t>{1, 28, 28}) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
-          ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
+                       ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
     }
     return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
   }
@@ -172,18 +173,19 @@ absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
     out = model.Forward(torch::zeros(batch_shape));
     model.SetTraining(true);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": forward fails on a batch of shape ", ShapeString(batch_shape),
-        " from the dataset: ", FirstLine(e.what())));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": forward fails on a batch of shape ",
+                                                   ShapeString(batch_shape),
+                                                   " from the dataset: ", FirstLine(e.what())));
   }
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) < num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": forward on a batch of shape ", ShapeString(batch_shape), " returns shape ",
-        ShapeString(out.sizes().vec()), "; it must return [2, C] logits with C >= ",
-        num_classes, " (the dataset's classes)"));
+        ShapeString(out.sizes().vec()), "; it must return [2, C] logits with C >= ", num_classes,
+        " (the dataset's classes)"));
   }
   if (model.Parameters().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": the model has no trainable parameters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": the model has no trainable parameters"));
   }
   return absl::OkStatus();
 }

@@ -37,8 +37,8 @@ std::string NcclCommunicator::Version() {
   return absl::StrCat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
 }
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
-    StoreClient* store, const Options& options) {
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(StoreClient* store,
+                                                                           const Options& options) {
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
     return CudaError("no usable CUDA device for the nccl backend", e);
@@ -98,9 +98,9 @@ absl::Status NcclCommunicator::Wait(const char* op) {
     if (async != ncclSuccess) return NcclError(op, async);
     if (absl::Now() > deadline) {
       Abort();
-      return absl::DeadlineExceededError(absl::StrCat(
-          "nccl ", op, " on rank ", options_.rank, " timed out after ",
-          absl::FormatDuration(options_.timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("nccl ", op, " on rank ", options_.rank,
+                                                      " timed out after ",
+                                                      absl::FormatDuration(options_.timeout)));
     }
     absl::SleepFor(absl::Microseconds(20));
   }
@@ -108,8 +108,8 @@ absl::Status NcclCommunicator::Wait(const char* op) {
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
   if (aborted_) return absl::AbortedError("communicator aborted");
-  if (ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat, ncclSum, handles_->comm,
-                                     handles_->stream);
+  if (ncclResult_t r =
+          ncclAllReduce(data, data, count, ncclFloat, ncclSum, handles_->comm, handles_->stream);
       r != ncclSuccess) {
     return NcclError("ncclAllReduce", r);
   }
@@ -118,8 +118,8 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
 
 absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
   if (aborted_) return absl::AbortedError("communicator aborted");
-  if (ncclResult_t r = ncclBroadcast(data, data, bytes, ncclUint8, root, handles_->comm,
-                                     handles_->stream);
+  if (ncclResult_t r =
+          ncclBroadcast(data, data, bytes, ncclUint8, root, handles_->comm, handles_->stream);
       r != ncclSuccess) {
     return NcclError("ncclBroadcast", r);
   }

@@ -15,9 +15,9 @@ absl::Status PreflightJob(const v1::JobSpec& spec) {
     for (const char* file : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
       absl::StatusOr<at::Tensor> labels = ReadIdxFile(absl::StrCat(data.path(), "/", file));
       if (!labels.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            labels.status().message(),
-            " (Fashion-MNIST comes with Debian's dataset-fashion-mnist package)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(labels.status().message(),
+                         " (Fashion-MNIST comes with Debian's dataset-fashion-mnist package)"));
       }
     }
   } else if (data.kind() == "tensors") {
@@ -26,7 +26,8 @@ absl::Status PreflightJob(const v1::JobSpec& spec) {
     shape = (*loaded)->sample_shape();
     classes = (*loaded)->num_classes;
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(spec.model(), shape, classes, spec.seed());
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      MakeModel(spec.model(), shape, classes, spec.seed());
   if (!model.ok()) return model.status();
   return CheckModelFits(**model, spec.model(), shape, classes);
 }

@@ -54,12 +54,13 @@ void Reducer::InstallHooks() {
     // gradient has been added into .grad, i.e. into the bucket.
     std::shared_ptr<torch::autograd::Node> acc =
         torch::autograd::impl::grad_accumulator(params_[i].tensor);
-    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i](const torch::autograd::variable_list& outputs,
-                  const torch::autograd::variable_list& /*inputs*/) {
-          MarkReady(i);
-          return outputs;
-        }));
+    const uintptr_t key =
+        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              MarkReady(i);
+              return outputs;
+            }));
     hooks_.emplace_back(std::move(acc), key);
   }
 }
@@ -69,15 +70,15 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
   for (size_t i = 0; i < params_.size(); ++i) {
     bytes[i] = params_[i].tensor.numel() * sizeof(float);
   }
-  std::vector<std::vector<size_t>> plan = PlanBuckets(
-      bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
+  std::vector<std::vector<size_t>> plan =
+      PlanBuckets(bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
   buckets_.clear();
   for (size_t b = 0; b < plan.size(); ++b) {
     Bucket bucket;
     bucket.params = std::move(plan[b]);
     for (size_t p : bucket.params) bucket.grad_elements += params_[p].tensor.numel();
-    bucket.buffer = torch::zeros({bucket.grad_elements + static_cast<int64_t>(bucket.params.size())},
-                                 torch::kFloat32);
+    bucket.buffer = torch::zeros(
+        {bucket.grad_elements + static_cast<int64_t>(bucket.params.size())}, torch::kFloat32);
     int64_t offset = 0;
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       Param& param = params_[bucket.params[j]];
@@ -207,9 +208,8 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
       if (!buckets_[b].ready) CompleteBucketLocked(b, /*from_backward=*/false);
     }
     mu_.Await(absl::Condition(
-        +[](Reducer* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
-          return r->done_ == r->buckets_.size();
-        },
+        +[](Reducer* r)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return r->done_ == r->buckets_.size(); },
         this));
     if (!error_.ok()) return error_;
     stats.allreduce_ms = allreduce_ms_;

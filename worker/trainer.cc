@@ -77,11 +77,10 @@ absl::Status FromException(const std::string& what, const std::exception& e) {
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& spec,
                                                        std::vector<at::Tensor> params) {
   if (spec.kind() == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(spec.lr())
-                    .betas({spec.beta1(), spec.beta2()})
-                    .eps(spec.eps())
-                    .weight_decay(spec.weight_decay()));
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(spec.lr())
+                                                            .betas({spec.beta1(), spec.beta2()})
+                                                            .eps(spec.eps())
+                                                            .weight_decay(spec.weight_decay()));
   }
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(spec.lr())
                                                          .momentum(spec.momentum())
@@ -127,8 +126,8 @@ absl::Status Trainer::Setup() {
   auto model = MakeModel(spec_.model(), data_->sample_shape(), data_->num_classes, spec_.seed());
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
-  if (absl::Status s = CheckModelFits(*model_, spec_.model(), data_->sample_shape(),
-                                      data_->num_classes);
+  if (absl::Status s =
+          CheckModelFits(*model_, spec_.model(), data_->sample_shape(), data_->num_classes);
       !s.ok()) {
     return s;
   }
@@ -168,13 +167,14 @@ absl::Status Trainer::Setup() {
   optimizer_ = MakeOptimizer(spec_.optimizer(), std::move(params));
 
   const uint64_t per_rank = SamplesPerRank(data_->train_size(), a_.world_size(), spec_.drop_last());
-  micro_batches_ = NumBatches(static_cast<int64_t>(per_rank), spec_.batch_size(), spec_.drop_last());
+  micro_batches_ =
+      NumBatches(static_cast<int64_t>(per_rank), spec_.batch_size(), spec_.drop_last());
   const uint64_t k = spec_.gradient_accumulation_steps();
   steps_per_epoch_ = (micro_batches_ + k - 1) / k;
   if (steps_per_epoch_ == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch_size: ", spec_.batch_size(), " per worker leaves no full batch of the ", per_rank,
-        " samples each of ", a_.world_size(), " ranks gets with drop_last"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size: ", spec_.batch_size(), " per worker leaves no full batch of the ",
+                     per_rank, " samples each of ", a_.world_size(), " ranks gets with drop_last"));
   }
   return absl::OkStatus();
 }
@@ -332,8 +332,8 @@ std::string ParameterDigest(Model& model) {
   return absl::StrFormat("%016x", h);
 }
 
-absl::Status Train(const v1::Assignment& assignment, Communicator* comm,
-                   TrainingObserver* observer, const std::atomic<bool>& abort) {
+absl::Status Train(const v1::Assignment& assignment, Communicator* comm, TrainingObserver* observer,
+                   const std::atomic<bool>& abort) {
   try {
     Trainer trainer(assignment, comm, observer, abort);
     return trainer.Run();

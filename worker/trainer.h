@@ -29,8 +29,8 @@ class TrainingObserver {
 // INVALID_ARGUMENT for a job this worker can't load (bad model or data file,
 // a model that differs from rank 0's), the communicator's error when a
 // collective fails, ABORTED when `abort` was set.
-absl::Status Train(const v1::Assignment& assignment, Communicator* comm,
-                   TrainingObserver* observer, const std::atomic<bool>& abort);
+absl::Status Train(const v1::Assignment& assignment, Communicator* comm, TrainingObserver* observer,
+                   const std::atomic<bool>& abort);
 
 // 64-bit FNV-1a over the bytes of every parameter, as 16 hex digits: equal
 // on every rank when the replicas agree bit for bit.

@@ -2,8 +2,8 @@
 // loopback (free ports picked for them), shows the job's progress, and exits
 // with the job's status. Ctrl-C or SIGTERM stops every child.
 #include <signal.h>
-#include <sys/stat.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -56,7 +56,8 @@ std::string Tail(const std::string& path, int lines) {
   std::vector<std::string> all;
   for (std::string line; std::getline(in, line);) all.push_back(line);
   std::string out;
-  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size();
+       ++i) {
     absl::StrAppend(&out, "    ", all[i], "\n");
   }
   return out;

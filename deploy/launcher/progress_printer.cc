@@ -42,11 +42,12 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
     last_line_ = now;
     const double pct =
         status.total_steps() ? 100.0 * status.global_step() / status.total_steps() : 0;
-    std::string line = absl::StrFormat(
-        "%s epoch %d/%d  step %d/%d (%.1f%%)  loss %.4f  %.0f samples/s", stamp,
-        status.epoch() + 1, status.epochs(), status.global_step(), status.total_steps(), pct,
-        status.loss(), status.samples_per_sec());
-    if (status.eta_seconds() > 0) absl::StrAppend(&line, "  ETA ", FormatSeconds(status.eta_seconds()));
+    std::string line =
+        absl::StrFormat("%s epoch %d/%d  step %d/%d (%.1f%%)  loss %.4f  %.0f samples/s", stamp,
+                        status.epoch() + 1, status.epochs(), status.global_step(),
+                        status.total_steps(), pct, status.loss(), status.samples_per_sec());
+    if (status.eta_seconds() > 0)
+      absl::StrAppend(&line, "  ETA ", FormatSeconds(status.eta_seconds()));
     lines.push_back(std::move(line));
   }
   return lines;

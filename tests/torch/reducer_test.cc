@@ -22,9 +22,13 @@ struct Net {
   static Net Make(uint64_t seed) {
     torch::manual_seed(seed);
     Net n;
-    for (auto [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-             {"fc1.weight", {8, 3}}, {"fc1.bias", {8}}, {"fc2.weight", {2, 8}},
-             {"fc2.bias", {2}}, {"branch.weight", {2, 8}}, {"unused.weight", {5}}}) {
+    for (auto [name, shape] :
+         std::vector<std::pair<std::string, std::vector<int64_t>>>{{"fc1.weight", {8, 3}},
+                                                                   {"fc1.bias", {8}},
+                                                                   {"fc2.weight", {2, 8}},
+                                                                   {"fc2.bias", {2}},
+                                                                   {"branch.weight", {2, 8}},
+                                                                   {"unused.weight", {5}}}) {
       n.params.emplace_back(name, torch::randn(shape).requires_grad_(true));
     }
     return n;

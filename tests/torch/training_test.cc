@@ -173,7 +173,8 @@ TEST(Trainer, Train_MaxSteps_StopsThere) {
   std::atomic<bool> abort{false};
   v1::Assignment a = SyntheticJob(0, 1);
   a.mutable_spec()->set_max_steps(5);
-  RunRanks(1, [&](int, Communicator* comm) { ASSERT_THAT(Train(a, comm, &recorder, abort), IsOk()); });
+  RunRanks(1,
+           [&](int, Communicator* comm) { ASSERT_THAT(Train(a, comm, &recorder, abort), IsOk()); });
   ASSERT_EQ(recorder.steps.size(), 5u);
   EXPECT_FALSE(recorder.steps.back().parameter_digest().empty());
 }

@@ -198,8 +198,8 @@ TEST_F(CoordinatorTest, Store_StaleOrUnknownGeneration_FailedPrecondition) {
   set.set_value("v");
   EXPECT_THAT(core_.StoreSet(set), IsOk());
   set.set_generation(0);
-  EXPECT_THAT(core_.StoreSet(set), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                            HasSubstr("stale generation 0")));
+  EXPECT_THAT(core_.StoreSet(set),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale generation 0")));
   set.set_job_id("other");
   set.set_generation(1);
   EXPECT_THAT(core_.StoreSet(set), StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -246,8 +246,8 @@ TEST_F(CoordinatorTest, WorkerLost_DuringGeneration_AbortsSurvivorsAndNamesIt) {
   }
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("rank 1"), HasSubstr("lost"),
-                                      HasSubstr("step 12"), HasSubstr("BACKWARD")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("rank 1"), HasSubstr("lost"), HasSubstr("step 12"),
+                                      HasSubstr("BACKWARD")));
 }
 
 TEST_F(CoordinatorTest, Heartbeats_Stop_WorkerLostAfterTimeoutWithoutSleeping) {
@@ -321,7 +321,8 @@ TEST_F(CoordinatorTest, StaleStateChange_RejectedButIdleAlwaysAccepted) {
 
 TEST_F(CoordinatorTest, CancelJob_WrongIdOrEnded_ClearErrors) {
   StartThree();
-  EXPECT_THAT(core_.CancelJob("nope", ""), StatusIs(absl::StatusCode::kNotFound, HasSubstr("test-job")));
+  EXPECT_THAT(core_.CancelJob("nope", ""),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("test-job")));
   ASSERT_THAT(core_.CancelJob("test-job", "enough"), IsOk());
   EXPECT_THAT(core_.CancelJob("test-job", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Status().message(), HasSubstr("enough"));

@@ -22,8 +22,8 @@ TEST(Device, ParseDevice_AcceptedForms_Canonical) {
 TEST(Device, ParseDevice_UnknownForms_InvalidArgumentListingTheForms) {
   for (const char* text : {"", "gpu", "cuda", "cuda:", "cuda:-1", "cuda:01", "cuda:1x", "cpu:a",
                            "CUDA:0", "cuda:99999", "tpu:0"}) {
-    EXPECT_THAT(ParseDevice(text), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            testing::HasSubstr("cuda:N")))
+    EXPECT_THAT(ParseDevice(text),
+                StatusIs(absl::StatusCode::kInvalidArgument, testing::HasSubstr("cuda:N")))
         << text;
   }
 }

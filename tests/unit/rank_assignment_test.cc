@@ -18,11 +18,10 @@ std::vector<std::string> Ids(const std::vector<RankCandidate>& v) {
 TEST(RankAssignment, OrderByRank_HostThenDeviceNumerically) {
   const auto cuda = Device::Kind::kCuda;
   const auto cpu = Device::Kind::kCpu;
-  std::vector<RankCandidate> in = {
-      C("b10", "hostb", cuda, 10), C("a1", "hosta", cuda, 1), C("b2", "hostb", cuda, 2),
-      C("a0", "hosta", cuda, 0),   C("acpu", "hosta", cpu, 0)};
-  EXPECT_EQ(Ids(OrderByRank(in)),
-            (std::vector<std::string>{"acpu", "a0", "a1", "b2", "b10"}));
+  std::vector<RankCandidate> in = {C("b10", "hostb", cuda, 10), C("a1", "hosta", cuda, 1),
+                                   C("b2", "hostb", cuda, 2), C("a0", "hosta", cuda, 0),
+                                   C("acpu", "hosta", cpu, 0)};
+  EXPECT_EQ(Ids(OrderByRank(in)), (std::vector<std::string>{"acpu", "a0", "a1", "b2", "b10"}));
 }
 
 TEST(RankAssignment, OrderByRank_IndependentOfArrivalOrder) {
