@@ -58,7 +58,7 @@ void WorkerAgent::StartGeneration(const v1::Assignment& assignment,
     old.reset();
   }
   GenerationRun::Environment env{std::move(stub), options_.host, options_.device,
-                                 options_.metrics_file};
+                                 options_.metrics_file, options_.send_reports};
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_);

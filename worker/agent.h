@@ -31,6 +31,8 @@ class WorkerAgent {
     int threads = 0;
     // When set, one JSON line per training step is appended here.
     std::string metrics_file;
+    // Step reports to the coordinator (off only to measure what they cost).
+    bool send_reports = true;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(5);
   };

@@ -22,8 +22,8 @@ namespace {
 class OutboxObserver final : public TrainingObserver {
  public:
   OutboxObserver(Outbox* outbox, ProgressBoard* board, const std::string& metrics_file,
-                 uint32_t rank)
-      : outbox_(outbox), board_(board), rank_(rank) {
+                 uint32_t rank, bool send_reports)
+      : outbox_(outbox), board_(board), rank_(rank), send_reports_(send_reports) {
     if (!metrics_file.empty()) metrics_.open(metrics_file, std::ios::app);
   }
   void OnPhase(v1::StepPhase phase, uint64_t step) override {
@@ -32,17 +32,20 @@ class OutboxObserver final : public TrainingObserver {
   }
   void OnStep(const v1::StepReport& report) override {
     board_->step = report.step();
-    outbox_->PushReport(report);
+    if (send_reports_) outbox_->PushReport(report);
     if (metrics_.is_open()) {
       // Buffered; flushed when the run ends.
       metrics_ << absl::StrFormat(
           "{\"generation\": %d, \"rank\": %d, \"epoch\": %d, \"step\": %d, \"loss\": %.9g, "
           "\"samples\": %d, \"step_seconds\": %.6f, \"allreduce_ms\": %.4f, \"wait_ms\": %.4f, "
-          "\"buckets\": %d, \"unused\": %d, \"digest\": \"%s\"}\n",
+          "\"buckets\": %d, \"unused\": %d, \"digest\": \"%s\", \"data_ms\": %.4f, "
+          "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"optimizer_ms\": %.4f}\n",
           report.generation(), rank_, report.epoch(), report.step(), report.loss(),
           report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
           report.reduction().wait_ms(), report.reduction().buckets_total(),
-          report.reduction().unused_parameters(), report.parameter_digest());
+          report.reduction().unused_parameters(), report.parameter_digest(),
+          report.timings().data_ms(), report.timings().forward_ms(),
+          report.timings().backward_ms(), report.timings().optimizer_ms());
     }
   }
   void OnEpoch(const v1::EpochResult& result) override {
@@ -55,6 +58,7 @@ class OutboxObserver final : public TrainingObserver {
   Outbox* outbox_;
   ProgressBoard* board_;
   const uint32_t rank_;
+  const bool send_reports_;
   std::ofstream metrics_;
 };
 
@@ -150,7 +154,7 @@ absl::Status GenerationRun::RunSteps() {
                                    a.world_size(), probe.observed(), probe.latency_ms());
   PushState(a.generation(), v1::WORKER_STATE_TRAINING, "training", &probe);
 
-  OutboxObserver observer(outbox_, board_, env_.metrics_file, a.rank());
+  OutboxObserver observer(outbox_, board_, env_.metrics_file, a.rank(), env_.send_reports);
   return Train(a, comm.get(), &observer, abort_);
 }
 

@@ -33,6 +33,8 @@ class GenerationRun {
     Device device;
     // When set, one JSON line per step is appended here.
     std::string metrics_file;
+    // Step reports to the coordinator (off only to measure what they cost).
+    bool send_reports = true;
   };
 
   // Starts the run's thread. `outbox` and `board` outlive the run.

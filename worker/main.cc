@@ -19,6 +19,8 @@ ABSL_FLAG(std::string, name, "", "worker id (default: HOST/DEVICE)");
 ABSL_FLAG(std::string, host, "",
           "address peers reach this worker at (default: this machine's host name)");
 ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
+ABSL_FLAG(bool, send_reports, true,
+          "send step reports to the coordinator (turn off only to measure their cost)");
 ABSL_FLAG(std::string, metrics_file, "",
           "append one JSON line per training step here (loss, timings, reduction)");
 
@@ -56,6 +58,7 @@ int Run() {
   options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
   options.name = absl::GetFlag(FLAGS_name);
   options.metrics_file = absl::GetFlag(FLAGS_metrics_file);
+  options.send_reports = absl::GetFlag(FLAGS_send_reports);
   options.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
   SetLogIdentity(options.name.empty() ? "worker" : "worker " + options.name);
   DDP_LOG(Info) << "device " << device->ToString() << ", " << options.threads

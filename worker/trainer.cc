@@ -99,7 +99,8 @@ class Trainer {
  private:
   absl::Status Setup();
   absl::Status RunEpoch(uint64_t epoch, bool* stop);
-  absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync);
+  absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync,
+                                         v1::StepTimings* timings);
   v1::EpochResult Evaluate(uint64_t epoch, double train_loss, double seconds);
   at::Tensor Loss(const at::Tensor& out, const at::Tensor& y, bool sum = false);
 
@@ -185,7 +186,8 @@ at::Tensor Trainer::Loss(const at::Tensor& out, const at::Tensor& y, bool sum) {
   return torch::cross_entropy_loss(out, y, {}, reduction);
 }
 
-absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale, bool sync) {
+absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale, bool sync,
+                                                v1::StepTimings* timings) {
   if (!buffers_.empty()) {
     // As DDP's broadcast_buffers: running statistics follow the source rank.
     if (absl::Status s = BroadcastTensors(buffers_, static_cast<int>(a_.source_rank()), comm_);
@@ -195,9 +197,15 @@ absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale
   }
   reducer_->PrepareBackward(sync);
   observer_->OnPhase(v1::STEP_PHASE_FORWARD, step_);
+  const absl::Time start = absl::Now();
   at::Tensor loss = Loss(model_->Forward(batch.x), batch.y);
+  const absl::Time forward_done = absl::Now();
   observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step_);
   (scale == 1.0 ? loss : loss * scale).backward();
+  timings->set_forward_ms(timings->forward_ms() +
+                          absl::ToDoubleMilliseconds(forward_done - start));
+  timings->set_backward_ms(timings->backward_ms() +
+                           absl::ToDoubleMilliseconds(absl::Now() - forward_done));
   return loss.item<double>();
 }
 
@@ -226,19 +234,27 @@ absl::Status Trainer::RunEpoch(uint64_t epoch, bool* stop) {
     if (absl::Status s = reducer_->StartGroup(); !s.ok()) return s;
     double step_loss = 0;
     uint64_t samples = 0;
+    v1::StepTimings timings;
     for (int64_t m = 0; m < group; ++m) {
       observer_->OnPhase(v1::STEP_PHASE_DATA, step_);
+      const absl::Time data_start = absl::Now();
       std::optional<Batch> batch = loader.Next();
+      timings.set_data_ms(timings.data_ms() +
+                          absl::ToDoubleMilliseconds(absl::Now() - data_start));
       samples += batch->x.size(0);
-      absl::StatusOr<double> loss = TrainMicroBatch(*batch, 1.0 / group, m == group - 1);
+      absl::StatusOr<double> loss =
+          TrainMicroBatch(*batch, 1.0 / group, m == group - 1, &timings);
       if (!loss.ok()) return loss.status();
       step_loss += *loss / group;
     }
     observer_->OnPhase(v1::STEP_PHASE_ALLREDUCE_WAIT, step_);
     absl::StatusOr<ReductionStats> stats = reducer_->FinishBackward();
     if (!stats.ok()) return stats.status();
+    timings.set_allreduce_wait_ms(stats->wait_ms);
     observer_->OnPhase(v1::STEP_PHASE_OPTIMIZER, step_);
+    const absl::Time optimizer_start = absl::Now();
     optimizer_->step();
+    timings.set_optimizer_ms(absl::ToDoubleMilliseconds(absl::Now() - optimizer_start));
     ++step_;
     loss_sum += step_loss;
     ++loss_steps;
@@ -265,6 +281,7 @@ absl::Status Trainer::RunEpoch(uint64_t epoch, bool* stop) {
     for (auto& name : stats->newly_unused) r->add_newly_unused_parameter_names(name);
     r->set_phase(v1::STEP_PHASE_OPTIMIZER);
     if (last) report.set_parameter_digest(ParameterDigest(*model_));
+    *report.mutable_timings() = timings;
     observer_->OnStep(report);
     if (step_ == spec_.max_steps()) {
       *stop = true;

@@ -22,7 +22,7 @@ absl::StatusOr<pid_t> ChildProcesses::Start(const std::string& name,
                                             const std::string& log_path) {
   int log_fd = -1;
   if (!log_path.empty()) {
-    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("can't write ", log_path, ": ", std::strerror(errno)));

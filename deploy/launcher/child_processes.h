@@ -20,7 +20,7 @@ class ChildProcesses {
   ~ChildProcesses();  // kills whatever still runs
 
   // Starts `argv` with `env` added to the environment and stderr and stdout
-  // appended to `log_path` (or inherited when empty). Each child gets its
+  // written to `log_path` (emptied first) (or inherited when empty). Each child gets its
   // own process group, so a terminal's Ctrl-C reaches only the launcher,
   // and dies with the launcher even if the launcher is killed.
   absl::StatusOr<pid_t> Start(const std::string& name, const std::vector<std::string>& argv,

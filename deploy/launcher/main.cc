@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
@@ -34,6 +35,8 @@ ABSL_FLAG(int32_t, threads, 0,
 ABSL_FLAG(std::string, log_dir, "",
           "where the coordinator's and workers' logs go (default: a new folder under /tmp)");
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
+ABSL_FLAG(std::string, worker_args, "",
+          "more flags for every worker, separated by spaces (see ddp-worker --help)");
 
 namespace ddp {
 namespace {
@@ -154,6 +157,14 @@ int Run() {
   } else {
     ::mkdir(dir.c_str(), 0755);
   }
+  // A reused --log_dir must not hand us the last run's port or results.
+  for (const std::string& stale :
+       {std::string("/coordinator.port"), std::string("/final-status.json")}) {
+    std::remove((dir + stale).c_str());
+  }
+  for (int i = 0; i < nproc; ++i) {
+    std::remove(absl::StrCat(dir, "/metrics-w", i, ".jsonl").c_str());
+  }
   std::string json;
   google::protobuf::util::MessageToJsonString(spec, &json);
   std::ofstream(dir + "/job.json") << json << "\n";
@@ -197,12 +208,20 @@ int Run() {
   }
   const std::string target = absl::StrCat("127.0.0.1:", port);
   for (int i = 0; i < nproc; ++i) {
-    auto worker = children.Start(
-        absl::StrCat("worker ", i),
-        {bin + "/ddp-worker", "--coordinator=" + target, absl::StrCat("--device=cpu:", i),
-         "--host=127.0.0.1", absl::StrCat("--name=w", i), absl::StrCat("--threads=", threads),
-         absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl")},
-        env, log(absl::StrCat("worker-", i)));
+    std::vector<std::string> args = {
+        bin + "/ddp-worker",
+        "--coordinator=" + target,
+        absl::StrCat("--device=cpu:", i),
+        "--host=127.0.0.1",
+        absl::StrCat("--name=w", i),
+        absl::StrCat("--threads=", threads),
+        absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl")};
+    for (absl::string_view extra :
+         absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
+      args.emplace_back(extra);
+    }
+    auto worker =
+        children.Start(absl::StrCat("worker ", i), args, env, log(absl::StrCat("worker-", i)));
     if (!worker.ok()) {
       std::cerr << "ddp-run: " << worker.status().message() << "\n";
       return 1;
