@@ -1,7 +1,8 @@
 // Times our communicator's all-reduce on float32 buffers: one process per
 // rank, rendezvous through a shared folder (Gloo's FileStore). Prints one
 // JSON line per size on rank 0:
-//   {"impl": "ours", "world": 2, "bytes": 4096, "iters": 200, "p50_us": ..., "p10_us": ..., "p90_us": ...}
+//   {"impl": "ours", "world": 2, "bytes": 4096, "iters": 200, "p50_us": ..., "p10_us": ...,
+//   "p90_us": ...}
 //
 //   ddp_allreduce_bench --rank 0 --world 2 --store /tmp/ar & ddp_allreduce_bench --rank 1 ...
 #include <algorithm>

@@ -44,8 +44,8 @@ class OutboxObserver final : public TrainingObserver {
           report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
           report.reduction().wait_ms(), report.reduction().buckets_total(),
           report.reduction().unused_parameters(), report.parameter_digest(),
-          report.timings().data_ms(), report.timings().forward_ms(),
-          report.timings().backward_ms(), report.timings().optimizer_ms());
+          report.timings().data_ms(), report.timings().forward_ms(), report.timings().backward_ms(),
+          report.timings().optimizer_ms());
     }
   }
   void OnEpoch(const v1::EpochResult& result) override {

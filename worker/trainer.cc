@@ -202,8 +202,7 @@ absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale
   const absl::Time forward_done = absl::Now();
   observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step_);
   (scale == 1.0 ? loss : loss * scale).backward();
-  timings->set_forward_ms(timings->forward_ms() +
-                          absl::ToDoubleMilliseconds(forward_done - start));
+  timings->set_forward_ms(timings->forward_ms() + absl::ToDoubleMilliseconds(forward_done - start));
   timings->set_backward_ms(timings->backward_ms() +
                            absl::ToDoubleMilliseconds(absl::Now() - forward_done));
   return loss.item<double>();
@@ -239,11 +238,9 @@ absl::Status Trainer::RunEpoch(uint64_t epoch, bool* stop) {
       observer_->OnPhase(v1::STEP_PHASE_DATA, step_);
       const absl::Time data_start = absl::Now();
       std::optional<Batch> batch = loader.Next();
-      timings.set_data_ms(timings.data_ms() +
-                          absl::ToDoubleMilliseconds(absl::Now() - data_start));
+      timings.set_data_ms(timings.data_ms() + absl::ToDoubleMilliseconds(absl::Now() - data_start));
       samples += batch->x.size(0);
-      absl::StatusOr<double> loss =
-          TrainMicroBatch(*batch, 1.0 / group, m == group - 1, &timings);
+      absl::StatusOr<double> loss = TrainMicroBatch(*batch, 1.0 / group, m == group - 1, &timings);
       if (!loss.ok()) return loss.status();
       step_loss += *loss / group;
     }
