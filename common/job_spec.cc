@@ -223,7 +223,7 @@ v1::JobSpec DefaultJobSpec(uint32_t workers) {
   spec.mutable_optimizer()->set_lr(0.001);
   spec.set_batch_size(64);
   spec.set_epochs(3);
-  spec.set_backend("gloo");
+  spec.set_backend("auto");
   spec.set_min_workers(workers);
   spec.set_max_workers(workers);
   return WithDefaults(std::move(spec));

@@ -16,7 +16,7 @@ bool IsFree(const WorkerRecord& w) {
 
 // Whether the worker can run the job's backend on its device.
 bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
-  if (spec.backend() == "gloo") return true;
+  if (spec.backend() == "gloo" || spec.backend() == "shm") return !w.device.is_cuda();
   const auto& backends = w.capabilities.backends();
   const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
   if (spec.backend() == "nccl") return w.device.is_cuda() && has_nccl;
@@ -322,7 +322,7 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
   std::vector<RankCandidate> free_workers;
   for (const WorkerRecord* w : registry_.All()) {
     if (IsFree(*w) && CanRun(*w, job_.spec())) {
-      free_workers.push_back(RankCandidate{w->id, w->host, w->device});
+      free_workers.push_back(RankCandidate{w->id, w->host, w->device, w->machine_id});
     }
   }
   std::optional<Generation> g = generations_.MaybeForm(job_.spec(), std::move(free_workers));
@@ -359,6 +359,7 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
       m->set_worker_id(g->members[r].worker_id);
       m->set_host(g->members[r].host);
       m->set_device(g->members[r].device.ToString());
+      m->set_machine_id(g->members[r].machine_id);
     }
     SendLocked(member.worker_id, std::move(message), fx);
   }

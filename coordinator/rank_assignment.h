@@ -19,6 +19,7 @@ struct RankCandidate {
   std::string worker_id;
   std::string host;
   Device device;
+  std::string machine_id;
 };
 
 // Returns the candidates in rank order: by host, then device kind (cpu

@@ -52,6 +52,7 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   record->id = id;
   record->host = request.host();
   record->device = *device;
+  record->machine_id = request.machine_id();
   record->pid = request.pid();
   record->version = request.version();
   record->capabilities = request.capabilities();

@@ -23,6 +23,7 @@ struct WorkerRecord {
   std::string id;
   std::string host;
   Device device;
+  std::string machine_id;
   int64_t pid = 0;
   std::string version;
   v1::Capabilities capabilities;

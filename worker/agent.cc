@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -30,8 +31,24 @@ void WorkerAgent::Shutdown() {
   if (run_) run_->Abort("the worker is shutting down");
 }
 
+namespace {
+
+// Host name and kernel boot id: equal for processes that can share memory
+// (two containers on one kernel have different host names, and usually
+// separate /dev/shm, so they differ too).
+std::string MachineId() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return absl::StrCat(host, "/", boot_id);
+}
+
+}  // namespace
+
 v1::RegisterRequest WorkerAgent::MakeRegister() const {
   v1::RegisterRequest r;
+  r.set_machine_id(MachineId());
   r.set_host(options_.host);
   r.set_device(options_.device.ToString());
   r.set_pid(::getpid());

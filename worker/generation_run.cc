@@ -9,6 +9,7 @@
 #include "common/store_client.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
+#include "worker/shm_communicator.h"
 #include "worker/trainer.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/nccl_communicator.h"
@@ -97,40 +98,72 @@ void GenerationRun::PushState(uint64_t generation, v1::WorkerState state, const 
   outbox_->Push(std::move(message));
 }
 
-absl::Status GenerationRun::RunSteps() {
+namespace {
+
+// The backend a job's "auto" means for this generation.
+std::string ChooseBackend(const v1::Assignment& a, const Device& device) {
+  const std::string& wanted = a.spec().backend();
+  if (wanted != "auto") return wanted;
+  if (device.is_cuda()) return "nccl";
+  for (const v1::Member& m : a.members()) {
+    if (m.machine_id().empty() || m.machine_id() != a.members(0).machine_id()) return "gloo";
+  }
+  return a.world_size() <= ShmCommunicator::kMaxRanks ? "shm" : "gloo";
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Communicator>> GenerationRun::Connect(StoreClient* store) {
   const v1::Assignment& a = assignment_;
-  const std::string backend =
-      a.spec().backend() == "auto" ? (env_.device.is_cuda() ? "nccl" : "gloo") : a.spec().backend();
-  PushState(a.generation(), v1::WORKER_STATE_RENDEZVOUS,
-            absl::StrCat("building the ", backend, " communicator with ", a.world_size() - 1,
-                         " peer(s)"));
-  StoreClient store(env_.stub, a.job_id(), a.generation());
   const absl::Duration timeout = absl::Seconds(a.spec().collective_timeout_seconds());
-  std::shared_ptr<Communicator> comm;
-  if (backend == "gloo") {
-    GlooCommunicator::Options options;
+  const std::string backend = ChooseBackend(a, env_.device);
+  CoordinatorGlooStore gloo_store(store, timeout);
+  if (backend == "shm") {
+    ShmCommunicator::Options options;
     options.rank = static_cast<int>(a.rank());
     options.world_size = static_cast<int>(a.world_size());
-    options.host = env_.host;
     options.timeout = timeout;
-    CoordinatorGlooStore gloo_store(&store, timeout);
-    auto created = GlooCommunicator::Create(gloo_store, options);
-    if (!created.ok()) return created.status();
-    comm = std::move(*created);
-  } else {
+    auto created = ShmCommunicator::Create(gloo_store, options);
+    if (created.ok()) return std::shared_ptr<Communicator>(std::move(*created));
+    // Every rank learns the same outcome, so "auto" falls back together.
+    if (a.spec().backend() == "shm" || !absl::IsFailedPrecondition(created.status())) {
+      return created.status();
+    }
+    DDP_LOG(Warning) << "shared memory is not usable (" << created.status().message()
+                     << "); using gloo over TCP";
+  }
+  if (backend == "nccl") {
 #ifdef DDP_HAVE_NCCL
     NcclCommunicator::Options options;
     options.rank = static_cast<int>(a.rank());
     options.world_size = static_cast<int>(a.world_size());
     options.device = env_.device.index;
     options.timeout = timeout;
-    auto created = NcclCommunicator::Create(&store, options);
+    auto created = NcclCommunicator::Create(store, options);
     if (!created.ok()) return created.status();
-    comm = std::move(*created);
+    return std::shared_ptr<Communicator>(std::move(*created));
 #else
     return absl::FailedPreconditionError("this worker was built without NCCL");
 #endif
   }
+  GlooCommunicator::Options options;
+  options.rank = static_cast<int>(a.rank());
+  options.world_size = static_cast<int>(a.world_size());
+  options.host = env_.host;
+  options.timeout = timeout;
+  auto created = GlooCommunicator::Create(gloo_store, options);
+  if (!created.ok()) return created.status();
+  return std::shared_ptr<Communicator>(std::move(*created));
+}
+
+absl::Status GenerationRun::RunSteps() {
+  const v1::Assignment& a = assignment_;
+  PushState(a.generation(), v1::WORKER_STATE_RENDEZVOUS,
+            absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
+  StoreClient store(env_.stub, a.job_id(), a.generation());
+  absl::StatusOr<std::shared_ptr<Communicator>> connected = Connect(&store);
+  if (!connected.ok()) return connected.status();
+  std::shared_ptr<Communicator> comm = *connected;
   {
     absl::MutexLock lock(&mu_);
     comm_ = comm;
@@ -145,13 +178,15 @@ absl::Status GenerationRun::RunSteps() {
   probe.set_expected(a.world_size() * (a.world_size() + 1) / 2.0);
   probe.set_observed(value);
   probe.set_latency_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
+  probe.set_backend(comm->backend());
   if (probe.observed() != probe.expected()) {
     return absl::DataLossError(
         absl::StrFormat("the probe all-reduce summed to %g instead of %g: the ring is broken",
                         probe.observed(), probe.expected()));
   }
-  DDP_LOG(Info) << absl::StrFormat("ring of %d proven: probe all-reduce = %g in %.2f ms",
-                                   a.world_size(), probe.observed(), probe.latency_ms());
+  DDP_LOG(Info) << absl::StrFormat("%s ring of %d proven: probe all-reduce = %g in %.2f ms",
+                                   comm->backend(), a.world_size(), probe.observed(),
+                                   probe.latency_ms());
   PushState(a.generation(), v1::WORKER_STATE_TRAINING, "training", &probe);
 
   OutboxObserver observer(outbox_, board_, env_.metrics_file, a.rank(), env_.send_reports);

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/device.h"
+#include "common/store_client.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/communicator.h"
 #include "worker/outbox.h"
@@ -52,6 +53,8 @@ class GenerationRun {
   void Run();
   // Sets up the communicator and the probe, then trains.
   absl::Status RunSteps();
+  // Builds the communicator the job's backend calls for.
+  absl::StatusOr<std::shared_ptr<Communicator>> Connect(StoreClient* store);
   void PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
                  const v1::ProbeResult* probe = nullptr);
 

@@ -161,6 +161,12 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   }
   bucket.ready = true;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
+    // Alone in the world there is nothing to average: no hand-off at all.
+    if (comm_->world_size() == 1) {
+      ++next_launch_;
+      ++done_;
+      continue;
+    }
     queue_.push_back(next_launch_++);
   }
 }
@@ -185,11 +191,10 @@ void Reducer::CommLoop() {
     }
     const absl::Time start = absl::Now();
     at::Tensor& buffer = buckets_[b].buffer;
-    float* data = buffer.data_ptr<float>();
-    const int64_t n = buffer.numel();
-    // Average as DDP does: divide before summing.
-    for (int64_t i = 0; i < n; ++i) data[i] /= world;
-    absl::Status s = comm_->AllReduceSum(data, static_cast<size_t>(n));
+    // Average as DDP does: divide before summing (ATen's vectorized kernel).
+    buffer.div_(world);
+    absl::Status s =
+        comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;

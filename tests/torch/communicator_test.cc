@@ -14,12 +14,21 @@
 namespace ddp {
 namespace {
 
-class GlooCommunicatorTest : public testing::TestWithParam<int> {};
+// Both CPU communicators, on 2 and 3 ranks.
+class CommunicatorTest : public testing::TestWithParam<std::tuple<Backend, int>> {
+ protected:
+  Backend backend() const { return std::get<0>(GetParam()); }
+  int world() const { return std::get<1>(GetParam()); }
+  // Small shared-memory slots, so big buffers go through in pieces.
+  void Run(const std::function<void(int, Communicator*)>& body) {
+    RunRanks(world(), body, absl::Seconds(30), backend(), /*shm_slot_bytes=*/64 << 10);
+  }
+};
 
-TEST_P(GlooCommunicatorTest, AllReduceSum_EveryRankGetsTheSum) {
-  const int world = GetParam();
+TEST_P(CommunicatorTest, AllReduceSum_EveryRankGetsTheSum) {
+  const int world = this->world();
   for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 20}) {
-    RunRanks(world, [&](int rank, Communicator* comm) {
+    Run([&](int rank, Communicator* comm) {
       std::vector<float> data(n);
       for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(rank * 1000 + i % 1000);
       ASSERT_THAT(comm->AllReduceSum(data.data(), n), IsOk());
@@ -31,22 +40,31 @@ TEST_P(GlooCommunicatorTest, AllReduceSum_EveryRankGetsTheSum) {
   }
 }
 
-TEST_P(GlooCommunicatorTest, Broadcast_FromAnyRoot_EveryoneGetsRootsBytes) {
-  const int world = GetParam();
-  const int root = world - 1;
-  RunRanks(world, [&](int rank, Communicator* comm) {
-    std::vector<int64_t> data(100, rank);
+TEST_P(CommunicatorTest, Broadcast_FromAnyRoot_EveryoneGetsRootsBytes) {
+  const int root = world() - 1;
+  Run([&](int rank, Communicator* comm) {
+    // 100 KB: more than one shared-memory piece.
+    std::vector<int64_t> data(12800, rank);
     ASSERT_THAT(comm->Broadcast(data.data(), data.size() * sizeof(int64_t), root), IsOk());
     for (int64_t v : data) ASSERT_EQ(v, root);
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, GlooCommunicatorTest, testing::Values(2, 3));
+TEST_P(CommunicatorTest, AllReduceSum_SameBitsOnEveryRank) {
+  std::vector<std::vector<float>> results(world());
+  Run([&](int rank, Communicator* comm) {
+    std::vector<float> data(5000);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = 0.1f * (rank + 1) / (i + 1);
+    ASSERT_THAT(comm->AllReduceSum(data.data(), data.size()), IsOk());
+    results[rank] = data;
+  });
+  for (int r = 1; r < world(); ++r) EXPECT_EQ(results[r], results[0]);
+}
 
-TEST(GlooCommunicator, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
+TEST_P(CommunicatorTest, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
   std::atomic<bool> rank0_done{false};
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    if (rank == 1) {
+  Run([&](int rank, Communicator* comm) {
+    if (rank != 0) {
       // Stays connected but never joins the collective: a hung peer.
       while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
       return;
@@ -66,6 +84,36 @@ TEST(GlooCommunicator, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
     EXPECT_THAT(comm->AllReduceSum(&x, 1), StatusIs(absl::StatusCode::kAborted));
     rank0_done = true;
   });
+}
+
+TEST_P(CommunicatorTest, PeerAborts_OthersFailPromptly) {
+  Run([&](int rank, Communicator* comm) {
+    if (rank == world() - 1) {
+      absl::SleepFor(absl::Milliseconds(100));
+      comm->Abort();
+      return;
+    }
+    float x = 1;
+    const absl::Time start = absl::Now();
+    EXPECT_FALSE(comm->AllReduceSum(&x, 1).ok());
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest,
+                         testing::Combine(testing::Values(Backend::kGloo, Backend::kShm),
+                                          testing::Values(2, 3)),
+                         [](const testing::TestParamInfo<CommunicatorTest::ParamType>& info) {
+                           return BackendName(std::get<0>(info.param)) +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(ShmCommunicator, Create_TooManyRanks_FailedPrecondition) {
+  gloo::rendezvous::HashStore store;
+  ShmCommunicator::Options options;
+  options.world_size = ShmCommunicator::kMaxRanks + 1;
+  EXPECT_THAT(ShmCommunicator::Create(store, options),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(GlooCommunicator, Create_PeerNeverComes_UnavailableAfterTimeout) {

@@ -11,23 +11,44 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "worker/gloo_communicator.h"
+#include "worker/shm_communicator.h"
 
 namespace ddp {
 
+// The CPU communicators, for tests parameterised over them.
+enum class Backend { kGloo, kShm };
+
+inline std::string BackendName(Backend b) { return b == Backend::kGloo ? "gloo" : "shm"; }
+
 // Calls body(rank, communicator) on `world` threads and joins them.
+// `shm_slot_bytes` makes the shared-memory backend work in small pieces.
 inline void RunRanks(int world, const std::function<void(int, Communicator*)>& body,
-                     absl::Duration timeout = absl::Seconds(30)) {
+                     absl::Duration timeout = absl::Seconds(30), Backend backend = Backend::kGloo,
+                     size_t shm_slot_bytes = size_t{4} << 20) {
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      GlooCommunicator::Options options;
-      options.rank = r;
-      options.world_size = world;
-      options.timeout = timeout;
-      auto comm = GlooCommunicator::Create(store, options);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      body(r, comm->get());
+      std::unique_ptr<Communicator> comm;
+      if (backend == Backend::kGloo) {
+        GlooCommunicator::Options options;
+        options.rank = r;
+        options.world_size = world;
+        options.timeout = timeout;
+        auto created = GlooCommunicator::Create(store, options);
+        ASSERT_TRUE(created.ok()) << created.status();
+        comm = std::move(*created);
+      } else {
+        ShmCommunicator::Options options;
+        options.rank = r;
+        options.world_size = world;
+        options.timeout = timeout;
+        options.slot_bytes = shm_slot_bytes;
+        auto created = ShmCommunicator::Create(store, options);
+        ASSERT_TRUE(created.ok()) << created.status();
+        comm = std::move(*created);
+      }
+      body(r, comm.get());
     });
   }
   for (auto& t : threads) t.join();

@@ -101,13 +101,20 @@ Reducer::Options SmallBuckets() {
   return o;
 }
 
-class ReducerTest : public testing::TestWithParam<int> {};
+// Every reducer behaviour on both CPU communicators, on 2 and 3 ranks.
+class ReducerTest : public testing::TestWithParam<std::tuple<Backend, int>> {
+ protected:
+  int world() const { return std::get<1>(GetParam()); }
+  void Run(const std::function<void(int, Communicator*)>& body) {
+    RunRanks(world(), body, absl::Seconds(30), std::get<0>(GetParam()));
+  }
+};
 
 TEST_P(ReducerTest, FinishBackward_GradientsAreTheMeanOverRanks_AcrossRebuild) {
-  const int world = GetParam();
+  const int world = this->world();
   const Net init = Net::Make(7);
   auto all_use_branch = [](int) { return true; };
-  RunRanks(world, [&](int rank, Communicator* comm) {
+  Run([&](int rank, Communicator* comm) {
     Net net = init.Clone();
     auto reducer = Reducer::Create(net.params, comm, SmallBuckets());
     ASSERT_THAT(reducer, IsOk());
@@ -132,11 +139,11 @@ TEST_P(ReducerTest, FinishBackward_GradientsAreTheMeanOverRanks_AcrossRebuild) {
 }
 
 TEST_P(ReducerTest, UnusedParameters_LocallyUnusedAveragedGloballyUnusedLeftWithoutGrad) {
-  const int world = GetParam();
+  const int world = this->world();
   const Net init = Net::Make(11);
   // Only the last rank takes the branch.
   auto branch = [world](int r) { return r == world - 1; };
-  RunRanks(world, [&](int rank, Communicator* comm) {
+  Run([&](int rank, Communicator* comm) {
     Net net = init.Clone();
     auto reducer = *Reducer::Create(net.params, comm, SmallBuckets());
     for (int step = 0; step < 2; ++step) {
@@ -162,10 +169,10 @@ TEST_P(ReducerTest, UnusedParameters_LocallyUnusedAveragedGloballyUnusedLeftWith
 }
 
 TEST_P(ReducerTest, GradientAccumulation_OnlyTheLastMicroBatchReduces) {
-  const int world = GetParam();
+  const int world = this->world();
   const Net init = Net::Make(13);
   auto all = [](int) { return true; };
-  RunRanks(world, [&](int rank, Communicator* comm) {
+  Run([&](int rank, Communicator* comm) {
     Net net = init.Clone();
     auto reducer = *Reducer::Create(net.params, comm, SmallBuckets());
     ASSERT_THAT(reducer->StartGroup(), IsOk());
@@ -178,7 +185,13 @@ TEST_P(ReducerTest, GradientAccumulation_OnlyTheLastMicroBatchReduces) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, ReducerTest, testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Backends, ReducerTest,
+                         testing::Combine(testing::Values(Backend::kGloo, Backend::kShm),
+                                          testing::Values(2, 3)),
+                         [](const testing::TestParamInfo<ReducerTest::ParamType>& info) {
+                           return BackendName(std::get<0>(info.param)) +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(Reducer, Create_NonFloatParameter_InvalidArgumentNamingIt) {
   RunRanks(1, [](int, Communicator* comm) {
