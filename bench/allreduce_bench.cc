@@ -1,12 +1,13 @@
-// Times our communicator's all-reduce on float32 buffers: one process per
-// rank, rendezvous through a shared folder (Gloo's FileStore). Prints one
-// JSON line per size on rank 0:
+// Times our communicators' all-reduce (gloo: TCP ring; shm: shared memory) on float32 buffers: one
+// process per rank, rendezvous through a shared folder (Gloo's FileStore). Prints one JSON line per
+// size on rank 0:
 //   {"impl": "ours", "world": 2, "bytes": 4096, "iters": 200, "p50_us": ..., "p10_us": ...,
 //   "p90_us": ...}
 //
 //   ddp_allreduce_bench --rank 0 --world 2 --store /tmp/ar & ddp_allreduce_bench --rank 1 ...
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -19,6 +20,7 @@
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "worker/gloo_communicator.h"
+#include "worker/shm_communicator.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this process's rank");
 ABSL_FLAG(int32_t, world, 2, "number of ranks");
@@ -26,6 +28,8 @@ ABSL_FLAG(std::string, store, "/tmp/ddp-allreduce-bench", "folder shared by the 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "buffer sizes in bytes, comma-separated");
 ABSL_FLAG(double, seconds, 1.0, "time to spend per size (at least 5 iterations)");
+ABSL_FLAG(std::string, impl, "gloo", "gloo (TCP ring) or shm (shared memory)");
+ABSL_FLAG(bool, memcpy, false, "print this machine's memcpy bandwidth and exit");
 
 namespace ddp {
 namespace {
@@ -35,14 +39,37 @@ double Percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * (v.size() - 1))];
 }
 
+// One thread copying 64 MiB: the ceiling for moving bytes on this machine.
+int Memcpy() {
+  std::vector<char> a(64 << 20, 1), b(64 << 20, 2);
+  std::vector<double> gbps;
+  for (int i = 0; i < 20; ++i) {
+    const absl::Time start = absl::Now();
+    std::memcpy(b.data(), a.data(), a.size());
+    gbps.push_back(a.size() / absl::ToDoubleSeconds(absl::Now() - start) / 1e9);
+  }
+  std::printf("{\"memcpy_gb_per_s\": %.2f}\n", Percentile(gbps, 0.5));
+  return b[123] == 1 ? 0 : 1;
+}
+
 int Run() {
   const int rank = absl::GetFlag(FLAGS_rank);
   const int world = absl::GetFlag(FLAGS_world);
+  if (absl::GetFlag(FLAGS_memcpy)) return Memcpy();
   gloo::rendezvous::FileStore file_store(absl::GetFlag(FLAGS_store));
-  GlooCommunicator::Options options;
-  options.rank = rank;
-  options.world_size = world;
-  auto comm = GlooCommunicator::Create(file_store, options);
+  const std::string impl = absl::GetFlag(FLAGS_impl);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm;
+  if (impl == "shm") {
+    ShmCommunicator::Options options;
+    options.rank = rank;
+    options.world_size = world;
+    comm = ShmCommunicator::Create(file_store, options);
+  } else {
+    GlooCommunicator::Options options;
+    options.rank = rank;
+    options.world_size = world;
+    comm = GlooCommunicator::Create(file_store, options);
+  }
   if (!comm.ok()) {
     std::fprintf(stderr, "%s\n", std::string(comm.status().message()).c_str());
     return 1;
@@ -73,9 +100,10 @@ int Run() {
     }
     if (rank == 0) {
       std::printf(
-          "{\"impl\": \"ours\", \"world\": %d, \"bytes\": %zu, \"iters\": %d, \"p50_us\": %.1f, "
-          "\"p10_us\": %.1f, \"p90_us\": %.1f}\n",
-          world, bytes, iters, Percentile(us, 0.5), Percentile(us, 0.1), Percentile(us, 0.9));
+          "{\"impl\": \"ours-%s\", \"world\": %d, \"bytes\": %zu, \"iters\": %d, "
+          "\"p50_us\": %.1f, \"p10_us\": %.1f, \"p90_us\": %.1f}\n",
+          impl.c_str(), world, bytes, iters, Percentile(us, 0.5), Percentile(us, 0.1),
+          Percentile(us, 0.9));
       std::fflush(stdout);
     }
   }

@@ -319,6 +319,8 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
 
 void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
   if (job_.state() != v1::JOB_STATE_WAITING || generations_.current() != nullptr) return;
+  // Cheap test first: this runs on every registration.
+  if (registry_.num_attached() < job_.spec().min_workers()) return;
   std::vector<RankCandidate> free_workers;
   for (const WorkerRecord* w : registry_.All()) {
     if (IsFree(*w) && CanRun(*w, job_.spec())) {
@@ -328,6 +330,10 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
   std::optional<Generation> g = generations_.MaybeForm(job_.spec(), std::move(free_workers));
   if (!g) return;
   job_.OnGenerationStarted(static_cast<uint32_t>(g->members.size()), g->start_step);
+  bool single_machine = true;
+  for (const RankCandidate& m : g->members) {
+    single_machine &= !m.machine_id.empty() && m.machine_id == g->members[0].machine_id;
+  }
   DDP_LOG(Info) << "job " << job_.id() << ": generation " << g->number << " formed with "
                 << g->members.size() << " worker(s)";
   for (size_t rank = 0; rank < g->members.size(); ++rank) {
@@ -353,14 +359,8 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
     a->set_sampler_seed(job_.spec().seed());
     a->set_source_rank(g->source_rank);
     *a->mutable_spec() = job_.spec();
-    for (size_t r = 0; r < g->members.size(); ++r) {
-      v1::Member* m = a->add_members();
-      m->set_rank(static_cast<uint32_t>(r));
-      m->set_worker_id(g->members[r].worker_id);
-      m->set_host(g->members[r].host);
-      m->set_device(g->members[r].device.ToString());
-      m->set_machine_id(g->members[r].machine_id);
-    }
+    a->set_worker_id(member.worker_id);
+    a->set_single_machine(single_machine);
     SendLocked(member.worker_id, std::move(message), fx);
   }
   dirty_ = true;
@@ -463,13 +463,17 @@ void Coordinator::Tick() {
       dirty_ = true;
     }
     MaybeFormGenerationLocked(&fx);
-    if (dirty_ || clock_->Now() - published_at_ >= options_.snapshot_max_age) PublishLocked();
+    const absl::Duration age = clock_->Now() - published_at_;
+    if ((dirty_ && age >= options_.snapshot_min_interval) || age >= options_.snapshot_max_age) {
+      PublishLocked();
+    }
   }
   Apply(fx);
   store_.ExpireWaiters();
 }
 
 void Coordinator::PublishLocked() {
+  job_.SampleProgress();
   auto status = std::make_shared<v1::JobStatus>();
   job_.FillStatus(status.get());
   const Generation* g = generations_.last();

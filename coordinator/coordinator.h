@@ -56,8 +56,10 @@ class Coordinator {
     // most max_store_wait.
     absl::Duration default_store_wait = absl::Seconds(30);
     absl::Duration max_store_wait = absl::Hours(1);
-    // The status snapshot is rebuilt on change at each Tick, and at least
-    // this often.
+    // The status snapshot is rebuilt at a Tick after a change, but not more
+    // often than snapshot_min_interval (building it takes the lock every
+    // stream handler needs), and at least every snapshot_max_age.
+    absl::Duration snapshot_min_interval = absl::Milliseconds(200);
     absl::Duration snapshot_max_age = absl::Seconds(1);
     BuildCapabilities build;
     // Where the job and generation numbering survive restarts. May be null.

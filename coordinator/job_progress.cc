@@ -65,6 +65,10 @@ void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
   if (report.step_seconds() > 0) r.samples_per_sec = report.samples() / report.step_seconds();
   r.reported = true;
   steps_per_epoch_ = report.steps_per_epoch();
+}
+
+void JobProgress::SampleProgress() {
+  if (state_ != v1::JOB_STATE_RUNNING) return;
   const absl::Time now = clock_->Now();
   rate_window_.emplace_back(now, GlobalStep());
   while (rate_window_.size() > 2 && now - rate_window_.front().first > kRateWindow) {

@@ -46,7 +46,11 @@ class JobProgress {
   // A generation of `world_size` members started from `start_step`.
   void OnGenerationStarted(uint32_t world_size, uint64_t start_step);
 
+  // O(1): called for every report of every rank.
   void OnStepReport(uint32_t rank, const v1::StepReport& report);
+  // Records the global step now, for the ETA. Called when status is
+  // published, not per report: the global step is O(world size).
+  void SampleProgress();
   void OnEpochResult(const v1::EpochResult& result);
   // Rank's parameter digest after `step`. DATA_LOSS naming both ranks when
   // another rank reported a different digest for the same step: the

@@ -30,13 +30,15 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
                              ? absl::StrCat(request.host(), "/", device->ToString())
                              : request.name();
   const absl::Time now = clock_->Now();
-  for (auto it = by_id_.begin(); it != by_id_.end();) {
-    const WorkerRecord& other = *it->second;
+  const std::string slot = absl::StrCat(request.host(), "/", device->ToString());
+  std::vector<std::string> taken_by;  // the id, and the slot's owner if another
+  if (by_id_.count(id)) taken_by.push_back(id);
+  if (auto it = by_slot_.find(slot); it != by_slot_.end() && it->second != id) {
+    taken_by.push_back(it->second);
+  }
+  for (const std::string& other_id : taken_by) {
+    const WorkerRecord& other = *by_id_.at(other_id);
     const bool same_slot = other.host == request.host() && other.device == *device;
-    if (other.id != id && !same_slot) {
-      ++it;
-      continue;
-    }
     if (!other.lost) {
       return absl::AlreadyExistsError(absl::StrFormat(
           "%s %s on host %s is already attached as worker \"%s\" (pid %d, last heard "
@@ -46,8 +48,8 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
           other.id, other.pid, absl::ToDoubleSeconds(now - other.last_seen),
           absl::ToDoubleSeconds(options_.heartbeat_timeout)));
     }
-    it = by_id_.erase(it);  // a lost worker coming back, or its slot reused
   }
+  for (const std::string& other_id : taken_by) Erase(other_id);  // lost ones, coming back
   auto record = std::make_unique<WorkerRecord>();
   record->id = id;
   record->host = request.host();
@@ -61,6 +63,8 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   record->last_seen = now;
   WorkerRecord* raw = record.get();
   by_id_[id] = std::move(record);
+  by_slot_[slot] = id;
+  ++num_attached_;
   return raw;
 }
 
@@ -74,35 +78,45 @@ WorkerRecord* WorkerRegistry::Find(const std::string& id) {
   return it == by_id_.end() ? nullptr : it->second.get();
 }
 
-bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std::string& reason) {
-  WorkerRecord* w = FindAttached(id, session);
-  if (w == nullptr) return false;
+void WorkerRegistry::Erase(const std::string& id) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;
+  const WorkerRecord& w = *it->second;
+  if (!w.lost) --num_attached_;
+  auto slot = by_slot_.find(absl::StrCat(w.host, "/", w.device.ToString()));
+  if (slot != by_slot_.end() && slot->second == id) by_slot_.erase(slot);
+  by_id_.erase(it);
+}
+
+void WorkerRegistry::MarkLostRecord(WorkerRecord* w, const std::string& reason) {
   w->lost = true;
   w->lost_at = clock_->Now();
   w->state = v1::WORKER_STATE_LOST;
   w->detail = reason;
+  --num_attached_;
+}
+
+bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std::string& reason) {
+  WorkerRecord* w = FindAttached(id, session);
+  if (w == nullptr) return false;
+  MarkLostRecord(w, reason);
   return true;
 }
 
 std::vector<std::string> WorkerRegistry::ExpireSilent() {
   const absl::Time now = clock_->Now();
-  std::vector<std::string> expired;
-  for (auto it = by_id_.begin(); it != by_id_.end();) {
-    WorkerRecord& w = *it->second;
+  std::vector<std::string> expired, forget;
+  for (auto& [id, record] : by_id_) {
+    WorkerRecord& w = *record;
     if (w.lost && now - w.lost_at > options_.lost_retention) {
-      it = by_id_.erase(it);
-      continue;
-    }
-    if (!w.lost && now - w.last_seen > options_.heartbeat_timeout) {
+      forget.push_back(id);
+    } else if (!w.lost && now - w.last_seen > options_.heartbeat_timeout) {
       expired.push_back(w.id);
-      w.lost = true;
-      w.lost_at = now;
-      w.state = v1::WORKER_STATE_LOST;
-      w.detail =
-          absl::StrFormat("no heartbeat for %.1fs", absl::ToDoubleSeconds(now - w.last_seen));
+      MarkLostRecord(
+          &w, absl::StrFormat("no heartbeat for %.1fs", absl::ToDoubleSeconds(now - w.last_seen)));
     }
-    ++it;
   }
+  for (const std::string& id : forget) Erase(id);
   return expired;
 }
 
@@ -114,12 +128,6 @@ std::vector<const WorkerRecord*> WorkerRegistry::All() const {
     return SlotKey(a->host, a->device, a->id) < SlotKey(b->host, b->device, b->id);
   });
   return all;
-}
-
-size_t WorkerRegistry::num_attached() const {
-  size_t n = 0;
-  for (const auto& [id, w] : by_id_) n += w->lost ? 0 : 1;
-  return n;
 }
 
 }  // namespace ddp

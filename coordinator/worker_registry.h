@@ -87,14 +87,22 @@ class WorkerRegistry {
 
   // Every known worker, ordered by host, then device.
   std::vector<const WorkerRecord*> All() const;
-  size_t num_attached() const;
+  size_t num_attached() const { return num_attached_; }
 
   const Options& options() const { return options_; }
 
  private:
+  // Forgets a worker.
+  void Erase(const std::string& id);
+  void MarkLostRecord(WorkerRecord* w, const std::string& reason);
+
   const Clock* clock_;
   Options options_;
   std::map<std::string, std::unique_ptr<WorkerRecord>> by_id_;
+  // "host/device" -> worker id, so registration stays O(log n) with
+  // thousands attached.
+  std::map<std::string, std::string> by_slot_;
+  size_t num_attached_ = 0;
 };
 
 }  // namespace ddp

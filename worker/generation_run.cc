@@ -40,7 +40,8 @@ class OutboxObserver final : public TrainingObserver {
           "{\"generation\": %d, \"rank\": %d, \"epoch\": %d, \"step\": %d, \"loss\": %.9g, "
           "\"samples\": %d, \"step_seconds\": %.6f, \"allreduce_ms\": %.4f, \"wait_ms\": %.4f, "
           "\"buckets\": %d, \"unused\": %d, \"digest\": \"%s\", \"data_ms\": %.4f, "
-          "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"optimizer_ms\": %.4f}\n",
+          "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
+          "\"time\": %.6f}\n",
           report.generation(), rank_, report.epoch(), report.step(), report.loss(),
           report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
           report.reduction().wait_ms(), report.reduction().buckets_total(),
@@ -105,10 +106,7 @@ std::string ChooseBackend(const v1::Assignment& a, const Device& device) {
   const std::string& wanted = a.spec().backend();
   if (wanted != "auto") return wanted;
   if (device.is_cuda()) return "nccl";
-  for (const v1::Member& m : a.members()) {
-    if (m.machine_id().empty() || m.machine_id() != a.members(0).machine_id()) return "gloo";
-  }
-  return a.world_size() <= ShmCommunicator::kMaxRanks ? "shm" : "gloo";
+  return a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks ? "shm" : "gloo";
 }
 
 }  // namespace
@@ -197,7 +195,7 @@ void GenerationRun::Run() {
   const v1::Assignment& a = assignment_;
   board_->generation = a.generation();
   board_->step = a.start_step();
-  SetLogIdentity(absl::StrCat("worker ", a.members(a.rank()).worker_id(), " rank ", a.rank()));
+  SetLogIdentity(absl::StrCat("worker ", a.worker_id(), " rank ", a.rank()));
   DDP_LOG(Info) << "joined generation " << a.generation() << " of job " << a.job_id() << " as rank "
                 << a.rank() << " of " << a.world_size();
   const absl::Status status = RunSteps();

@@ -54,12 +54,20 @@ struct TestWorker {
 
 class CoordinatorTest : public testing::Test {
  protected:
-  CoordinatorTest() : core_(&clock_, Coordinator::Options()) {}
+  CoordinatorTest() : core_(&clock_, TestOptions()) {}
 
-  absl::StatusOr<TestWorker> Attach(const std::string& host, const std::string& device) {
+  static Coordinator::Options TestOptions() {
+    Coordinator::Options options;
+    options.snapshot_min_interval = absl::ZeroDuration();  // every Tick publishes
+    return options;
+  }
+
+  absl::StatusOr<TestWorker> Attach(const std::string& host, const std::string& device,
+                                    const std::string& machine_id = "") {
     v1::RegisterRequest r;
     r.set_host(host);
     r.set_device(device);
+    r.set_machine_id(machine_id);
     r.set_version(kVersion);
     auto channel = std::make_shared<RecordingChannel>();
     auto session = core_.Attach(r, channel);
@@ -137,7 +145,8 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
     EXPECT_EQ(a.world_size(), 3u);
     EXPECT_EQ(a.job_id(), "test-job");
     EXPECT_EQ(a.spec().name(), "test-job");
-    EXPECT_EQ(a.members(a.rank()).worker_id(), w.session.worker_id);
+    EXPECT_EQ(a.worker_id(), w.session.worker_id);
+    EXPECT_FALSE(a.single_machine());  // these test workers name no machine
     ranks.insert(a.rank());
   }
   EXPECT_EQ(ranks, (std::set<uint32_t>{0, 1, 2}));
@@ -146,6 +155,21 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(status.world_size(), 3u);
+}
+
+TEST_F(CoordinatorTest, Assignment_SingleMachineOnlyWhenEveryMachineIdMatches) {
+  auto a = *Attach("h", "cpu:0", "m1");
+  auto b = *Attach("h", "cpu:1", "m1");
+  ASSERT_THAT(core_.SubmitJob(Job(2)), IsOk());
+  EXPECT_TRUE(a.assignment().single_machine());
+  EXPECT_TRUE(b.assignment().single_machine());
+  for (const auto& w : {a, b}) SendState(w, 1, v1::WORKER_STATE_DONE);
+  auto c = *Attach("h2", "cpu:0", "m2");
+  v1::JobSpec three = Job(3);
+  three.set_name("three");
+  ASSERT_THAT(core_.SubmitJob(three), IsOk());
+  EXPECT_FALSE(c.assignment().single_machine());
+  EXPECT_FALSE(a.assignment().single_machine());
 }
 
 TEST_F(CoordinatorTest, SubmitJob_InvalidSpec_NamesFieldAndLeavesRunningJobAlone) {
