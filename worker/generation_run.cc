@@ -47,7 +47,7 @@ class OutboxObserver final : public TrainingObserver {
           report.reduction().wait_ms(), report.reduction().buckets_total(),
           report.reduction().unused_parameters(), report.parameter_digest(),
           report.timings().data_ms(), report.timings().forward_ms(), report.timings().backward_ms(),
-          report.timings().optimizer_ms());
+          report.timings().optimizer_ms(), absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
     }
   }
   void OnEpoch(const v1::EpochResult& result) override {
