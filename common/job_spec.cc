@@ -152,10 +152,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (spec.gradient_accumulation_steps() > 1024) {
     return FieldError("gradient_accumulation_steps", "must be at most 1024");
   }
-  if (!OneOf(spec.backend(), {"gloo", "nccl", "auto"})) {
+  if (!OneOf(spec.backend(), {"gloo", "shm", "nccl", "auto"})) {
     return FieldError("backend",
                       absl::StrCat("unknown backend \"", spec.backend(), "\"; expected one of ",
-                                   Quoted({"gloo", "nccl", "auto"})));
+                                   Quoted({"gloo", "shm", "nccl", "auto"})));
   }
   if (spec.backend() == "nccl" && !build.nccl) {
     return FieldError("backend",

@@ -1,5 +1,7 @@
 #include "common/job_spec.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -94,6 +96,16 @@ TEST(JobSpec, Validate_NcclWithoutNcclBuild_SaysWhatToDo) {
   BuildCapabilities with_nccl;
   with_nccl.nccl = true;
   EXPECT_THAT(ParseJobSpecJson(R"({"backend": "nccl"})", with_nccl), IsOk());
+}
+
+TEST(JobSpec, Backends_AllFourAccepted) {
+  BuildCapabilities with_nccl;
+  with_nccl.nccl = true;
+  for (const char* backend : {"gloo", "shm", "nccl", "auto"}) {
+    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"backend": ")", backend, R"("})"), with_nccl),
+                IsOk())
+        << backend;
+  }
 }
 
 TEST(JobSpec, WithDefaults_Idempotent) {
