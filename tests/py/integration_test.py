@@ -16,9 +16,9 @@ from cluster import BIN, Cluster, synthetic_job, wait_for  # noqa: E402
 
 class ThreeWorkersTest(unittest.TestCase):
     def setUp(self):
-        # "auto": three CPU ranks on one machine share memory.
-        self.cluster = Cluster(job=synthetic_job("three", 3, epochs=2, maxSteps=40,
-                                                 backend="auto"))
+        # Gloo over TCP, as across machines (tests/py/unused_parameters_test.py
+        # runs "auto", which shares memory on one machine).
+        self.cluster = Cluster(job=synthetic_job("three", 3, epochs=2, maxSteps=40))
 
     def tearDown(self):
         self.cluster.stop()
@@ -42,7 +42,7 @@ class ThreeWorkersTest(unittest.TestCase):
             # The probe all-reduce proved the ring: 1 + 2 + 3 on every rank.
             self.assertEqual(w["probe"]["expected"], 6)
             self.assertEqual(w["probe"]["observed"], 6)
-            self.assertEqual(w["probe"]["backend"], "shm")
+            self.assertEqual(w["probe"]["backend"], "gloo")
             self.assertEqual(w["step"], "40", w)
         # Replicas agree bit for bit at the end.
         self.assertEqual(len({w["parameter_digest"] for w in workers}), 1)

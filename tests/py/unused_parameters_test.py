@@ -45,7 +45,7 @@ class UnusedParametersTest(unittest.TestCase):
         torch.jit.script(Branchy()).save(cls.model)
 
     def train(self, workers):
-        job = synthetic_job("branchy-%d" % workers, workers, epochs=2,
+        job = synthetic_job("branchy-%d" % workers, workers, epochs=2, backend="auto",
                             model={"kind": "torchscript", "path": self.model},
                             dataset={"kind": "synthetic", "trainSize": 1536, "testSize": 256})
         cluster = Cluster(job=job)
@@ -58,6 +58,8 @@ class UnusedParametersTest(unittest.TestCase):
             steps = 2 * -(-per_rank // 32)
             self.assertEqual(int(done["global_step"]), steps)
             for w in done["workers"]:
+                # "auto" on one machine: the shared-memory communicator.
+                self.assertEqual(w["probe"]["backend"], "shm")
                 self.assertIn("never.weight", w["unused_parameters"], w)
                 self.assertIn("never.bias", w["unused_parameters"], w)
                 self.assertNotIn("head.weight", w["unused_parameters"], w)
