@@ -240,11 +240,8 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   }
   if (!in_current) {
     ++worker->stale_messages;
-    int unused_rank;
-    absl::Status why = CheckMemberLocked(*worker, change.generation(), &unused_rank);
-    RejectLocked(worker->id,
-                 why.ok() ? absl::FailedPreconditionError("not in the current generation") : why,
-                 fx);
+    int unused_rank;  // not a member of the current generation: always an error
+    RejectLocked(worker->id, CheckMemberLocked(*worker, change.generation(), &unused_rank), fx);
     return;
   }
   worker->state = change.state();

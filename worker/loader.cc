@@ -21,7 +21,7 @@ BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indice
       depth_(depth) {
   {
     absl::MutexLock lock(&mu_);
-    produced_ = consumed_ = first_batch_;
+    consumed_ = first_batch_;
   }
   thread_ = std::thread([this] { Produce(); });
 }
@@ -52,7 +52,6 @@ void BatchLoader::Produce() {
     Batch batch{x_.index_select(0, idx), y_.index_select(0, idx)};
     absl::MutexLock lock(&mu_);
     ready_.push_back(std::move(batch));
-    ++produced_;
   }
 }
 

@@ -52,7 +52,6 @@ class BatchLoader {
 
   absl::Mutex mu_;
   std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
-  int64_t produced_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
