@@ -5,6 +5,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -76,6 +79,18 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (!spec.has_settle_seconds()) spec.set_settle_seconds(2);
   if (!spec.has_evaluate()) spec.set_evaluate(true);
   if (!spec.has_collective_timeout_seconds()) spec.set_collective_timeout_seconds(300);
+  if (!spec.has_rejoin_timeout_seconds()) spec.set_rejoin_timeout_seconds(300);
+  if (spec.lr_scaling().empty()) spec.set_lr_scaling("keep");
+  if (!spec.has_reform_min_interval_seconds()) spec.set_reform_min_interval_seconds(10);
+  if (!spec.has_hang_timeout_seconds()) spec.set_hang_timeout_seconds(60);
+  if (!spec.has_fault_budget()) spec.set_fault_budget(100);
+  auto* checkpoint = spec.mutable_checkpoint();
+  if (!checkpoint->dir().empty()) {
+    if (checkpoint->keep() == 0) checkpoint->set_keep(3);
+    if (checkpoint->every_steps() == 0 && checkpoint->every_seconds() == 0) {
+      checkpoint->set_every_steps(1000);
+    }
+  }
   return spec;
 }
 
@@ -180,6 +195,37 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (!(spec.collective_timeout_seconds() > 0 && spec.collective_timeout_seconds() <= 86400)) {
     return FieldError("collective_timeout_seconds", "must be in (0, 86400]");
   }
+  // `!(x >= lo && x <= hi)` also refuses NaN.
+  if (!(spec.rejoin_timeout_seconds() >= 0 && spec.rejoin_timeout_seconds() <= 86400)) {
+    return FieldError("rejoin_timeout_seconds", "must be in [0, 86400]");
+  }
+  if (!OneOf(spec.lr_scaling(), {"keep", "linear"})) {
+    return FieldError("lr_scaling", absl::StrCat("unknown rule \"", spec.lr_scaling(),
+                                                 "\"; expected one of ", Quoted({"keep", "linear"})));
+  }
+  if (!(spec.reform_min_interval_seconds() >= 0 && spec.reform_min_interval_seconds() <= 86400)) {
+    return FieldError("reform_min_interval_seconds", "must be in [0, 86400]");
+  }
+  if (!(spec.hang_timeout_seconds() > 0 && spec.hang_timeout_seconds() <= 86400)) {
+    return FieldError("hang_timeout_seconds", "must be in (0, 86400]");
+  }
+  if (spec.fault_budget() > 1000000) return FieldError("fault_budget", "must be at most 1000000");
+  const auto& checkpoint = spec.checkpoint();
+  if (checkpoint.dir().empty()) {
+    if (checkpoint.every_steps() != 0 || checkpoint.every_seconds() != 0 ||
+        checkpoint.keep() != 0) {
+      return FieldError("checkpoint.dir", "required when any other checkpoint field is set");
+    }
+  } else {
+    if (checkpoint.dir()[0] != '/') {
+      return FieldError("checkpoint.dir", absl::StrCat("must be an absolute path (got \"",
+                                                       checkpoint.dir(), "\")"));
+    }
+    if (!(checkpoint.every_seconds() >= 0 && checkpoint.every_seconds() <= 86400 * 30)) {
+      return FieldError("checkpoint.every_seconds", "must be in [0, 2592000]");
+    }
+    if (checkpoint.keep() > 1000) return FieldError("checkpoint.keep", "must be at most 1000");
+  }
   return absl::OkStatus();
 }
 
@@ -210,6 +256,29 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
+}
+
+std::string SpecDigest(const v1::JobSpec& spec) {
+  // Only what shapes the training state: two specs that differ in worker
+  // counts or timeouts can continue each other's state.
+  v1::JobSpec shaping;
+  *shaping.mutable_model() = spec.model();
+  *shaping.mutable_dataset() = spec.dataset();
+  shaping.mutable_optimizer()->set_kind(spec.optimizer().kind());
+  shaping.set_seed(spec.seed());
+  shaping.set_batch_size(spec.batch_size());
+  shaping.set_shuffle(spec.shuffle());
+  shaping.set_drop_last(spec.drop_last());
+  shaping.set_gradient_accumulation_steps(spec.gradient_accumulation_steps());
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  shaping.SerializeToCodedStream(&coded);
+  coded.Trim();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return absl::StrFormat("%016x", h);
 }
 
 v1::JobSpec DefaultJobSpec(uint32_t workers) {

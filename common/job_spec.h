@@ -35,6 +35,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
                                             const BuildCapabilities& build);
 
+// Fingerprint of the fields that shape a job's training state (model, data,
+// optimizer kind, seed, batching), as 16 hex digits: a worker's held state
+// or a checkpoint is taken up only by a job with the same one.
+std::string SpecDigest(const v1::JobSpec& spec);
+
 // The job `ddp-run` trains with no --job: a CNN on Fashion-MNIST.
 v1::JobSpec DefaultJobSpec(uint32_t workers);
 
