@@ -1,11 +1,20 @@
 #include "common/sampler.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <utility>
 
 namespace ddp {
+namespace {
+
+// R: the samples of the epoch not yet trained.
+uint64_t Remaining(uint64_t dataset_size, uint64_t cursor) {
+  return cursor < dataset_size ? dataset_size - cursor : 0;
+}
+
+}  // namespace
 
 uint64_t SamplesPerRank(uint64_t dataset_size, uint32_t world_size, bool drop_last) {
   if (drop_last && dataset_size % world_size != 0) {
@@ -42,27 +51,54 @@ std::vector<int64_t> TorchRandperm(uint64_t n, uint64_t seed) {
 }
 
 std::vector<int64_t> DistributedSamplerIndices(const SamplerOptions& o) {
-  const uint64_t n = o.dataset_size;
-  std::vector<int64_t> all;
-  if (o.shuffle) {
-    all = TorchRandperm(n, o.seed + o.epoch);
-  } else {
-    all.resize(n);
-    std::iota(all.begin(), all.end(), int64_t{0});
-  }
-  const uint64_t per_rank = SamplesPerRank(n, o.world_size, o.drop_last);
-  const uint64_t total = per_rank * o.world_size;
-  if (total > n && n > 0) {
-    // Wrap-around padding: repeat the permutation from its start.
-    all.reserve(total);
-    for (uint64_t i = 0; all.size() < total; ++i) all.push_back(all[i % n]);
-  } else {
-    all.resize(total);
-  }
+  return ElasticSamplerIndices(o, 0);
+}
+
+std::vector<int64_t> ElasticSamplerIndices(const SamplerOptions& o, uint64_t cursor) {
+  const uint64_t rest = Remaining(o.dataset_size, cursor);
+  const uint64_t first = o.dataset_size - rest;
+  const uint64_t per_rank = SamplesPerRank(rest, o.world_size, o.drop_last);
   std::vector<int64_t> mine;
+  if (per_rank == 0) return mine;
+  // The order P is all positions 0..N-1 permuted, even when the cursor leaves
+  // only a few of them: the suffix must be the same whatever the cursor.
+  std::vector<int64_t> order;
+  if (o.shuffle) order = TorchRandperm(o.dataset_size, o.seed + o.epoch);
   mine.reserve(per_rank);
-  for (uint64_t i = o.rank; i < total; i += o.world_size) mine.push_back(all[i]);
+  for (uint64_t i = 0; i < per_rank; ++i) {
+    // Position j of the padded suffix; padding wraps around within the
+    // suffix, which with drop_last (j < rest) never happens.
+    const uint64_t j = o.rank + i * o.world_size;
+    const uint64_t p = first + j % rest;
+    mine.push_back(o.shuffle ? order[p] : static_cast<int64_t>(p));
+  }
   return mine;
+}
+
+uint64_t SamplesPerRankFrom(uint64_t dataset_size, uint64_t cursor, uint32_t world_size,
+                            bool drop_last) {
+  return SamplesPerRank(Remaining(dataset_size, cursor), world_size, drop_last);
+}
+
+uint64_t NumBatchesFrom(uint64_t dataset_size, uint64_t cursor, uint32_t world_size,
+                        uint64_t batch_size, bool drop_last) {
+  const uint64_t per_rank = SamplesPerRankFrom(dataset_size, cursor, world_size, drop_last);
+  return drop_last ? per_rank / batch_size : (per_rank + batch_size - 1) / batch_size;
+}
+
+uint64_t CursorAfterBatches(uint64_t dataset_size, uint64_t cursor, uint32_t world_size,
+                            uint64_t batch_size, bool drop_last, uint64_t batches_done) {
+  if (batches_done >= NumBatchesFrom(dataset_size, cursor, world_size, batch_size, drop_last)) {
+    // The epoch is over: padding ran past the end, or drop_last skipped a
+    // tail that no later generation of this epoch may train either.
+    return dataset_size;
+  }
+  const uint64_t rest = Remaining(dataset_size, cursor);
+  const uint64_t per_rank = SamplesPerRank(rest, world_size, drop_last);
+  // batches_done < NumBatchesFrom keeps batches_done * batch_size from
+  // overflowing; both mins only bind at the end of the epoch, handled above.
+  const uint64_t each = std::min(batches_done * batch_size, per_rank);
+  return dataset_size - rest + std::min(world_size * each, rest);
 }
 
 }  // namespace ddp
