@@ -1,6 +1,5 @@
 #include "common/sampler.h"
 
-#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -93,12 +92,10 @@ uint64_t CursorAfterBatches(uint64_t dataset_size, uint64_t cursor, uint32_t wor
     // tail that no later generation of this epoch may train either.
     return dataset_size;
   }
-  const uint64_t rest = Remaining(dataset_size, cursor);
-  const uint64_t per_rank = SamplesPerRank(rest, world_size, drop_last);
-  // batches_done < NumBatchesFrom keeps batches_done * batch_size from
-  // overflowing; both mins only bind at the end of the epoch, handled above.
-  const uint64_t each = std::min(batches_done * batch_size, per_rank);
-  return dataset_size - rest + std::min(world_size * each, rest);
+  // Before the last batch every rank has run only full batches of real
+  // (unpadded) positions: batches_done * batch_size < n_r, and
+  // world_size * (n_r - 1) < R, so neither min of the formula binds.
+  return cursor + uint64_t{world_size} * batches_done * batch_size;
 }
 
 }  // namespace ddp

@@ -76,8 +76,9 @@ uint64_t NumBatchesFrom(uint64_t dataset_size, uint64_t cursor, uint32_t world_s
 
 // The cursor after every rank of a generation that started at `cursor` has
 // finished its first `batches_done` micro-batches:
-// cursor + min(world_size * min(batches_done * batch_size, n_r), R), and
-// dataset_size once batches_done reaches NumBatchesFrom(...): the epoch is
+// cursor + min(world_size * min(batches_done * batch_size, n_r), R), which
+// is cursor + world_size * batches_done * batch_size before the last batch,
+// and dataset_size once batches_done reaches NumBatchesFrom(...): the epoch is
 // over (with drop_last, the dropped tail counts as passed). Requires
 // batches_done <= NumBatchesFrom(...); more is treated as the end of the epoch.
 uint64_t CursorAfterBatches(uint64_t dataset_size, uint64_t cursor, uint32_t world_size,
