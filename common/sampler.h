@@ -68,9 +68,8 @@ uint64_t SamplesPerRankFrom(uint64_t dataset_size, uint64_t cursor, uint32_t wor
 
 // Micro-batches of `batch_size` each rank runs from `cursor` to the end of
 // the epoch: the last one smaller, or, with drop_last, dropped if partial
-// (as the loader's NumBatches). Zero when nothing is left, and with
-// drop_last when fewer than world_size samples (or than batch_size per rank)
-// remain.
+// (as the loader's NumBatches). Zero when nothing is left; with drop_last
+// also when fewer than world_size samples, or than batch_size per rank, are.
 uint64_t NumBatchesFrom(uint64_t dataset_size, uint64_t cursor, uint32_t world_size,
                         uint64_t batch_size, bool drop_last);
 
