@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/sampler.h"
 #include "worker/dataset.h"
+#include "worker/digest.h"
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
@@ -336,15 +337,6 @@ absl::Status Trainer::Run() {
 }
 
 }  // namespace
-
-std::string ParameterDigest(Model& model) {
-  uint64_t h = kFnvOffset;
-  for (const auto& [name, t] : model.Parameters()) {
-    at::Tensor c = t.contiguous();
-    h = Fnv(h, c.data_ptr(), c.nbytes());
-  }
-  return absl::StrFormat("%016x", h);
-}
 
 absl::Status Train(const v1::Assignment& assignment, Communicator* comm, TrainingObserver* observer,
                    const std::atomic<bool>& abort) {

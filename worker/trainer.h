@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "ddp/v1/worker.pb.h"
 #include "worker/communicator.h"
+#include "worker/digest.h"  // ParameterDigest, which used to live here
 
 namespace ddp {
 
@@ -31,11 +32,6 @@ class TrainingObserver {
 // collective fails, ABORTED when `abort` was set.
 absl::Status Train(const v1::Assignment& assignment, Communicator* comm, TrainingObserver* observer,
                    const std::atomic<bool>& abort);
-
-// 64-bit FNV-1a over the bytes of every parameter, as 16 hex digits: equal
-// on every rank when the replicas agree bit for bit.
-class Model;
-std::string ParameterDigest(Model& model);
 
 }  // namespace ddp
 
