@@ -240,10 +240,14 @@ void CheckpointWriter::Loop() {
     }
     const v1::CheckpointResult result = Write(job);
     job.bytes = std::string();  // free the state before on_done, which may be slow
+    {
+      // Free before on_done, so that a caller told of this write can submit
+      // the next at once (it starts when on_done returns).
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+    }
     if (!result.error().empty()) DDP_LOG(Warning) << result.error();
     if (options_.on_done) options_.on_done(result);
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
   }
 }
 

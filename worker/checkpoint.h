@@ -47,8 +47,9 @@ class CheckpointWriter {
     // Checkpoints kept after each write; at least 1.
     uint32_t keep = 3;
     // Told of every write's outcome: path, bytes and seconds, or `error`
-    // (which names the file and the OS's reason). The writer counts as busy
-    // until it returns, so calling Submit from it is refused.
+    // (which names the file and the OS's reason). Runs on the writer thread
+    // after the write is done: a Submit from here on is accepted, and its
+    // write starts when on_done returns.
     std::function<void(const v1::CheckpointResult&)> on_done;
     const Clock* clock = RealClock::Get();
   };
@@ -61,7 +62,8 @@ class CheckpointWriter {
 
   // Hands `bytes` (an encoded training state) to the writer thread as the
   // checkpoint of `step`. Never blocks on the disk: returns false, and
-  // counts it in refused(), when the previous write is still in progress.
+  // counts it in refused(), when the previous write is still in progress
+  // (submitted, and its on_done not yet called).
   bool Submit(uint64_t generation, uint64_t step, uint64_t epoch, std::string bytes);
 
   // Submits refused because a write was in progress.
@@ -88,7 +90,7 @@ class CheckpointWriter {
   const Options options_;
   mutable absl::Mutex mu_;
   std::optional<Job> pending_ ABSL_GUARDED_BY(mu_);
-  // From Submit until on_done has returned.
+  // From Submit until the write is done (before its on_done).
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;

@@ -118,18 +118,23 @@ TEST(CheckpointWriter, Submit_FiveSteps_KeepsNewestThreeNoTempFiles) {
 TEST(CheckpointWriter, Submit_WhileBusy_ReturnsFalseAndCounts) {
   const std::string dir = MakeTempDir();
   absl::Notification entered, release;
-  auto writer = CheckpointWriter::Create({dir, 3, [&](const v1::CheckpointResult&) {
+  auto writer = CheckpointWriter::Create({dir, 3, [&](const v1::CheckpointResult& r) {
+                                            if (r.step() != 1) return;
                                             entered.Notify();
                                             release.WaitForNotification();
                                           }});
   ASSERT_THAT(writer, IsOk());
   ASSERT_TRUE((*writer)->Submit(1, 1, 0, State(1)));
+  // Write 1 is done and its on_done holds the writer thread: step 2 is
+  // accepted and waits, so step 3 finds the writer busy.
   entered.WaitForNotification();
-  EXPECT_FALSE((*writer)->Submit(1, 2, 0, State(2)));
+  EXPECT_TRUE((*writer)->Submit(1, 2, 0, State(2)));
+  EXPECT_FALSE((*writer)->Submit(1, 3, 0, State(3)));
   EXPECT_EQ((*writer)->refused(), 1u);
   release.Notify();
-  writer->reset();  // finishes, then stops
-  EXPECT_THAT(ListNames(dir), ElementsAre("ckpt-00000000000000000001.ddpstate"));
+  writer->reset();  // finishes step 2, then stops
+  EXPECT_THAT(ListNames(dir), ElementsAre("ckpt-00000000000000000001.ddpstate",
+                                          "ckpt-00000000000000000002.ddpstate"));
 }
 
 TEST(CheckpointWriter, Destructor_FinishesTheWriteInProgress) {
