@@ -32,10 +32,26 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
+// Folders MakeTempDir made, removed when the tests end.
+std::vector<std::string>& MadeDirs() {
+  static auto* dirs = new std::vector<std::string>();
+  return *dirs;
+}
+class RemoveMadeDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const std::string& dir : MadeDirs()) fs::remove_all(dir, ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveMadeDirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveMadeDirs);
+
 // A fresh folder per test.
 std::string MakeTempDir() {
   std::string dir = ::testing::TempDir() + "/ddp-ckpt-XXXXXX";
   EXPECT_NE(mkdtemp(dir.data()), nullptr) << std::strerror(errno);
+  MadeDirs().push_back(dir);
   return dir;
 }
 
