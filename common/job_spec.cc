@@ -6,9 +6,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace ddp {
@@ -200,8 +200,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("rejoin_timeout_seconds", "must be in [0, 86400]");
   }
   if (!OneOf(spec.lr_scaling(), {"keep", "linear"})) {
-    return FieldError("lr_scaling", absl::StrCat("unknown rule \"", spec.lr_scaling(),
-                                                 "\"; expected one of ", Quoted({"keep", "linear"})));
+    return FieldError("lr_scaling",
+                      absl::StrCat("unknown rule \"", spec.lr_scaling(), "\"; expected one of ",
+                                   Quoted({"keep", "linear"})));
   }
   if (!(spec.reform_min_interval_seconds() >= 0 && spec.reform_min_interval_seconds() <= 86400)) {
     return FieldError("reform_min_interval_seconds", "must be in [0, 86400]");
@@ -218,8 +219,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     }
   } else {
     if (checkpoint.dir()[0] != '/') {
-      return FieldError("checkpoint.dir", absl::StrCat("must be an absolute path (got \"",
-                                                       checkpoint.dir(), "\")"));
+      return FieldError("checkpoint.dir",
+                        absl::StrCat("must be an absolute path (got \"", checkpoint.dir(), "\")"));
     }
     if (!(checkpoint.every_seconds() >= 0 && checkpoint.every_seconds() <= 86400 * 30)) {
       return FieldError("checkpoint.every_seconds", "must be in [0, 2592000]");

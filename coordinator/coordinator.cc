@@ -1,3 +1,6 @@
+// The Coordinator's message side: attaching workers, what they say, the
+// rendezvous store, jobs, and the status snapshot. Generations, faults and
+// recovery are in coordinator_generations.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
@@ -5,22 +8,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace ddp {
 namespace {
 
-bool IsFree(const WorkerRecord& w) {
-  return !w.lost && (w.state == v1::WORKER_STATE_IDLE || w.state == v1::WORKER_STATE_DONE ||
-                     w.state == v1::WORKER_STATE_FAILED);
-}
-
-// Whether the worker can run the job's backend on its device.
-bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
-  if (spec.backend() == "gloo" || spec.backend() == "shm") return !w.device.is_cuda();
-  const auto& backends = w.capabilities.backends();
-  const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
-  if (spec.backend() == "nccl") return w.device.is_cuda() && has_nccl;
-  return !w.device.is_cuda() || has_nccl;  // auto: nccl on CUDA devices
+// The first field where two specs differ, in words.
+std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
+  std::string report;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&report);
+  differencer.Compare(a, b);
+  return report.substr(0, report.find('\n'));
 }
 
 }  // namespace
@@ -31,7 +30,11 @@ Coordinator::Coordinator(const Clock* clock, Options options)
       store_(clock),
       registry_(clock, options_.registry),
       generations_(clock),
-      job_(clock) {
+      job_(clock),
+      changes_(clock) {
+  if (options_.state_store != nullptr) {
+    state_writer_ = std::make_unique<StateWriter>(options_.state_store);
+  }
   absl::MutexLock lock(&mu_);
   PublishLocked();
 }
@@ -40,30 +43,47 @@ void Coordinator::Restore(const v1::DurableState& state) {
   absl::MutexLock lock(&mu_);
   generations_.RestoreLatest(state.latest_generation());
   job_.Restore(state);
+  changes_.Restore(state.generation_changes());
+  const absl::Time now = clock_->Now();
+  recovering_since_ = now;
+  if (state.has_generation()) {
+    last_members_.clear();
+    for (const auto& m : state.generation().members()) last_members_.push_back(m.worker_id());
+    if (job_.active()) {
+      generations_.RestoreCurrent(state.generation());
+      adoption_ = AdoptionWindow{now + options_.adopt_grace, {}, 0};
+      DDP_LOG(Info) << "restored generation " << state.generation().number() << " of job "
+                    << job_.id() << "; waiting up to " << options_.adopt_grace
+                    << " for its members to come back";
+    }
+  }
   dirty_ = true;
   PublishLocked();
 }
 
 void Coordinator::PersistLocked(Effects* fx) {
-  if (options_.state_store == nullptr) return;
+  if (state_writer_ == nullptr) return;
   v1::DurableState state;
   job_.FillDurable(&state);
   state.set_latest_generation(generations_.latest());
+  if (job_.active() && generations_.current() != nullptr) {
+    generations_.FillDurable(state.mutable_generation());
+  }
+  changes_.Fill(state.mutable_generation_changes());
   fx->persist.emplace(++persist_sequence_, std::move(state));
 }
 
 void Coordinator::Apply(Effects& fx) {
-  if (fx.persist) {
-    if (absl::Status s = options_.state_store->Save(fx.persist->second, fx.persist->first);
-        !s.ok()) {
-      DDP_LOG(Error) << "can't save state: " << s.message();
-    }
-  }
+  if (fx.persist) state_writer_->Post(fx.persist->first, std::move(fx.persist->second));
   for (auto& [channel, message] : fx.sends) channel->Send(message);
   for (auto& [channel, status] : fx.closes) channel->Close(status);
   for (const auto& ns : fx.dropped_namespaces) {
     store_.DropNamespaces(ns, absl::StrCat("generation ended; store namespace ", ns, " is gone"));
   }
+}
+
+void Coordinator::FlushState() {
+  if (state_writer_) state_writer_->Flush();
 }
 
 void Coordinator::SendLocked(const std::string& worker_id, v1::CoordinatorMessage message,
@@ -80,6 +100,25 @@ void Coordinator::RejectLocked(const std::string& worker_id, absl::Status why, E
   SendLocked(worker_id, std::move(message), fx);
 }
 
+void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generation,
+                                  const std::string& reason, bool at_step_boundary, Effects* fx) {
+  v1::CoordinatorMessage message;
+  message.mutable_abort()->set_generation(generation);
+  message.mutable_abort()->set_reason(reason);
+  message.mutable_abort()->set_at_step_boundary(at_step_boundary);
+  SendLocked(worker_id, std::move(message), fx);
+}
+
+void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held) {
+  if (held.job_id().empty()) return;
+  if (held.job_id() == job_.id() && held.spec_digest() == job_.spec_digest()) {
+    worker->held = held;
+    job_.OnHeldState(held);
+  } else {
+    worker->held.reset();  // another job's, or another spec's: of no use here
+  }
+}
+
 absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterRequest& request,
                                                          std::shared_ptr<WorkerChannel> channel) {
   Effects fx;
@@ -87,19 +126,36 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
   {
     absl::MutexLock lock(&mu_);
     const uint64_t id = next_session_++;
-    absl::StatusOr<WorkerRecord*> worker = registry_.Register(request, options_.version, id);
-    if (!worker.ok()) return worker.status();
-    session = Session{(*worker)->id, id};
+    bool took_over = false;
+    absl::StatusOr<WorkerRecord*> registered =
+        registry_.Register(request, options_.version, id, &took_over);
+    if (!registered.ok()) return registered.status();
+    WorkerRecord* worker = *registered;
+    session = Session{worker->id, id};
+    if (auto old = channels_.find(worker->id); took_over && old != channels_.end()) {
+      fx.closes.emplace_back(old->second.second,
+                             absl::UnavailableError("replaced by a newer stream of this worker"));
+    }
     channels_[session.worker_id] = {id, std::move(channel)};
     v1::CoordinatorMessage reply;
-    auto* registered = reply.mutable_registered();
-    registered->set_worker_id(session.worker_id);
-    registered->set_heartbeat_interval_ms(
+    auto* r = reply.mutable_registered();
+    r->set_worker_id(session.worker_id);
+    r->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
-    registered->set_coordinator_version(options_.version);
+    r->set_coordinator_version(options_.version);
     SendLocked(session.worker_id, std::move(reply), &fx);
-    DDP_LOG(Info) << "worker " << session.worker_id << " attached (" << request.host() << " "
-                  << (*worker)->device.ToString() << ", pid " << request.pid() << ")";
+    DDP_LOG(Info) << "worker " << session.worker_id << (took_over ? " reattached (" : " attached (")
+                  << request.host() << " " << worker->device.ToString() << ", pid " << request.pid()
+                  << ")"
+                  << (request.generation() ? absl::StrCat(", in generation ", request.generation(),
+                                                          " as rank ", request.rank())
+                                           : "")
+                  << (request.has_held() && !request.held().job_id().empty()
+                          ? absl::StrCat(", holding job ", request.held().job_id(), " at step ",
+                                         request.held().step())
+                          : "");
+    if (request.has_held()) NoteHeldLocked(worker, request.held());
+    OnClaimLocked(worker, request, took_over, &fx);
     dirty_ = true;
     MaybeFormGenerationLocked(&fx);
   }
@@ -123,6 +179,11 @@ absl::Status Coordinator::CheckMemberLocked(const WorkerRecord& worker, uint64_t
                                                       " is not a member of generation ", generation,
                                                       "; the message was dropped"));
   }
+  if (adoption_ && !adoption_->returned.count(worker.id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker.id, " has not re-attached to generation ", generation,
+                     " after the coordinator restarted; the message was dropped"));
+  }
   return absl::OkStatus();
 }
 
@@ -139,7 +200,7 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
         int rank;
         const auto& hb = message.heartbeat();
         if (hb.generation() != 0 && CheckMemberLocked(*worker, hb.generation(), &rank).ok()) {
-          worker->step = std::max(worker->step, hb.step());
+          registry_.NoteStep(worker, hb.step());
           worker->phase = hb.phase();
         }
         break;
@@ -164,6 +225,9 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
                       << result.test_accuracy() << ", train loss " << result.train_loss();
         break;
       }
+      case v1::WorkerMessage::kCheckpoint:
+        OnCheckpointLocked(worker, message.checkpoint(), &fx);
+        break;
       case v1::WorkerMessage::kRegister:
         RejectLocked(worker->id,
                      absl::InvalidArgumentError("already registered on this stream; a worker "
@@ -190,9 +254,10 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
       return;
     }
     job_.OnStepReport(rank, report);
+    changes_.OnStep(report.generation());
     worker->generation = report.generation();
     worker->epoch = report.epoch();
-    worker->step = std::max(worker->step, report.step());
+    registry_.NoteStep(worker, report.step());
     worker->last_loss = report.loss();
     worker->reduction = report.reduction();
     worker->phase = report.reduction().phase();
@@ -207,8 +272,7 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
       absl::Status same = job_.OnParameterDigest(rank, report.step(), report.parameter_digest());
       if (!same.ok()) {
         DDP_LOG(Error) << same.message();
-        job_.Fail(std::string(same.message()));
-        EndGenerationLocked("replicas diverged", fx);
+        FailJobLocked(std::string(same.message()), fx);
         return;
       }
     }
@@ -216,29 +280,80 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
   if (seconds > 0) worker->samples_per_sec = samples / seconds;
 }
 
+void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result,
+                                     Effects* fx) {
+  // A write that finishes after its generation ended is still a good
+  // checkpoint of the job: only the job's liveness matters.
+  if (!job_.active()) return;
+  job_.OnCheckpoint(result);
+  if (result.error().empty()) {
+    DDP_LOG(Info) << "checkpoint of step " << result.step() << " written by " << worker->id << ": "
+                  << result.path() << " ("
+                  << absl::StrFormat("%.1f MB in %.2fs", result.bytes() / 1e6, result.seconds())
+                  << ")";
+  } else {
+    DDP_LOG(Warning) << "checkpoint of step " << result.step() << " failed on " << worker->id
+                     << ": " << result.error();
+  }
+  PersistLocked(fx);
+}
+
 void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change,
                                       Effects* fx) {
+  if (change.has_held()) NoteHeldLocked(worker, change.held());
   const Generation* current = generations_.current();
   const int rank = current ? current->RankOf(worker->id) : -1;
   const bool in_current = rank >= 0 && change.generation() == current->number;
-  if (change.state() == v1::WORKER_STATE_IDLE) {
-    // IDLE names the generation the worker left (0: none). Never stale: it
-    // is a fact about the worker.
-    if (in_current && worker->state != v1::WORKER_STATE_DONE) {
-      const std::string reason = absl::StrFormat("rank %d (worker %s) left generation %d: %s", rank,
-                                                 worker->id, current->number, change.detail());
-      DDP_LOG(Warning) << reason;
-      job_.Fail(reason);
-      EndGenerationLocked(absl::StrCat("rank ", rank, " (", worker->id, ") left"), fx);
-    } else if (rank >= 0) {
-      return;  // about an older generation; it is already assigned to the current one
-    }
-    worker->state = v1::WORKER_STATE_IDLE;
-    worker->detail = change.detail();
-    MaybeFormGenerationLocked(fx);  // it may complete a quorum
-    return;
+  switch (change.state()) {
+    case v1::WORKER_STATE_IDLE:
+      // IDLE names the generation the worker left (0: none). Never stale: it
+      // is a fact about the worker.
+      if (in_current && admitting_) {
+        worker->state = v1::WORKER_STATE_IDLE;
+        worker->detail = change.detail();
+        OnLeftLocked(worker->id, fx);
+        return;
+      }
+      if (in_current && worker->state != v1::WORKER_STATE_DONE) {
+        // Free before the fault ends the generation: it is not told to
+        // leave what it already left.
+        const std::string reason =
+            absl::StrFormat("%s left generation %d: %s", DescribeLocked(*worker, rank),
+                            current->number, change.detail());
+        worker->state = v1::WORKER_STATE_IDLE;
+        OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {worker->id}, fx);
+      } else if (rank >= 0) {
+        return;  // about an older generation; it is already assigned to the current one
+      }
+      worker->state = v1::WORKER_STATE_IDLE;
+      worker->detail = change.detail();
+      OnLeftLocked(worker->id, fx);
+      MaybeFormGenerationLocked(fx);  // it may complete a quorum
+      return;
+    case v1::WORKER_STATE_DONE:
+      // Also a fact about the worker: a DONE that crossed an abort must not
+      // leave it TRAINING forever.
+      worker->state = v1::WORKER_STATE_DONE;
+      worker->detail = change.detail();
+      if (!in_current) {
+        OnLeftLocked(worker->id, fx);
+        MaybeFormGenerationLocked(fx);
+        return;
+      }
+      if (job_.OnRankDone(rank)) {
+        DDP_LOG(Info) << "job " << job_.id() << " succeeded in generation " << change.generation();
+        EndGenerationLocked("", fx);
+      }
+      return;
+    default:
+      break;
   }
   if (!in_current) {
+    if (change.state() == v1::WORKER_STATE_FAILED) {
+      worker->state = v1::WORKER_STATE_FAILED;  // it leaves; its IDLE follows
+      worker->detail = change.detail();
+      return;
+    }
     ++worker->stale_messages;
     int unused_rank;  // not a member of the current generation: always an error
     RejectLocked(worker->id, CheckMemberLocked(*worker, change.generation(), &unused_rank), fx);
@@ -248,59 +363,30 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   worker->detail = change.detail();
   worker->generation = change.generation();
   if (change.has_probe()) worker->probe = change.probe();
-  const uint64_t generation = change.generation();
-  if (change.state() == v1::WORKER_STATE_DONE) {
-    if (job_.OnRankDone(rank)) {
-      DDP_LOG(Info) << "job " << job_.id() << " succeeded in generation " << generation;
-      EndGenerationLocked("", fx);
-    }
-  } else if (change.state() == v1::WORKER_STATE_FAILED) {
-    const std::string reason = absl::StrFormat("rank %d (worker %s) failed in generation %d: %s",
-                                               rank, worker->id, generation, change.detail());
+  if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
+    changes_.OnStarted(change.generation(), change.held().step(),
+                       rank == static_cast<int>(current->source.rank) ? change.detail() : "");
+  }
+  if (change.state() != v1::WORKER_STATE_FAILED) return;
+  const auto code = static_cast<absl::StatusCode>(change.code());
+  const std::string reason =
+      absl::StrFormat("%s failed in generation %d: %s", DescribeLocked(*worker, rank),
+                      change.generation(), change.detail());
+  if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+      code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kCancelled) {
+    OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {}, fx);
+    OnLeftLocked(worker->id, fx);
+  } else {
+    // A bad model or data file, diverged replicas: another generation would
+    // fail the same way.
     DDP_LOG(Warning) << reason;
-    job_.Fail(reason);
-    EndGenerationLocked(absl::StrCat("rank ", rank, " (", worker->id, ") failed"), fx);
+    FailJobLocked(reason, fx);
   }
 }
 
-void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* fx) {
-  const Generation* g = generations_.current();
-  if (g == nullptr) return;
-  if (!abort_reason.empty()) {
-    for (const RankCandidate& member : g->members) {
-      WorkerRecord* w = registry_.Find(member.worker_id);
-      if (w == nullptr || w->lost || w->state == v1::WORKER_STATE_FAILED) continue;
-      v1::CoordinatorMessage message;
-      message.mutable_abort()->set_generation(g->number);
-      message.mutable_abort()->set_reason(abort_reason);
-      SendLocked(member.worker_id, std::move(message), fx);
-    }
-  }
-  fx->dropped_namespaces.push_back(absl::StrCat(job_.id(), "/", g->number, "/"));
-  generations_.EndCurrent();
-  dirty_ = true;
-  PersistLocked(fx);
-}
-
-void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
-  DDP_LOG(Warning) << "worker " << worker->id << " lost: " << worker->detail;
-  auto channel = channels_.find(worker->id);
-  if (channel != channels_.end()) {
-    fx->closes.emplace_back(channel->second.second,
-                            absl::UnavailableError(absl::StrCat("marked lost (", worker->detail,
-                                                                "); reconnect to attach again")));
-    channels_.erase(channel);
-  }
-  const Generation* g = generations_.current();
-  const int rank = g ? g->RankOf(worker->id) : -1;
-  if (rank < 0) return;
-  const std::string reason = absl::StrFormat(
-      "rank %d (worker %s on %s %s) lost in generation %d: %s; it had completed step %d and "
-      "was in phase %s",
-      rank, worker->id, worker->host, worker->device.ToString(), g->number, worker->detail,
-      worker->step, v1::StepPhase_Name(worker->phase));
-  job_.Fail(reason);
-  EndGenerationLocked(absl::StrCat("rank ", rank, " (", worker->id, ") lost"), fx);
+std::string Coordinator::DescribeLocked(const WorkerRecord& worker, int rank) const {
+  return absl::StrFormat("rank %d (worker %s on %s %s)", rank, worker.id, worker.host,
+                         worker.device.ToString());
 }
 
 void Coordinator::OnStreamClosed(const Session& session, const std::string& reason) {
@@ -314,62 +400,22 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
   Apply(fx);
 }
 
-void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
-  if (job_.state() != v1::JOB_STATE_WAITING || generations_.current() != nullptr) return;
-  // Cheap test first: this runs on every registration.
-  if (registry_.num_attached() < job_.spec().min_workers()) return;
-  std::vector<RankCandidate> free_workers;
-  for (const WorkerRecord* w : registry_.All()) {
-    if (IsFree(*w) && CanRun(*w, job_.spec())) {
-      free_workers.push_back(RankCandidate{w->id, w->host, w->device, w->machine_id});
-    }
-  }
-  std::optional<Generation> g = generations_.MaybeForm(job_.spec(), std::move(free_workers));
-  if (!g) return;
-  job_.OnGenerationStarted(static_cast<uint32_t>(g->members.size()), g->start_step);
-  bool single_machine = true;
-  for (const RankCandidate& m : g->members) {
-    single_machine &= !m.machine_id.empty() && m.machine_id == g->members[0].machine_id;
-  }
-  DDP_LOG(Info) << "job " << job_.id() << ": generation " << g->number << " formed with "
-                << g->members.size() << " worker(s)";
-  for (size_t rank = 0; rank < g->members.size(); ++rank) {
-    const RankCandidate& member = g->members[rank];
-    WorkerRecord* w = registry_.Find(member.worker_id);
-    w->state = v1::WORKER_STATE_RENDEZVOUS;
-    w->detail = absl::StrCat("assigned rank ", rank, " of generation ", g->number);
-    w->generation = g->number;
-    w->step = g->start_step;
-    w->unused_parameters.clear();
-    w->reduction.Clear();
-    w->probe.Clear();
-    w->parameter_digest.clear();
-    w->digest_step = 0;
-    v1::CoordinatorMessage message;
-    v1::Assignment* a = message.mutable_assignment();
-    a->set_job_id(job_.id());
-    a->set_generation(g->number);
-    a->set_rank(static_cast<uint32_t>(rank));
-    a->set_world_size(static_cast<uint32_t>(g->members.size()));
-    a->set_start_epoch(g->start_epoch);
-    a->set_start_step(g->start_step);
-    a->set_sampler_seed(job_.spec().seed());
-    a->set_source_rank(g->source_rank);
-    *a->mutable_spec() = job_.spec();
-    a->set_worker_id(member.worker_id);
-    a->set_single_machine(single_machine);
-    SendLocked(member.worker_id, std::move(message), fx);
-  }
-  dirty_ = true;
-  PersistLocked(fx);
-}
-
 absl::StatusOr<v1::JobSpec> Coordinator::SubmitJob(const v1::JobSpec& requested) {
   v1::JobSpec spec = WithDefaults(requested);
   if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return s;
   {
-    // Refuse early, before the (slow) preflight, when a job is active.
     absl::MutexLock lock(&mu_);
+    if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
+      if (google::protobuf::util::MessageDifferencer::Equals(job_.spec(), spec)) {
+        return job_.spec();  // already held: a restart re-reading its --job, say
+      }
+      return absl::FailedPreconditionError(
+          absl::StrCat("job \"", spec.name(), "\" already exists (",
+                       v1::JobState_Name(job_.state()), ") with another spec (",
+                       FirstDifference(job_.spec(), spec), "); give the new job another name",
+                       job_.active() ? ", or cancel this one first (CancelJob)" : ""));
+    }
+    // Refuse early, before the (slow) preflight, when a job is active.
     if (job_.active()) return job_.Submit(spec);
   }
   if (options_.preflight) {
@@ -382,6 +428,14 @@ absl::StatusOr<v1::JobSpec> Coordinator::SubmitJob(const v1::JobSpec& requested)
     DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
                   << spec.dataset().kind() << ", " << spec.min_workers() << "-"
                   << spec.max_workers() << " workers";
+    changes_ = ChangeLog(clock_);
+    last_members_.clear();
+    leaving_.clear();
+    adoption_.reset();
+    admitting_ = false;
+    quorum_since_.reset();
+    // Held states belong to the previous job.
+    for (const WorkerRecord* w : registry_.All()) registry_.Find(w->id)->held.reset();
     dirty_ = true;
     PersistLocked(&fx);
     MaybeFormGenerationLocked(&fx);
@@ -396,6 +450,7 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
     absl::MutexLock lock(&mu_);
     if (absl::Status s = job_.Cancel(job_id, reason); !s.ok()) return s;
     DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
+    adoption_.reset();
     EndGenerationLocked(reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason),
                         &fx);
     dirty_ = true;
@@ -451,31 +506,17 @@ absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request
   return store_.Add(*ns, request.key(), request.delta());
 }
 
-void Coordinator::Tick() {
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& id : registry_.ExpireSilent()) {
-      OnWorkerLostLocked(registry_.Find(id), &fx);
-      dirty_ = true;
-    }
-    MaybeFormGenerationLocked(&fx);
-    const absl::Duration age = clock_->Now() - published_at_;
-    if ((dirty_ && age >= options_.snapshot_min_interval) || age >= options_.snapshot_max_age) {
-      PublishLocked();
-    }
-  }
-  Apply(fx);
-  store_.ExpireWaiters();
-}
-
 void Coordinator::PublishLocked() {
   job_.SampleProgress();
   auto status = std::make_shared<v1::JobStatus>();
   job_.FillStatus(status.get());
+  changes_.Fill(status->mutable_generation_changes());
   const Generation* g = generations_.last();
   status->set_generation(generations_.latest());
   if (g) status->set_world_size(static_cast<uint32_t>(g->members.size()));
+  if (const Generation* current = generations_.current()) {
+    for (const RankCandidate& m : current->members) status->add_members(m.worker_id);
+  }
   const absl::Time now = clock_->Now();
   uint32_t attached = 0;
   for (const WorkerRecord* w : registry_.All()) {
@@ -503,6 +544,7 @@ void Coordinator::PublishLocked() {
     ws->set_stale_messages(w->stale_messages);
     ws->set_parameter_digest(w->parameter_digest);
     ws->set_digest_step(w->digest_step);
+    if (w->held) *ws->mutable_held() = *w->held;
   }
   status->set_attached_workers(attached);
   dirty_ = false;

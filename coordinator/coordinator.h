@@ -1,12 +1,17 @@
 // The coordinator's core: registers workers, forms generations, sends
-// assignments, follows progress and failures, and serves the rendezvous
-// store. One class per concern underneath (WorkerRegistry,
-// GenerationManager, JobProgress, KvStore); this class composes them under
-// one lock and knows nothing of gRPC: workers are reached through the
-// WorkerChannel interface, and time comes from an injected Clock.
+// assignments, follows progress, and keeps the job alive through faults:
+// a lost, hung or failed member ends its generation, and the next one forms
+// from the workers still there (plus any that join), starting from the most
+// advanced state any of them holds. One class per concern underneath
+// (WorkerRegistry, GenerationManager, JobProgress, ChangeLog, KvStore), and
+// every decision is a pure function in reform_policy.h; this class gathers
+// their inputs under one lock and carries the answers out. It knows nothing
+// of gRPC: workers are reached through the WorkerChannel interface, and time
+// comes from an injected Clock.
 //
 // Thread-safe: every public method may be called from any thread. Messages
-// to workers are sent after the lock is released.
+// to workers are sent after the lock is released; nothing here blocks on
+// the disk (the durable state is saved on a thread of its own).
 #ifndef DDP_COORDINATOR_COORDINATOR_H_
 #define DDP_COORDINATOR_COORDINATOR_H_
 
@@ -15,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,10 +33,13 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/version.h"
+#include "coordinator/change_log.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/job_progress.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/reform_policy.h"
 #include "coordinator/state_store.h"
+#include "coordinator/state_writer.h"
 #include "coordinator/worker_registry.h"
 #include "ddp/v1/coordinator.pb.h"
 
@@ -61,19 +70,17 @@ class Coordinator {
     // stream handler needs), and at least every snapshot_max_age.
     absl::Duration snapshot_min_interval = absl::Milliseconds(200);
     absl::Duration snapshot_max_age = absl::Seconds(1);
+    // After a restart, how long the saved generation's members have to come
+    // back before it is re-formed without the missing ones.
+    absl::Duration adopt_grace = absl::Seconds(10);
     BuildCapabilities build;
-    // Where the job and generation numbering survive restarts. May be null.
+    // Where the job, its generation and its progress survive restarts. May
+    // be null.
     StateStore* state_store = nullptr;
     // Checks a job's files (the model loads and fits the data) before it is
     // accepted; returns INVALID_ARGUMENT naming the problem. May be null.
     std::function<absl::Status(const v1::JobSpec&)> preflight;
   };
-
-  // Takes up the state saved before a restart (call before serving):
-  // generation numbers continue after the saved one, and an active job waits
-  // for workers again. Progress inside a generation is not checkpointed yet,
-  // so it restarts from step 0.
-  void Restore(const v1::DurableState& state);
 
   // One worker's stream.
   struct Session {
@@ -85,9 +92,18 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  // Registers the worker behind a new stream and sends it Registered.
-  // INVALID_ARGUMENT, FAILED_PRECONDITION or ALREADY_EXISTS as
-  // WorkerRegistry::Register; the caller closes the stream with it.
+  // Takes up the state saved before a restart (call before serving):
+  // generation numbers continue after the saved one; a generation that was
+  // training waits adopt_grace for its members to come back and goes on
+  // untouched if they all do; an active job without one re-forms from
+  // whatever state the returning workers hold (or its newest checkpoint).
+  void Restore(const v1::DurableState& state);
+
+  // Registers the worker behind a new stream and sends it Registered. A
+  // worker claiming a generation it can't continue in is told to leave it
+  // (an Abort after Registered). INVALID_ARGUMENT, FAILED_PRECONDITION or
+  // ALREADY_EXISTS as WorkerRegistry::Register; the caller closes the
+  // stream with it.
   absl::StatusOr<Session> Attach(const v1::RegisterRequest& request,
                                  std::shared_ptr<WorkerChannel> channel);
   // Any message after the first on the stream. Refused messages (stale
@@ -97,8 +113,10 @@ class Coordinator {
   void OnStreamClosed(const Session& session, const std::string& reason);
 
   // Validates (INVALID_ARGUMENT names the field), runs the preflight, and
-  // makes the spec the current job. FAILED_PRECONDITION while another job
-  // is waiting or running. Returns the spec with defaults.
+  // makes the spec the current job. The job the coordinator already holds,
+  // under the same name with the same spec, is a no-op (it is not run
+  // again); FAILED_PRECONDITION for the same name with another spec, and
+  // while another job is active. Returns the spec with defaults.
   absl::StatusOr<v1::JobSpec> SubmitJob(const v1::JobSpec& spec);
   // NOT_FOUND for another job, FAILED_PRECONDITION if it already ended.
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
@@ -109,9 +127,9 @@ class Coordinator {
   void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done);
   absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request);
 
-  // Periodic work: marks silent workers lost, forms a generation when the
-  // settle window ends, fails store gets past their deadline, republishes
-  // the status snapshot.
+  // Periodic work: marks silent workers lost, evicts hung members, ends an
+  // adoption window, forms a generation when the policy says so, fails
+  // store gets past their deadline, republishes the status snapshot.
   void Tick();
 
   // The latest status snapshot: never waits behind stream handlers.
@@ -120,6 +138,8 @@ class Coordinator {
 
   // Tells every attached worker to exit.
   void StopAllWorkers(const std::string& reason);
+  // Returns once every state change so far is on disk (tests, shutdown).
+  void FlushState();
 
  private:
   // What a locked section decided to do once the lock is released.
@@ -130,18 +150,54 @@ class Coordinator {
     // (sequence, state) to save, when the durable state changed.
     std::optional<std::pair<uint64_t, v1::DurableState>> persist;
   };
+  // A restored generation waiting for its members.
+  struct AdoptionWindow {
+    absl::Time deadline;
+    std::set<std::string> returned;
+    uint32_t returned_idle = 0;
+  };
+
   void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
-
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RejectLocked(const std::string& worker_id, absl::Status why, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendAbortLocked(const std::string& worker_id, uint64_t generation, const std::string& reason,
+                       bool at_step_boundary, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // A worker registering says which generation it trains in: continue it,
+  // or tell it to leave.
+  void OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request, bool took_over,
+                     Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckAdoptionLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckHungLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckLeavingLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   void MaybeFormGenerationLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the current generation, aborting members still in it.
+  void FormGenerationLocked(std::vector<Candidate> candidates, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the members to leave at the next step boundary, to admit joiners.
+  void AdmitJoinersLocked(const std::string& why, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<Candidate> FreeCandidatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // A generation is lost to a fault: it ends (members still in it are told
+  // to leave at once, keeping their state), and the job recovers, or fails
+  // once its fault budget is spent.
+  void OnFaultLocked(v1::ChangeCause cause, const std::string& reason,
+                     const std::vector<std::string>& left, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the current generation; with an `abort_reason`, members still in it
+  // are told to leave and counted as leaving until they say they have.
   void EndGenerationLocked(const std::string& abort_reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobLocked(const std::string& reason, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker is no longer in the generation it was told to leave.
+  void OnLeftLocked(const std::string& worker_id, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // OK when `generation` is current and the worker is one of its members.
   absl::Status CheckMemberLocked(const WorkerRecord& worker, uint64_t generation, int* rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -151,19 +207,41 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a worker's held state if it is this job's.
+  void NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeLocked(const WorkerRecord& worker, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* clock_;
   const Options options_;
   KvStore store_;
+  std::unique_ptr<StateWriter> state_writer_;
 
   mutable absl::Mutex mu_;
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
   GenerationManager generations_ ABSL_GUARDED_BY(mu_);
   JobProgress job_ ABSL_GUARDED_BY(mu_);
+  ChangeLog changes_ ABSL_GUARDED_BY(mu_);
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);
+  // Members told to leave the last generation who have not said they left,
+  // with when they were told.
+  std::map<std::string, absl::Time> leaving_ ABSL_GUARDED_BY(mu_);
+  // The running generation's members were asked to leave at a step boundary.
+  bool admitting_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time admitting_since_ ABSL_GUARDED_BY(mu_);
+  std::optional<AdoptionWindow> adoption_ ABSL_GUARDED_BY(mu_);
+  // Since when min_workers have been free (first generation's settle window).
+  std::optional<absl::Time> quorum_since_ ABSL_GUARDED_BY(mu_);
+  absl::Time recovering_since_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_formed_at_ ABSL_GUARDED_BY(mu_);
+  // Members of the last generation that ended, for the change log.
+  std::vector<std::string> last_members_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;

@@ -1,5 +1,7 @@
 #include "coordinator/generation_manager.h"
 
+#include <algorithm>
+
 namespace ddp {
 
 int Generation::RankOf(const std::string& worker_id) const {
@@ -9,34 +11,69 @@ int Generation::RankOf(const std::string& worker_id) const {
   return -1;
 }
 
-std::optional<Generation> GenerationManager::MaybeForm(const v1::JobSpec& spec,
-                                                       std::vector<RankCandidate> free_workers) {
-  if (current_) return std::nullopt;
-  const absl::Time now = clock_->Now();
-  if (free_workers.size() < spec.min_workers()) {
-    quorum_since_.reset();
-    return std::nullopt;
-  }
-  if (!quorum_since_) quorum_since_ = now;
-  const bool full = free_workers.size() >= spec.max_workers();
-  const bool settled = now - *quorum_since_ >= absl::Seconds(spec.settle_seconds());
-  if (!full && !settled) return std::nullopt;
-
-  std::vector<RankCandidate> ordered = OrderByRank(std::move(free_workers));
-  if (ordered.size() > spec.max_workers()) ordered.resize(spec.max_workers());
-  Generation g;
-  g.number = ++latest_;
-  g.members = std::move(ordered);
-  g.formed_at = now;
-  current_ = g;
-  last_ = g;
-  quorum_since_.reset();
-  return g;
+std::vector<std::string> Generation::MemberIds() const {
+  std::vector<std::string> ids;
+  ids.reserve(members.size());
+  for (const RankCandidate& m : members) ids.push_back(m.worker_id);
+  return ids;
 }
 
-void GenerationManager::EndCurrent() {
-  current_.reset();
-  quorum_since_.reset();
+const Generation& GenerationManager::Form(std::vector<RankCandidate> members,
+                                          const SourceChoice& source, double lr) {
+  Generation g;
+  g.number = ++latest_;
+  g.members = std::move(members);
+  g.source = source;
+  g.lr = lr;
+  g.single_machine = !g.members.empty();
+  for (const RankCandidate& m : g.members) {
+    g.single_machine &= !m.machine_id.empty() && m.machine_id == g.members[0].machine_id;
+  }
+  g.formed_at = clock_->Now();
+  current_ = g;
+  last_ = g;
+  return *current_;
+}
+
+void GenerationManager::RestoreCurrent(const v1::DurableGeneration& saved) {
+  Generation g;
+  g.number = saved.number();
+  for (const v1::DurableMember& m : saved.members()) {
+    Device device;
+    if (auto parsed = ParseDevice(m.device()); parsed.ok()) device = *parsed;
+    g.members.push_back(RankCandidate{m.worker_id(), m.host(), device, m.machine_id()});
+  }
+  g.source.rank = saved.source_rank();
+  g.source.source = saved.state_source();
+  g.source.step = saved.start_step();
+  g.source.epoch = saved.start_epoch();
+  g.source.cursor = saved.start_cursor();
+  g.lr = saved.lr();
+  g.single_machine = saved.single_machine();
+  g.formed_at = clock_->Now();
+  latest_ = std::max(latest_, g.number);
+  current_ = g;
+  last_ = g;
+}
+
+void GenerationManager::FillDurable(v1::DurableGeneration* out) const {
+  if (!current_) return;
+  const Generation& g = *current_;
+  out->set_number(g.number);
+  for (const RankCandidate& m : g.members) {
+    v1::DurableMember* d = out->add_members();
+    d->set_worker_id(m.worker_id);
+    d->set_host(m.host);
+    d->set_device(m.device.ToString());
+    d->set_machine_id(m.machine_id);
+  }
+  out->set_start_step(g.source.step);
+  out->set_start_epoch(g.source.epoch);
+  out->set_start_cursor(g.source.cursor);
+  out->set_source_rank(g.source.rank);
+  out->set_state_source(g.source.source);
+  out->set_lr(g.lr);
+  out->set_single_machine(g.single_machine);
 }
 
 }  // namespace ddp

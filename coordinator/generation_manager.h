@@ -1,6 +1,8 @@
-// Generations: when enough workers are free, a numbered round with members
-// in rank order. Decides when to form one (at once with max_workers, or
-// after the settle window with min_workers) and which generation is current.
+// Generations: numbered rounds of training, each with its members in rank
+// order and the state it starts from. Which generation is current, and the
+// numbering that fences everything a worker says (numbers only grow, across
+// jobs and coordinator restarts). When to form one, and with whom, is
+// decided in reform_policy.h.
 //
 // Not thread-safe: the Coordinator calls it under its own lock.
 #ifndef DDP_COORDINATOR_GENERATION_MANAGER_H_
@@ -14,7 +16,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/rank_assignment.h"
-#include "ddp/v1/job.pb.h"
+#include "coordinator/reform_policy.h"
+#include "ddp/v1/state.pb.h"
 
 namespace ddp {
 
@@ -22,26 +25,24 @@ struct Generation {
   uint64_t number = 0;
   // Rank r is members[r].
   std::vector<RankCandidate> members;
-  uint64_t start_epoch = 0;
-  uint64_t start_step = 0;
-  uint32_t source_rank = 0;
+  // The state it starts from, as the coordinator expects it.
+  SourceChoice source;
+  double lr = 0;
+  // Every member runs on one machine (shared memory is possible).
+  bool single_machine = false;
   absl::Time formed_at;
 
   // The member's rank, or -1.
   int RankOf(const std::string& worker_id) const;
+  std::vector<std::string> MemberIds() const;
 };
 
 class GenerationManager {
  public:
   explicit GenerationManager(const Clock* clock) : clock_(clock) {}
 
-  // Forms the next generation from `free_workers` (attached, idle, able to
-  // run the job) when there is no current one and either max_workers are
-  // free, or min_workers have been free for the settle window. Takes the
-  // first max_workers in rank order. Call whenever the free set may have
-  // changed, and periodically so the settle window can end.
-  std::optional<Generation> MaybeForm(const v1::JobSpec& spec,
-                                      std::vector<RankCandidate> free_workers);
+  // Makes the next generation current: `members` in rank order.
+  const Generation& Form(std::vector<RankCandidate> members, const SourceChoice& source, double lr);
 
   // The generation in progress, or null.
   const Generation* current() const { return current_ ? &*current_ : nullptr; }
@@ -50,24 +51,25 @@ class GenerationManager {
   const Generation* last() const { return last_ ? &*last_ : nullptr; }
   // Whether `number` is the generation in progress.
   bool IsCurrent(uint64_t number) const { return current_ && current_->number == number; }
-  // Number of the latest generation formed, 0 before the first. Numbers
-  // keep growing across jobs, so a (job, generation) pair is never reused
-  // even when a job name is.
+  // Number of the latest generation formed, 0 before the first.
   uint64_t latest() const { return latest_; }
 
-  // After a restart: the next generation is numbered after `latest`.
-  void RestoreLatest(uint64_t latest) { latest_ = latest; }
+  // After a restart: the next generation is numbered after `latest` (never
+  // lowers it).
+  void RestoreLatest(uint64_t latest) { latest_ = std::max(latest_, latest); }
+  // After a restart: `saved` is current again, waiting to be adopted.
+  void RestoreCurrent(const v1::DurableGeneration& saved);
+  // The current generation for the durable state.
+  void FillDurable(v1::DurableGeneration* out) const;
 
   // The current generation is over (finished or aborted).
-  void EndCurrent();
+  void EndCurrent() { current_.reset(); }
 
  private:
   const Clock* clock_;
   std::optional<Generation> current_;
   std::optional<Generation> last_;
   uint64_t latest_ = 0;
-  // When min_workers first became free, while they stay free.
-  std::optional<absl::Time> quorum_since_;
 };
 
 }  // namespace ddp

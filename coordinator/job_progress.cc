@@ -4,11 +4,13 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace ddp {
 namespace {
 
 constexpr absl::Duration kRateWindow = absl::Seconds(20);
+constexpr size_t kStepTimeWindow = 64;
 
 }  // namespace
 
@@ -16,19 +18,15 @@ absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
   if (active()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", spec_.name(), "\" is still ",
-                     state_ == v1::JOB_STATE_RUNNING ? "running" : "waiting for workers",
+                     state_ == v1::JOB_STATE_WAITING ? "waiting for workers" : "running",
                      "; cancel it first (CancelJob) or wait for it to end"));
   }
+  *this = JobProgress(clock_);
   spec_ = spec;
+  spec_digest_ = SpecDigest(spec);
   state_ = v1::JOB_STATE_WAITING;
   message_ = absl::StrCat("waiting for ", spec.min_workers(), " worker(s)");
   submitted_at_ = clock_->Now();
-  ranks_.clear();
-  steps_per_epoch_ = 0;
-  start_step_ = 0;
-  epochs_.clear();
-  digests_.clear();
-  rate_window_.clear();
   return absl::OkStatus();
 }
 
@@ -47,13 +45,31 @@ absl::Status JobProgress::Cancel(const std::string& job_id, const std::string& r
   return absl::OkStatus();
 }
 
-void JobProgress::OnGenerationStarted(uint32_t world_size, uint64_t start_step) {
+void JobProgress::OnGenerationStarted(uint32_t world_size, uint64_t start_step, double lr) {
   state_ = v1::JOB_STATE_RUNNING;
   message_ = absl::StrCat("training on ", world_size, " worker(s)");
   start_step_ = start_step;
+  // The job goes on from here: steps past it (a whole-job restart from a
+  // checkpoint dropped them) no longer count as committed.
+  committed_step_ = start_step;
+  world_size_ = world_size;
+  lr_ = lr;
   ranks_.assign(world_size, RankProgress{});
   for (auto& r : ranks_) r.step = start_step_;
   rate_window_.clear();
+}
+
+void JobProgress::Recover(const std::string& message) {
+  state_ = v1::JOB_STATE_RECOVERING;
+  message_ = message;
+  ranks_.clear();
+  start_step_ = committed_step_;
+}
+
+void JobProgress::SetWaitingMessage(const std::string& message) {
+  if (!message.empty() && (state_ == v1::JOB_STATE_WAITING || state_ == v1::JOB_STATE_RECOVERING)) {
+    message_ = message;
+  }
 }
 
 void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
@@ -64,7 +80,16 @@ void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
   r.loss = report.loss();
   if (report.step_seconds() > 0) r.samples_per_sec = report.samples() / report.step_seconds();
   r.reported = true;
+  committed_step_ = std::max(committed_step_, report.step());
   steps_per_epoch_ = report.steps_per_epoch();
+  if (report.step() >= committed_step_) {
+    cursor_ = report.cursor();
+    dataset_size_ = report.dataset_size();
+    total_steps_ = report.total_steps();
+    lr_ = report.lr();
+  }
+  step_seconds_.push_back(report.step_seconds());
+  if (step_seconds_.size() > kStepTimeWindow) step_seconds_.pop_front();
 }
 
 void JobProgress::SampleProgress() {
@@ -77,10 +102,41 @@ void JobProgress::SampleProgress() {
 }
 
 void JobProgress::OnEpochResult(const v1::EpochResult& result) {
-  for (const auto& e : epochs_) {
-    if (e.epoch() == result.epoch()) return;
+  for (auto& e : epochs_) {
+    if (e.epoch() == result.epoch()) {
+      e = result;  // the epoch was trained again (a restart from scratch)
+      return;
+    }
   }
   epochs_.push_back(result);
+}
+
+void JobProgress::OnCheckpoint(const v1::CheckpointResult& result) {
+  if (!result.error().empty()) {
+    checkpoint_error_ = result.error();
+    return;
+  }
+  checkpoint_error_.clear();
+  if (result.step() >= last_checkpoint_step_) {
+    last_checkpoint_step_ = result.step();
+    last_checkpoint_path_ = result.path();
+  }
+}
+
+void JobProgress::OnHeldState(const v1::HeldState& held) {
+  committed_step_ = std::max(committed_step_, held.step());
+}
+
+std::optional<uint64_t> JobProgress::checkpoint_step() const {
+  if (last_checkpoint_path_.empty()) return std::nullopt;
+  return last_checkpoint_step_;
+}
+
+absl::Duration JobProgress::median_step_time() const {
+  if (step_seconds_.empty()) return absl::ZeroDuration();
+  std::vector<double> sorted(step_seconds_.begin(), step_seconds_.end());
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  return absl::Seconds(sorted[sorted.size() / 2]);
 }
 
 absl::Status JobProgress::OnParameterDigest(uint32_t rank, uint64_t step,
@@ -114,14 +170,33 @@ void JobProgress::Fail(const std::string& reason) {
   message_ = reason;
 }
 
+bool JobProgress::CountFault() { return ++faults_ <= spec_.fault_budget(); }
+
 void JobProgress::Restore(const v1::DurableState& state) {
   if (!state.has_job()) return;
-  spec_ = state.job();
+  // A state saved by an older build lacks the defaults of newer fields (a
+  // fault_budget of 0 would fail the job at its first fault).
+  spec_ = WithDefaults(state.job());
+  spec_digest_ = SpecDigest(spec_);
   state_ = state.job_state();
   message_ = state.job_message();
   submitted_at_ = clock_->Now();
   epochs_.assign(state.epoch_results().begin(), state.epoch_results().end());
-  if (active()) {
+  committed_step_ = state.global_step();
+  start_step_ = committed_step_;
+  last_checkpoint_step_ = state.last_checkpoint_step();
+  last_checkpoint_path_ = state.last_checkpoint_path();
+  faults_ = state.faults();
+  if (!active()) return;
+  if (state.has_generation()) {
+    state_ = v1::JOB_STATE_RECOVERING;
+    message_ = absl::StrCat("the coordinator restarted; waiting for generation ",
+                            state.generation().number(), "'s members to come back");
+  } else if (committed_step_ > 0 || state_ == v1::JOB_STATE_RECOVERING) {
+    state_ = v1::JOB_STATE_RECOVERING;
+    message_ = absl::StrCat("the coordinator restarted; waiting for ", spec_.min_workers(),
+                            " worker(s) to go on from step ", committed_step_);
+  } else {
     state_ = v1::JOB_STATE_WAITING;
     message_ = absl::StrCat("restored after a coordinator restart; waiting for ",
                             spec_.min_workers(), " worker(s)");
@@ -134,6 +209,10 @@ void JobProgress::FillDurable(v1::DurableState* state) const {
   state->set_job_state(state_);
   state->set_job_message(message_);
   for (const auto& e : epochs_) *state->add_epoch_results() = e;
+  state->set_global_step(committed_step_);
+  state->set_last_checkpoint_step(last_checkpoint_step_);
+  state->set_last_checkpoint_path(last_checkpoint_path_);
+  state->set_faults(faults_);
 }
 
 uint64_t JobProgress::GlobalStep() const {
@@ -154,7 +233,7 @@ void JobProgress::FillStatus(v1::JobStatus* status) const {
   const uint64_t global = GlobalStep();
   status->set_global_step(global);
   status->set_steps_per_epoch(steps_per_epoch_);
-  uint64_t total = steps_per_epoch_ * spec_.epochs();
+  uint64_t total = total_steps_;
   if (spec_.max_steps() > 0)
     total = total == 0 ? spec_.max_steps() : std::min(total, spec_.max_steps());
   status->set_total_steps(total);
@@ -179,6 +258,17 @@ void JobProgress::FillStatus(v1::JobStatus* status) const {
   }
   for (const auto& e : epochs_) *status->add_epoch_results() = e;
   if (!epochs_.empty()) status->set_test_accuracy(epochs_.back().test_accuracy());
+  status->set_last_checkpoint_step(last_checkpoint_step_);
+  status->set_last_checkpoint_path(last_checkpoint_path_);
+  status->set_checkpoint_error(checkpoint_error_);
+  if (state_ == v1::JOB_STATE_RUNNING) {
+    status->set_global_batch(uint64_t{spec_.batch_size()} * world_size_ *
+                             spec_.gradient_accumulation_steps());
+  }
+  status->set_lr(lr_);
+  status->set_faults(faults_);
+  status->set_epoch_cursor(cursor_);
+  status->set_dataset_size(dataset_size_);
 }
 
 }  // namespace ddp

@@ -1,6 +1,6 @@
 // The job: its spec and state, and its progress as a whole (global step,
-// epoch, mean loss, throughput, ETA, accuracy per epoch) from the members'
-// step reports.
+// epoch and cursor, mean loss, throughput, ETA, accuracy per epoch, the
+// newest checkpoint) from the members' step reports.
 //
 // Not thread-safe: the Coordinator calls it under its own lock.
 #ifndef DDP_COORDINATOR_JOB_PROGRESS_H_
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,14 +28,17 @@ class JobProgress {
   explicit JobProgress(const Clock* clock) : clock_(clock) {}
 
   // Takes a validated spec with defaults. FAILED_PRECONDITION while another
-  // job is waiting or running.
+  // job is waiting, running or recovering.
   absl::Status Submit(const v1::JobSpec& spec);
 
   // NOT_FOUND for another job id, FAILED_PRECONDITION when it already ended.
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
 
-  // The job is waiting for workers or running.
-  bool active() const { return state_ == v1::JOB_STATE_WAITING || state_ == v1::JOB_STATE_RUNNING; }
+  // The job is waiting for workers, running or recovering.
+  bool active() const {
+    return state_ == v1::JOB_STATE_WAITING || state_ == v1::JOB_STATE_RUNNING ||
+           state_ == v1::JOB_STATE_RECOVERING;
+  }
   bool ended() const {
     return state_ == v1::JOB_STATE_SUCCEEDED || state_ == v1::JOB_STATE_FAILED ||
            state_ == v1::JOB_STATE_CANCELLED;
@@ -42,9 +46,16 @@ class JobProgress {
   v1::JobState state() const { return state_; }
   const v1::JobSpec& spec() const { return spec_; }
   const std::string& id() const { return spec_.name(); }
+  // The spec's fingerprint (SpecDigest), computed once.
+  const std::string& spec_digest() const { return spec_digest_; }
 
-  // A generation of `world_size` members started from `start_step`.
-  void OnGenerationStarted(uint32_t world_size, uint64_t start_step);
+  // A generation of `world_size` members started from `start_step` with
+  // learning rate `lr`.
+  void OnGenerationStarted(uint32_t world_size, uint64_t start_step, double lr);
+  // Between generations: `message` says what the job waits for.
+  void Recover(const std::string& message);
+  // While waiting or recovering: what the job waits for now.
+  void SetWaitingMessage(const std::string& message);
 
   // O(1): called for every report of every rank.
   void OnStepReport(uint32_t rank, const v1::StepReport& report);
@@ -52,6 +63,9 @@ class JobProgress {
   // published, not per report: the global step is O(world size).
   void SampleProgress();
   void OnEpochResult(const v1::EpochResult& result);
+  void OnCheckpoint(const v1::CheckpointResult& result);
+  // A worker holds this job's state at `held.step`: that step was committed.
+  void OnHeldState(const v1::HeldState& held);
   // Rank's parameter digest after `step`. DATA_LOSS naming both ranks when
   // another rank reported a different digest for the same step: the
   // replicas diverged.
@@ -60,9 +74,18 @@ class JobProgress {
   // the job succeeded.
   bool OnRankDone(uint32_t rank);
   void Fail(const std::string& reason);
+  // Counts a generation lost to a fault; false once the fault budget is spent.
+  bool CountFault();
 
-  // Takes up a job saved before a coordinator restart: an active job waits
-  // for workers again.
+  // The most advanced step any rank committed.
+  uint64_t committed_step() const { return committed_step_; }
+  // The newest good checkpoint's step, if one was written.
+  std::optional<uint64_t> checkpoint_step() const;
+  // Median wall time of recent steps (zero before any).
+  absl::Duration median_step_time() const;
+
+  // Takes up a job saved before a coordinator restart. An active job waits
+  // for workers again (RECOVERING once it had trained).
   void Restore(const v1::DurableState& state);
   // Fills the job's part of the durable state.
   void FillDurable(v1::DurableState* state) const;
@@ -83,17 +106,32 @@ class JobProgress {
 
   const Clock* clock_;
   v1::JobSpec spec_;
+  std::string spec_digest_;
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
   std::string message_;
   absl::Time submitted_at_;
   std::vector<RankProgress> ranks_;
-  uint64_t steps_per_epoch_ = 0;
   uint64_t start_step_ = 0;
+  uint64_t committed_step_ = 0;
+  uint32_t faults_ = 0;
+  // From the newest report: the epoch's cursor and size, the projected
+  // total, steps per epoch at this world size, the learning rate.
+  uint64_t cursor_ = 0;
+  uint64_t dataset_size_ = 0;
+  uint64_t total_steps_ = 0;
+  uint64_t steps_per_epoch_ = 0;
+  uint32_t world_size_ = 0;
+  double lr_ = 0;
+  uint64_t last_checkpoint_step_ = 0;
+  std::string last_checkpoint_path_;
+  std::string checkpoint_error_;
   std::vector<v1::EpochResult> epochs_;
   // step -> (digest, first rank to report it), for recent steps.
   std::map<uint64_t, std::pair<std::string, uint32_t>> digests_;
   // (time, global step) over the recent past, for the ETA.
   std::deque<std::pair<absl::Time, uint64_t>> rate_window_;
+  // Wall times of recent steps, for the hang threshold.
+  std::deque<double> step_seconds_;
 };
 
 }  // namespace ddp

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers send heartbeats");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5), "a worker silent this long is lost");
+ABSL_FLAG(absl::Duration, adopt_grace, absl::Seconds(10),
+          "after a restart, how long the saved generation's members have to come back before it "
+          "is re-formed without the missing ones");
 ABSL_FLAG(bool, exit_when_done, false,
           "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
           "3 if it was cancelled");
@@ -69,6 +72,7 @@ int Run() {
     DDP_LOG(Error) << "--heartbeat_timeout must be longer than --heartbeat_interval > 0";
     return 2;
   }
+  options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
   options.preflight = PreflightJob;
   std::unique_ptr<StateStore> state_store;
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
@@ -168,6 +172,7 @@ int Run() {
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
   health.SetServing(false);
+  core.FlushState();
   watchers.FinishAll();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping = true;

@@ -10,8 +10,9 @@
 namespace ddp {
 
 absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest& request,
-                                                       const std::string& version,
-                                                       uint64_t session) {
+                                                       const std::string& version, uint64_t session,
+                                                       bool* took_over) {
+  *took_over = false;
   if (request.host().empty()) {
     return absl::InvalidArgumentError(
         "register.host is empty: a worker must say which host "
@@ -37,8 +38,17 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
     taken_by.push_back(it->second);
   }
   for (const std::string& other_id : taken_by) {
-    const WorkerRecord& other = *by_id_.at(other_id);
+    WorkerRecord& other = *by_id_.at(other_id);
     const bool same_slot = other.host == request.host() && other.device == *device;
+    const bool same_process = other.id == id && same_slot && other.pid == request.pid() &&
+                              request.pid() != 0 && other.machine_id == request.machine_id();
+    if (!other.lost && same_process) {
+      // Its old stream died without us noticing yet: the new one takes over.
+      other.session = session;
+      other.last_seen = now;
+      *took_over = true;
+      return &other;
+    }
     if (!other.lost) {
       return absl::AlreadyExistsError(absl::StrFormat(
           "%s %s on host %s is already attached as worker \"%s\" (pid %d, last heard "
@@ -61,6 +71,7 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   record->session = session;
   record->registered_at = now;
   record->last_seen = now;
+  record->step_advanced_at = now;
   WorkerRecord* raw = record.get();
   by_id_[id] = std::move(record);
   by_slot_[slot] = id;
@@ -101,6 +112,13 @@ bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std
   if (w == nullptr) return false;
   MarkLostRecord(w, reason);
   return true;
+}
+
+void WorkerRegistry::NoteStep(WorkerRecord* worker, uint64_t step) {
+  if (step > worker->step) {
+    worker->step = step;
+    worker->step_advanced_at = clock_->Now();
+  }
 }
 
 std::vector<std::string> WorkerRegistry::ExpireSilent() {

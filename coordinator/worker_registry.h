@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct WorkerRecord {
   v1::ProbeResult probe;
   std::string parameter_digest;
   uint64_t digest_step = 0;
+  // The job's training state it holds in memory, as it last said.
+  std::optional<v1::HeldState> held;
+  // When `step` last grew (or its generation started): hang detection.
+  absl::Time step_advanced_at;
 };
 
 class WorkerRegistry {
@@ -66,9 +71,13 @@ class WorkerRegistry {
   // Adds an attached worker. INVALID_ARGUMENT for a bad device or empty
   // host, FAILED_PRECONDITION for another version than `version`,
   // ALREADY_EXISTS when an attached worker has the same (host, device) or id.
-  // A lost worker with the same id or (host, device) is replaced.
+  // A lost worker with the same id or (host, device) is replaced. The same
+  // process (same id, pid and machine) registering on a new stream before
+  // its old one was noticed closed takes its record over: `*took_over` is
+  // set, and the record keeps its state under the new session.
   absl::StatusOr<WorkerRecord*> Register(const v1::RegisterRequest& request,
-                                         const std::string& version, uint64_t session);
+                                         const std::string& version, uint64_t session,
+                                         bool* took_over);
 
   // The attached (not lost) worker `id` on stream `session`, or null.
   WorkerRecord* FindAttached(const std::string& id, uint64_t session);
@@ -80,6 +89,13 @@ class WorkerRegistry {
 
   // Marks the worker lost. False if it is not attached on `session`.
   bool MarkLost(const std::string& id, uint64_t session, const std::string& reason);
+  // Marks an attached worker lost whatever its stream (evicted as hung).
+  void Evict(WorkerRecord* worker, const std::string& reason) { MarkLostRecord(worker, reason); }
+
+  // Records a step the worker reported; a larger one restarts its hang clock.
+  void NoteStep(WorkerRecord* worker, uint64_t step);
+  // Its generation (re)started: the hang clock restarts from now.
+  void RestartHangClock(WorkerRecord* worker) { worker->step_advanced_at = clock_->Now(); }
 
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/training_state.h"
 
 namespace ddp {
 
@@ -46,7 +47,7 @@ std::string MachineId() {
 
 }  // namespace
 
-v1::RegisterRequest WorkerAgent::MakeRegister() const {
+v1::RegisterRequest WorkerAgent::MakeRegister() {
   v1::RegisterRequest r;
   r.set_machine_id(MachineId());
   r.set_host(options_.host);
@@ -59,6 +60,25 @@ v1::RegisterRequest WorkerAgent::MakeRegister() const {
   if (ThisBuild().nccl) caps->add_backends("nccl");
   caps->set_cuda(ThisBuild().nccl);
   caps->set_cpu_threads(options_.threads);
+  // What it trains in and holds, so that a restarted coordinator can adopt
+  // its generation, or re-form from its state.
+  absl::MutexLock lock(&mu_);
+  // A run that finished the job still claims its generation, so that a
+  // coordinator that restarted meanwhile can count it done there.
+  if (run_ && (!run_->finished() || run_->done())) {
+    const v1::Assignment& a = run_->assignment();
+    r.set_generation(a.generation());
+    r.set_rank(a.rank());
+    v1::HeldState* held = r.mutable_held();
+    held->set_job_id(a.job_id());
+    held->set_spec_digest(SpecDigest(a.spec()));
+    held->set_step(board_.step);
+    held->set_epoch(board_.epoch);
+    held->set_cursor(board_.cursor);
+    return r;
+  }
+  absl::MutexLock slot_lock(&slot_.mu);
+  if (slot_.state) *r.mutable_held() = slot_.state->Held();
   return r;
 }
 
@@ -74,11 +94,17 @@ void WorkerAgent::StartGeneration(const v1::Assignment& assignment,
     old->Abort(absl::StrCat("assigned to generation ", assignment.generation()));
     old.reset();
   }
-  GenerationRun::Environment env{std::move(stub), options_.host, options_.device,
-                                 options_.metrics_file, options_.send_reports};
+  GenerationRun::Environment env;
+  env.stub = std::move(stub);
+  env.host = options_.host;
+  env.device = options_.device;
+  env.metrics_file = options_.metrics_file;
+  env.index_log = options_.index_log;
+  env.send_reports = options_.send_reports;
+  env.debug_hang_file = options_.debug_hang_file;
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
-  run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_);
+  run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_, &slot_);
 }
 
 void WorkerAgent::AbortGeneration(uint64_t generation, const std::string& reason) {
@@ -86,13 +112,32 @@ void WorkerAgent::AbortGeneration(uint64_t generation, const std::string& reason
   if (run_ && (generation == 0 || run_->generation() == generation)) run_->Abort(reason);
 }
 
+void WorkerAgent::OnAbort(const v1::Abort& abort) {
+  if (!abort.at_step_boundary()) {
+    DDP_LOG(Warning) << "abort generation " << abort.generation() << ": " << abort.reason();
+    AbortGeneration(abort.generation(), abort.reason());
+    return;
+  }
+  DDP_LOG(Info) << "leaving generation " << abort.generation()
+                << " at the next step boundary: " << abort.reason();
+  absl::MutexLock lock(&mu_);
+  if (run_ && run_->generation() == abort.generation()) run_->LeaveAtStepBoundary(abort.reason());
+}
+
 void WorkerAgent::SendLoop(
     grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
     absl::Duration heartbeat_interval, std::atomic<bool>* done) {
   absl::Time next_heartbeat = absl::Now();
   while (!*done) {
-    for (v1::WorkerMessage& message : outbox_.Take(next_heartbeat)) {
-      if (!stream->Write(message)) return;  // the reader sees the broken stream
+    std::vector<v1::WorkerMessage> due = outbox_.Take(next_heartbeat);
+    for (size_t i = 0; i < due.size(); ++i) {
+      if (!stream->Write(due[i])) {
+        // The reader sees the broken stream; what was not sent waits for the
+        // next session.
+        outbox_.Requeue(std::vector<v1::WorkerMessage>(std::make_move_iterator(due.begin() + i),
+                                                       std::make_move_iterator(due.end())));
+        return;
+      }
     }
     if (absl::Now() >= next_heartbeat) {
       v1::WorkerMessage hb;
@@ -130,7 +175,8 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
   *hello.mutable_register_() = MakeRegister();
   v1::CoordinatorMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_registered()) {
-    context.TryCancel();
+    // Read the coordinator's own word on why (cancelling first would hide it).
+    stream->WritesDone();
     const grpc::Status status = stream->Finish();
     clear_context();
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
@@ -147,7 +193,7 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
   SetLogIdentity(absl::StrCat("worker ", registered.worker_id()));
   DDP_LOG(Info) << "attached to coordinator " << options_.coordinator << " as "
                 << registered.worker_id();
-  outbox_.Clear();
+  // What queued while the coordinator was away goes first.
   std::atomic<bool> send_done{false};
   std::thread sender([&] {
     SendLoop(stream.get(), absl::Milliseconds(registered.heartbeat_interval_ms()), &send_done);
@@ -159,9 +205,7 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
     if (message.has_assignment()) {
       StartGeneration(message.assignment(), stub);
     } else if (message.has_abort()) {
-      DDP_LOG(Warning) << "abort generation " << message.abort().generation() << ": "
-                       << message.abort().reason();
-      AbortGeneration(message.abort().generation(), message.abort().reason());
+      OnAbort(message.abort());
     } else if (message.has_stop()) {
       DDP_LOG(Info) << "stop: " << message.stop().reason();
       end = SessionEnd::kStopped;
@@ -171,23 +215,29 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
       DDP_LOG(Warning) << "the coordinator refused a message: " << message.rejected().message();
     }
   }
-  if (end != SessionEnd::kStopped && !stopping_) {
-    DDP_LOG(Warning) << "lost the coordinator; leaving any generation and reconnecting";
-  }
-  // The coordinator has marked this worker lost (or is gone): a generation
-  // in flight can't finish, so leave it.
-  AbortGeneration(0, "lost the coordinator");
-  {
-    absl::MutexLock lock(&mu_);
-    run_.reset();
-  }
   send_done = true;
   outbox_.Interrupt();
-  context.TryCancel();
+  if (end == SessionEnd::kStopped || stopping_) context.TryCancel();
   sender.join();
-  stream->Finish();
+  const grpc::Status status = stream->Finish();
   clear_context();
-  return stopping_ ? SessionEnd::kStopped : end;
+  if (end == SessionEnd::kStopped || stopping_) {
+    AbortGeneration(0, "the worker is stopping");
+    absl::MutexLock lock(&mu_);
+    run_.reset();
+    return SessionEnd::kStopped;
+  }
+  if (status.error_code() == grpc::StatusCode::ABORTED) {
+    // The coordinator marked this worker lost or evicted it: its generation
+    // goes on without it, so leave (keeping the state) and attach anew.
+    DDP_LOG(Warning) << "the coordinator dropped this worker: " << status.error_message();
+    AbortGeneration(0, absl::StrCat("dropped by the coordinator: ", status.error_message()));
+  } else {
+    // The coordinator is gone or unreachable: train on, and reconnect.
+    DDP_LOG(Warning) << "lost the coordinator (" << status.error_message()
+                     << "); training goes on, reconnecting";
+  }
+  return SessionEnd::kRetry;
 }
 
 int WorkerAgent::Run() {

@@ -1,7 +1,14 @@
 // The worker daemon's life: attach to the coordinator (waiting and
 // reconnecting with backoff while it is not there), register, send
 // heartbeats and queued reports, and run each assignment it is given, one
-// generation at a time.
+// generation at a time, keeping the job's training state between them.
+//
+// Training does not depend on the coordinator being up: a lost stream does
+// not end the generation in flight (reports queue, bounded, until the
+// coordinator is back, and the worker re-registers saying which generation
+// and rank it trains in). Only the coordinator ends a generation: an Abort,
+// or closing the stream with ABORTED (this worker was marked lost or
+// evicted).
 #ifndef DDP_WORKER_AGENT_H_
 #define DDP_WORKER_AGENT_H_
 
@@ -31,6 +38,11 @@ class WorkerAgent {
     int threads = 0;
     // When set, one JSON line per training step is appended here.
     std::string metrics_file;
+    // When set, each step's dataset indices are logged here (a debug aid:
+    // tests prove from it that every sample is trained once).
+    std::string index_log;
+    // Test-only fault injection (see GenerationRun::Environment).
+    std::string debug_hang_file;
     // Step reports to the coordinator (off only to measure what they cost).
     bool send_reports = true;
     absl::Duration min_backoff = absl::Milliseconds(100);
@@ -54,13 +66,17 @@ class WorkerAgent {
       absl::Duration heartbeat_interval, std::atomic<bool>* done);
   void StartGeneration(const v1::Assignment& assignment,
                        std::shared_ptr<v1::Coordinator::StubInterface> stub);
+  void OnAbort(const v1::Abort& abort);
   void AbortGeneration(uint64_t generation, const std::string& reason);
-  v1::RegisterRequest MakeRegister() const;
+  v1::RegisterRequest MakeRegister();
 
   const Options options_;
   Outbox outbox_;
   ProgressBoard board_;
   std::atomic<bool> stopping_{false};
+  // Declared after the outbox: a checkpoint writer inside the state may
+  // still report to the outbox while it finishes.
+  StateSlot slot_;
 
   absl::Mutex mu_;
   grpc::ClientContext* session_context_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -1,16 +1,21 @@
 #include "worker/generation_run.h"
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/store_client.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
 #include "worker/shm_communicator.h"
 #include "worker/trainer.h"
+#include "worker/training_state.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/nccl_communicator.h"
 #endif
@@ -18,36 +23,74 @@
 namespace ddp {
 namespace {
 
-// Forwards the trainer's news to the outbox, the heartbeat board and the
-// metrics file.
+// Forwards the trainer's news to the outbox, the heartbeat board, the
+// metrics file and the index log.
 class OutboxObserver final : public TrainingObserver {
  public:
-  OutboxObserver(Outbox* outbox, ProgressBoard* board, const std::string& metrics_file,
-                 uint32_t rank, bool send_reports)
-      : outbox_(outbox), board_(board), rank_(rank), send_reports_(send_reports) {
-    if (!metrics_file.empty()) metrics_.open(metrics_file, std::ios::app);
+  using StartedCallback = std::function<void(const v1::HeldState&, const std::string&)>;
+  OutboxObserver(const v1::Assignment& a, Outbox* outbox, ProgressBoard* board,
+                 const GenerationRun::Environment& env, const std::atomic<bool>* abort,
+                 StartedCallback on_started)
+      : a_(a),
+        outbox_(outbox),
+        board_(board),
+        send_reports_(env.send_reports),
+        hang_file_(env.debug_hang_file),
+        abort_(abort),
+        on_started_(std::move(on_started)) {
+    if (!env.metrics_file.empty()) metrics_.open(env.metrics_file, std::ios::app);
+    if (!env.index_log.empty()) indices_.open(env.index_log, std::ios::app);
   }
   void OnPhase(v1::StepPhase phase, uint64_t step) override {
     board_->phase = phase;
     board_->step = step;
   }
-  void OnStep(const v1::StepReport& report) override {
+  void OnStarted(const v1::HeldState& held, const std::string& detail) override {
+    board_->step = held.step();
+    board_->epoch = held.epoch();
+    board_->cursor = held.cursor();
+    on_started_(held, detail);
+  }
+  void OnStepIndices(uint64_t step, uint64_t epoch, const std::vector<int64_t>& indices) override {
+    if (!hang_file_.empty() && ::access(hang_file_.c_str(), F_OK) == 0) {
+      DDP_LOG(Warning) << "stalling before step " << step << " while " << hang_file_ << " exists";
+      board_->phase = v1::STEP_PHASE_DATA;
+      while (::access(hang_file_.c_str(), F_OK) == 0 && !*abort_) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+    if (!indices_.is_open()) return;
+    // Written and flushed before the step runs, so that a rank killed in the
+    // step still leaves its line: a test decides from the next generation's
+    // start which steps were committed.
+    indices_ << absl::StrFormat(
+        "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, "
+        "\"step\": %d, \"epoch\": %d, \"indices\": [%s]}\n",
+        a_.job_id(), a_.generation(), a_.rank(), a_.world_size(), step, epoch,
+        absl::StrJoin(indices, ","));
+    indices_.flush();
+  }
+  void OnStep(const v1::StepReport& report, uint64_t epoch, uint64_t cursor) override {
     board_->step = report.step();
+    board_->epoch = epoch;
+    board_->cursor = cursor;
     if (send_reports_) outbox_->PushReport(report);
     if (metrics_.is_open()) {
       // Buffered; flushed when the run ends.
       metrics_ << absl::StrFormat(
-          "{\"generation\": %d, \"rank\": %d, \"epoch\": %d, \"step\": %d, \"loss\": %.9g, "
-          "\"samples\": %d, \"step_seconds\": %.6f, \"allreduce_ms\": %.4f, \"wait_ms\": %.4f, "
-          "\"buckets\": %d, \"unused\": %d, \"digest\": \"%s\", \"data_ms\": %.4f, "
-          "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
+          "{\"generation\": %d, \"rank\": %d, \"world_size\": %d, \"epoch\": %d, "
+          "\"step\": %d, \"loss\": %.9g, \"samples\": %d, \"step_seconds\": %.6f, "
+          "\"allreduce_ms\": %.4f, \"wait_ms\": %.4f, \"buckets\": %d, \"unused\": %d, "
+          "\"digest\": \"%s\", \"data_ms\": %.4f, \"forward_ms\": %.4f, "
+          "\"backward_ms\": %.4f, \"optimizer_ms\": %.4f, \"lr\": %.9g, \"cursor\": %d, "
           "\"time\": %.6f}\n",
-          report.generation(), rank_, report.epoch(), report.step(), report.loss(),
-          report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
+          report.generation(), a_.rank(), a_.world_size(), report.epoch(), report.step(),
+          report.loss(), report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
           report.reduction().wait_ms(), report.reduction().buckets_total(),
           report.reduction().unused_parameters(), report.parameter_digest(),
           report.timings().data_ms(), report.timings().forward_ms(), report.timings().backward_ms(),
-          report.timings().optimizer_ms(), absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+          report.timings().optimizer_ms(), report.lr(), report.cursor(),
+          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
     }
   }
   void OnEpoch(const v1::EpochResult& result) override {
@@ -57,18 +100,26 @@ class OutboxObserver final : public TrainingObserver {
   }
 
  private:
+  const v1::Assignment& a_;
   Outbox* outbox_;
   ProgressBoard* board_;
-  const uint32_t rank_;
   const bool send_reports_;
+  const std::string hang_file_;
+  const std::atomic<bool>* abort_;
   std::ofstream metrics_;
+  std::ofstream indices_;
+  StartedCallback on_started_;
 };
 
 }  // namespace
 
 GenerationRun::GenerationRun(v1::Assignment assignment, Environment env, Outbox* outbox,
-                             ProgressBoard* board)
-    : assignment_(std::move(assignment)), env_(std::move(env)), outbox_(outbox), board_(board) {
+                             ProgressBoard* board, StateSlot* slot)
+    : assignment_(std::move(assignment)),
+      env_(std::move(env)),
+      outbox_(outbox),
+      board_(board),
+      slot_(slot) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -88,14 +139,22 @@ void GenerationRun::Abort(const std::string& reason) {
   if (comm) comm->Abort();
 }
 
-void GenerationRun::PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
-                              const v1::ProbeResult* probe) {
+void GenerationRun::LeaveAtStepBoundary(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (!leave_.exchange(true)) abort_reason_ = reason;
+}
+
+void GenerationRun::PushState(v1::WorkerState state, const std::string& detail,
+                              const v1::HeldState* held, const v1::ProbeResult* probe,
+                              absl::StatusCode code) {
   v1::WorkerMessage message;
   v1::StateChange* change = message.mutable_state();
-  change->set_generation(generation);
+  change->set_generation(assignment_.generation());
   change->set_state(state);
   change->set_detail(detail);
+  if (held) *change->mutable_held() = *held;
   if (probe) *change->mutable_probe() = *probe;
+  change->set_code(static_cast<int>(code));
   outbox_->Push(std::move(message));
 }
 
@@ -154,9 +213,9 @@ absl::StatusOr<std::shared_ptr<Communicator>> GenerationRun::Connect(StoreClient
   return std::shared_ptr<Communicator>(std::move(*created));
 }
 
-absl::Status GenerationRun::RunSteps() {
+absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   const v1::Assignment& a = assignment_;
-  PushState(a.generation(), v1::WORKER_STATE_RENDEZVOUS,
+  PushState(v1::WORKER_STATE_RENDEZVOUS,
             absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
   StoreClient store(env_.stub, a.job_id(), a.generation());
   absl::StatusOr<std::shared_ptr<Communicator>> connected = Connect(&store);
@@ -185,37 +244,92 @@ absl::Status GenerationRun::RunSteps() {
   DDP_LOG(Info) << absl::StrFormat("%s ring of %d proven: probe all-reduce = %g in %.2f ms",
                                    comm->backend(), a.world_size(), probe.observed(),
                                    probe.latency_ms());
-  PushState(a.generation(), v1::WORKER_STATE_TRAINING, "training", &probe);
 
-  OutboxObserver observer(outbox_, board_, env_.metrics_file, a.rank(), env_.send_reports);
-  return Train(a, comm.get(), &observer, abort_);
+  // The probe goes up with the TRAINING state, once the state is in place.
+  OutboxObserver observer(a, outbox_, board_, env_, &abort_,
+                          [this, &probe](const v1::HeldState& held, const std::string& detail) {
+                            PushState(v1::WORKER_STATE_TRAINING, detail, &held, &probe);
+                          });
+  Outbox* outbox = outbox_;
+  GenerationControl control;
+  control.abort = &abort_;
+  control.leave = &leave_;
+  control.on_checkpoint = [outbox](const v1::CheckpointResult& result) {
+    v1::WorkerMessage message;
+    *message.mutable_checkpoint() = result;
+    outbox->Push(std::move(message));
+  };
+  absl::StatusOr<GenerationEnd> end = TrainGeneration(a, state, comm.get(), &observer, control);
+  if (!end.ok()) return end.status();
+  *left = *end == GenerationEnd::kLeft;
+  return absl::OkStatus();
 }
 
 void GenerationRun::Run() {
   const v1::Assignment& a = assignment_;
   board_->generation = a.generation();
-  board_->step = a.start_step();
+  board_->rank = a.rank();
   SetLogIdentity(absl::StrCat("worker ", a.worker_id(), " rank ", a.rank()));
   DDP_LOG(Info) << "joined generation " << a.generation() << " of job " << a.job_id() << " as rank "
                 << a.rank() << " of " << a.world_size();
-  const absl::Status status = RunSteps();
+  // The job's state, kept from an earlier generation, or made now.
+  std::shared_ptr<TrainingState> state;
+  {
+    absl::MutexLock lock(&slot_->mu);
+    if (slot_->state && slot_->state->identity().job_id == a.job_id() &&
+        slot_->state->identity().spec_digest == SpecDigest(a.spec())) {
+      state = slot_->state;
+    }
+  }
+  absl::Status status = absl::OkStatus();
+  if (state == nullptr) {
+    absl::StatusOr<std::unique_ptr<TrainingState>> created = TrainingState::Create(a.spec());
+    if (created.ok()) {
+      state = std::move(*created);
+      absl::MutexLock lock(&slot_->mu);
+      slot_->state = state;  // another job's state, if any, is dropped
+    } else {
+      status = created.status();
+    }
+  }
+  bool left = false;
+  if (status.ok()) {
+    board_->step = state->progress().step;
+    board_->epoch = state->progress().epoch;
+    board_->cursor = state->progress().cursor;
+    status = RunSteps(state.get(), &left);
+    if (!state->usable()) {
+      DDP_LOG(Warning) << "the training state was left half-applied; dropping it";
+      absl::MutexLock lock(&slot_->mu);
+      slot_->state.reset();
+      state.reset();
+    }
+  }
+  v1::HeldState held;
+  if (state) held = state->Held();
   std::string reason;
   {
     absl::MutexLock lock(&mu_);
     reason = abort_reason_;
   }
-  if (status.ok()) {
+  if (status.ok() && !left) {
     DDP_LOG(Info) << "finished generation " << a.generation();
-    PushState(a.generation(), v1::WORKER_STATE_DONE,
-              absl::StrCat("finished at step ", board_->step.load()));
+    PushState(v1::WORKER_STATE_DONE, absl::StrCat("finished at step ", held.step()), &held);
+    done_ = true;
+  } else if (status.ok()) {
+    DDP_LOG(Info) << "left generation " << a.generation() << " after step " << held.step() << ": "
+                  << reason;
+    PushState(v1::WORKER_STATE_IDLE, absl::StrCat("left after step ", held.step(), ": ", reason),
+              &held);
   } else if (abort_) {
     DDP_LOG(Info) << "left generation " << a.generation() << ": " << reason;
-    PushState(a.generation(), v1::WORKER_STATE_IDLE, absl::StrCat("left: ", reason));
+    PushState(v1::WORKER_STATE_IDLE, absl::StrCat("left: ", reason), &held);
   } else {
     DDP_LOG(Error) << "generation " << a.generation() << " failed: " << status.message();
-    PushState(a.generation(), v1::WORKER_STATE_FAILED, std::string(status.message()));
+    PushState(v1::WORKER_STATE_FAILED, std::string(status.message()), &held, nullptr,
+              status.code());
     // Free again whatever the coordinator made of the failure.
-    PushState(a.generation(), v1::WORKER_STATE_IDLE, "after a failure");
+    PushState(v1::WORKER_STATE_IDLE, "after a failure", &held);
   }
   board_->generation = 0;
   board_->phase = v1::STEP_PHASE_UNSPECIFIED;

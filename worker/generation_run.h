@@ -1,5 +1,7 @@
-// One assignment, run on its own thread: build the communicator through the
-// store, prove the ring with a probe all-reduce, train, and say how it ended.
+// One assignment, run on its own thread: take up the job's training state
+// (kept by the worker across generations, or made fresh), build the
+// communicator through the store, prove the ring with a probe all-reduce,
+// train, give the state back, and say how it ended and what it holds.
 #ifndef DDP_WORKER_GENERATION_RUN_H_
 #define DDP_WORKER_GENERATION_RUN_H_
 
@@ -18,11 +20,23 @@
 
 namespace ddp {
 
-// What the heartbeat reports while a step is in flight.
+class TrainingState;
+
+// What the heartbeat reports while a step is in flight, and what the worker
+// holds for its registration after a lost stream.
 struct ProgressBoard {
   std::atomic<uint64_t> generation{0};
+  std::atomic<uint32_t> rank{0};
   std::atomic<uint64_t> step{0};
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<uint64_t> cursor{0};
   std::atomic<int> phase{0};
+};
+
+// The worker's training state for its current job, between generations.
+struct StateSlot {
+  absl::Mutex mu;
+  std::shared_ptr<TrainingState> state ABSL_GUARDED_BY(mu);
 };
 
 class GenerationRun {
@@ -34,36 +48,54 @@ class GenerationRun {
     Device device;
     // When set, one JSON line per step is appended here.
     std::string metrics_file;
+    // When set, one JSON line per step with the step's dataset indices is
+    // appended here (and flushed) before the step's forward.
+    std::string index_log;
     // Step reports to the coordinator (off only to measure what they cost).
     bool send_reports = true;
+    // Fault injection for tests: while this file exists, the training
+    // thread stalls before its next step (heartbeats go on), as a rank stuck
+    // in its data pipeline would.
+    std::string debug_hang_file;
   };
 
-  // Starts the run's thread. `outbox` and `board` outlive the run.
-  GenerationRun(v1::Assignment assignment, Environment env, Outbox* outbox, ProgressBoard* board);
+  // Starts the run's thread. `outbox`, `board` and `slot` outlive the run.
+  GenerationRun(v1::Assignment assignment, Environment env, Outbox* outbox, ProgressBoard* board,
+                StateSlot* slot);
   // Aborts and joins.
   ~GenerationRun();
 
   // Leaves the generation as soon as possible: breaks a collective in
-  // flight. Thread-safe.
+  // flight; the step in flight is discarded. Thread-safe.
   void Abort(const std::string& reason);
+  // Leaves after the step in flight, at the same step as every rank.
+  // Thread-safe.
+  void LeaveAtStepBoundary(const std::string& reason);
   uint64_t generation() const { return assignment_.generation(); }
+  const v1::Assignment& assignment() const { return assignment_; }
   bool finished() const { return finished_; }
+  // Finished, with the job's last step done (not left or failed).
+  bool done() const { return done_; }
 
  private:
   void Run();
   // Sets up the communicator and the probe, then trains.
-  absl::Status RunSteps();
+  absl::Status RunSteps(TrainingState* state, bool* left);
   // Builds the communicator the job's backend calls for.
   absl::StatusOr<std::shared_ptr<Communicator>> Connect(StoreClient* store);
-  void PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
-                 const v1::ProbeResult* probe = nullptr);
+  void PushState(v1::WorkerState state, const std::string& detail,
+                 const v1::HeldState* held = nullptr, const v1::ProbeResult* probe = nullptr,
+                 absl::StatusCode code = absl::StatusCode::kOk);
 
   const v1::Assignment assignment_;
   const Environment env_;
   Outbox* outbox_;
   ProgressBoard* board_;
+  StateSlot* slot_;
   std::atomic<bool> abort_{false};
+  std::atomic<bool> leave_{false};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> done_{false};
 
   absl::Mutex mu_;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);

@@ -23,6 +23,12 @@ ABSL_FLAG(bool, send_reports, true,
           "send step reports to the coordinator (turn off only to measure their cost)");
 ABSL_FLAG(std::string, metrics_file, "",
           "append one JSON line per training step here (loss, timings, reduction)");
+ABSL_FLAG(std::string, debug_hang_file, "",
+          "test-only fault injection: while this file exists, training stalls before its next "
+          "step while heartbeats go on (the coordinator must evict this worker as hung)");
+ABSL_FLAG(std::string, index_log, "",
+          "debug: append one JSON line per step with the dataset indices this rank trains in it, "
+          "written before the step runs (to check that every sample is trained once)");
 
 namespace ddp {
 namespace {
@@ -58,6 +64,8 @@ int Run() {
   options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
   options.name = absl::GetFlag(FLAGS_name);
   options.metrics_file = absl::GetFlag(FLAGS_metrics_file);
+  options.index_log = absl::GetFlag(FLAGS_index_log);
+  options.debug_hang_file = absl::GetFlag(FLAGS_debug_hang_file);
   options.send_reports = absl::GetFlag(FLAGS_send_reports);
   options.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
   SetLogIdentity(options.name.empty() ? "worker" : "worker " + options.name);

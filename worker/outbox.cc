@@ -61,6 +61,12 @@ std::vector<v1::WorkerMessage> Outbox::Take(absl::Time deadline) {
   return out;
 }
 
+void Outbox::Requeue(std::vector<v1::WorkerMessage> messages) {
+  absl::MutexLock lock(&mu_);
+  control_.insert(control_.begin(), std::make_move_iterator(messages.begin()),
+                  std::make_move_iterator(messages.end()));
+}
+
 void Outbox::Interrupt() {
   absl::MutexLock lock(&mu_);
   interrupted_ = true;

@@ -38,6 +38,10 @@ class Outbox {
   // StepReportBatch.
   std::vector<v1::WorkerMessage> Take(absl::Time deadline);
 
+  // Puts messages taken but not sent back in front of everything queued, in
+  // their order (the stream broke while sending them).
+  void Requeue(std::vector<v1::WorkerMessage> messages);
+
   // Makes a waiting Take return now (to end a session).
   void Interrupt();
   // Drops everything queued (a new session starts clean).

@@ -6,7 +6,9 @@
 
 namespace ddp {
 
-absl::Status PreflightJob(const v1::JobSpec& spec) {
+namespace {
+
+absl::Status Preflight(const v1::JobSpec& spec) {
   std::vector<int64_t> shape = {1, 28, 28};
   int64_t classes = 10;
   const auto& data = spec.dataset();
@@ -30,6 +32,20 @@ absl::Status PreflightJob(const v1::JobSpec& spec) {
       MakeModel(spec.model(), shape, classes, spec.seed());
   if (!model.ok()) return model.status();
   return CheckModelFits(**model, spec.model(), shape, classes);
+}
+
+}  // namespace
+
+absl::Status PreflightJob(const v1::JobSpec& spec) {
+  // LibTorch reports much as exceptions; none may escape into the caller
+  // (an exception at start-up would abort the coordinator).
+  try {
+    return Preflight(spec);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InvalidArgumentError(
+        absl::StrCat("can't load the job's model or data: ", what.substr(0, what.find('\n'))));
+  }
 }
 
 }  // namespace ddp

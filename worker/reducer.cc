@@ -1,5 +1,6 @@
 #include "worker/reducer.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <torch/csrc/autograd/function.h>
@@ -11,6 +12,12 @@
 #include "absl/time/clock.h"
 
 namespace ddp {
+namespace {
+
+// The step token and the leave vote.
+constexpr int64_t kControlWords = 2;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> params,
                                                          Communicator* comm, Options options) {
@@ -77,8 +84,10 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
     Bucket bucket;
     bucket.params = std::move(plan[b]);
     for (size_t p : bucket.params) bucket.grad_elements += params_[p].tensor.numel();
+    bucket.control_words = b + 1 == plan.size() ? kControlWords : 0;
     bucket.buffer = torch::zeros(
-        {bucket.grad_elements + static_cast<int64_t>(bucket.params.size())}, torch::kFloat32);
+        {bucket.grad_elements + static_cast<int64_t>(bucket.params.size()) + bucket.control_words},
+        torch::kFloat32);
     int64_t offset = 0;
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       Param& param = params_[bucket.params[j]];
@@ -125,9 +134,10 @@ absl::Status Reducer::StartGroup() {
   return error_;
 }
 
-void Reducer::PrepareBackward(bool sync) {
+void Reducer::PrepareBackward(bool sync, ControlWords control) {
   absl::MutexLock lock(&mu_);
   sync_ = sync;
+  control_ = control;
   marked_.assign(params_.size(), false);
   if (!sync) return;
   for (Bucket& b : buckets_) {
@@ -158,6 +168,11 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     flags[j] = (from_backward || used_[bucket.params[j]]) ? 1.0f : 0.0f;
+  }
+  if (bucket.control_words > 0) {
+    float* control = flags + bucket.params.size();
+    control[0] = static_cast<float>(control_.token);
+    control[1] = control_.leave != nullptr && control_.leave->load() ? 1.0f : 0.0f;
   }
   bucket.ready = true;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
@@ -192,7 +207,8 @@ void Reducer::CommLoop() {
     const absl::Time start = absl::Now();
     at::Tensor& buffer = buckets_[b].buffer;
     // Average as DDP does: divide before summing (ATen's vectorized kernel).
-    buffer.div_(world);
+    // The control words are summed as they are.
+    buffer.narrow(0, 0, buffer.numel() - buckets_[b].control_words).div_(world);
     absl::Status s =
         comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
@@ -237,6 +253,11 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
   }
   for (const Bucket& b : buckets_) stats.bytes += b.buffer.numel() * sizeof(float);
+  const Bucket& last = buckets_.back();
+  const float* control =
+      last.buffer.data_ptr<float>() + last.grad_elements + static_cast<int64_t>(last.params.size());
+  stats.token_sum = static_cast<uint64_t>(std::lround(control[0]));
+  stats.leave_votes = static_cast<uint32_t>(std::lround(control[1]));
   stats.buckets_reduced = stats.buckets_total;
   stats.wait_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   return stats;

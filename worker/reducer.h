@@ -7,6 +7,12 @@
 // gradient is ready, overlapping the rest of backward; buckets are launched
 // in plan order on every rank, so collectives always match.
 //
+// Step commit: the last bucket also carries two control words, summed (not
+// averaged) with it: every rank's token for the step it is completing, so a
+// rank can tell that all ranks completed the same step before it applies
+// it, and a vote to leave the generation after this step, so that all ranks
+// leave at the same step boundary.
+//
 // Unused parameters: each bucket carries one "used" flag per parameter,
 // all-reduced with the gradients. Locally unused parameters contribute
 // zeros; globally unused ones (flag sum 0) are left without a gradient, as
@@ -18,6 +24,7 @@
 #ifndef DDP_WORKER_REDUCER_H_
 #define DDP_WORKER_REDUCER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,7 +59,23 @@ struct ReductionStats {
   uint32_t globally_unused = 0;
   // Parameters seen unused on this rank for the first time.
   std::vector<std::string> newly_unused;
+  // Sums over the ranks of the step's control words (see ControlWords).
+  uint64_t token_sum = 0;
+  uint32_t leave_votes = 0;
 };
+
+// What this rank puts in the step's control words.
+struct ControlWords {
+  // Identifies the step being completed; every rank must put the same one.
+  // Small (under 2^10), so that its sum over 2^14 ranks is exact in float.
+  uint32_t token = 0;
+  // Read when the last bucket is packed: whether this rank wants to leave
+  // after this step. May be null.
+  const std::atomic<bool>* leave = nullptr;
+};
+
+// The token for completing `step`: small, and different for neighbours.
+inline uint32_t StepToken(uint64_t step) { return static_cast<uint32_t>(step % 1024) + 1; }
 
 class Reducer {
  public:
@@ -77,8 +100,9 @@ class Reducer {
   // first rebuilds the buckets in the observed ready order.
   absl::Status StartGroup();
   // Before each backward; `sync` on the group's last micro-batch, whose
-  // backward all-reduces. Earlier micro-batches only accumulate locally.
-  void PrepareBackward(bool sync);
+  // backward all-reduces (with `control` in its last bucket). Earlier
+  // micro-batches only accumulate locally.
+  void PrepareBackward(bool sync, ControlWords control = {});
   // After the synchronized backward: reduces the buckets backward did not
   // complete, waits for all, and leaves globally unused parameters without a
   // gradient. The communicator's error (ABORTED, UNAVAILABLE, ...) if a
@@ -98,8 +122,10 @@ class Reducer {
   };
   struct Bucket {
     std::vector<size_t> params;
-    at::Tensor buffer;  // gradients, then one used-flag per parameter
+    at::Tensor buffer;  // gradients, one used-flag per parameter, control words
     int64_t grad_elements = 0;
+    // Control words at the end (the last bucket only).
+    int64_t control_words = 0;
     size_t pending = 0;
     bool ready = false;
   };
@@ -125,6 +151,7 @@ class Reducer {
 
   absl::Mutex mu_;
   bool sync_ ABSL_GUARDED_BY(mu_) = false;
+  ControlWords control_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Per parameter: got a gradient in this group / in this backward.
   std::vector<bool> used_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "worker/shm_communicator.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <random>
@@ -83,6 +85,21 @@ struct ShmCommunicator::Segment {
   Word counters[2][kMaxRanks];
 };
 
+void ShmCommunicator::RemoveStaleSegments() {
+  // Our segments are named /ddp-<creator pid>-<random>; one whose creator
+  // is gone was left by a rank 0 killed between creating and unlinking it.
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    int pid = 0;
+    char rest[64];
+    if (std::sscanf(entry->d_name, "ddp-%d-%63s", &pid, rest) != 2 || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    ::shm_unlink(absl::StrCat("/", entry->d_name).c_str());
+  }
+  ::closedir(dir);
+}
+
 size_t ShmCommunicator::DataOffset() { return (sizeof(Segment) + 63) / 64 * 64; }
 
 absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
@@ -93,9 +110,11 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
   }
   const size_t bytes = DataOffset() + (options.world_size + 1) * options.slot_bytes;
   Segment* segment = nullptr;
+  std::string created;  // rank 0: the name, until it is unlinked
   absl::Status status;
   try {
     if (options.rank == 0) {
+      RemoveStaleSegments();
       std::random_device random;
       const std::string name = absl::StrFormat("/ddp-%d-%08x%08x", ::getpid(), random(), random());
       const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -121,6 +140,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
         }
         ::close(fd);
         if (!status.ok()) ::shm_unlink(name.c_str());
+        if (status.ok()) created = name;
       }
       Set(store, "shm/segment", status.ok() ? name : "error:" + std::string(status.message()));
       if (status.ok()) {
@@ -167,11 +187,15 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
     if (options.rank == 0 && segment != nullptr) {
       // Mapped by all (or given up): the name can go; the memory lives until
       // the last rank unmaps it, and nothing is left behind if ranks die.
-      ::shm_unlink(Get(store, "shm/name", options.timeout).c_str());
+      ::shm_unlink(created.c_str());
+      created.clear();
     }
   } catch (const std::exception& e) {
     status = absl::UnavailableError(absl::StrCat("shared-memory rendezvous failed: ", e.what()));
   }
+  // A rendezvous that did not complete (a peer died, the store went away)
+  // must not leave the segment behind.
+  if (!created.empty()) ::shm_unlink(created.c_str());
   if (!status.ok()) {
     if (segment != nullptr) ::munmap(segment, bytes);
     return status;

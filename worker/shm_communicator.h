@@ -59,6 +59,8 @@ class ShmCommunicator final : public Communicator {
   struct Segment;
   // Where the slots start, past the header.
   static size_t DataOffset();
+  // Unlinks segments whose creator process is gone.
+  static void RemoveStaleSegments();
   ShmCommunicator(Segment* segment, size_t mapped_bytes, const Options& options);
   // Publishes this rank's arrival for the next operation and waits for all.
   absl::Status Barrier(int phase);

@@ -9,14 +9,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/sampler.h"
+#include "worker/checkpoint.h"
 #include "worker/dataset.h"
-#include "worker/digest.h"
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
+#include "worker/training_state.h"
 
 namespace ddp {
 namespace {
@@ -68,78 +70,110 @@ absl::Status BroadcastTensors(const std::vector<NamedTensor>& tensors, int root,
   return absl::OkStatus();
 }
 
-// Closes a catch of LibTorch's exceptions into a Status with the message's
-// first line, which is the part a person reads.
+// LibTorch reports errors as exceptions; the first line of the message is
+// the part a person reads.
 absl::Status FromException(const std::string& what, const std::exception& e) {
   std::string msg = e.what();
   return absl::InternalError(absl::StrCat(what, ": ", msg.substr(0, msg.find('\n'))));
 }
 
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& spec,
-                                                       std::vector<at::Tensor> params) {
-  if (spec.kind() == "adam") {
-    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(spec.lr())
-                                                            .betas({spec.beta1(), spec.beta2()})
-                                                            .eps(spec.eps())
-                                                            .weight_decay(spec.weight_decay()));
-  }
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(spec.lr())
-                                                         .momentum(spec.momentum())
-                                                         .weight_decay(spec.weight_decay())
-                                                         .nesterov(spec.nesterov()));
-}
-
-class Trainer {
+class GenerationTrainer {
  public:
-  Trainer(const v1::Assignment& a, Communicator* comm, TrainingObserver* observer,
-          const std::atomic<bool>& abort)
-      : a_(a), spec_(a.spec()), comm_(comm), observer_(observer), abort_(abort) {}
+  GenerationTrainer(const v1::Assignment& a, TrainingState* state, Communicator* comm,
+                    TrainingObserver* observer, const GenerationControl& control)
+      : a_(a),
+        spec_(a.spec()),
+        state_(*state),
+        comm_(comm),
+        observer_(observer),
+        control_(control) {}
 
-  absl::Status Run();
+  absl::StatusOr<GenerationEnd> Run();
 
  private:
-  absl::Status Setup();
-  absl::Status RunEpoch(uint64_t epoch, bool* stop);
+  // Brings every rank to the source rank's state.
+  absl::Status SyncState();
+  // The source's own state: in memory, from a checkpoint, or fresh.
+  absl::Status PrepareSource(std::string* detail);
+  // Trains what is left of the state's current epoch. Sets *left when the
+  // ranks agreed to leave.
+  absl::Status RunEpoch(bool* left);
   absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync,
                                          v1::StepTimings* timings);
+  void MaybeCheckpoint();
   v1::EpochResult Evaluate(uint64_t epoch, double train_loss, double seconds);
   at::Tensor Loss(const at::Tensor& out, const at::Tensor& y, bool sum = false);
+  bool aborted() const { return control_.abort != nullptr && control_.abort->load(); }
 
   const v1::Assignment& a_;
   const v1::JobSpec& spec_;
+  TrainingState& state_;
   Communicator* comm_;
   TrainingObserver* observer_;
-  const std::atomic<bool>& abort_;
+  const GenerationControl& control_;
 
-  std::shared_ptr<const Dataset> data_;
-  std::unique_ptr<Model> model_;
   std::unique_ptr<Reducer> reducer_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<NamedTensor> buffers_;
-  uint64_t step_ = 0;
-  int64_t micro_batches_ = 0;
   uint64_t steps_per_epoch_ = 0;
+  bool first_step_ = true;
+  absl::Time last_checkpoint_ = absl::Now();
+  bool checkpoints_failed_ = false;
+  // Loss of this rank's steps in the current epoch (this generation's part).
+  double epoch_loss_sum_ = 0;
+  uint64_t epoch_loss_steps_ = 0;
 };
 
-absl::Status Trainer::Setup() {
-  auto data = LoadDatasetCached(spec_.dataset(), spec_.seed());
-  if (!data.ok()) return data.status();
-  data_ = *data;
-  auto model = MakeModel(spec_.model(), data_->sample_shape(), data_->num_classes, spec_.seed());
-  if (!model.ok()) return model.status();
-  model_ = std::move(*model);
-  if (absl::Status s =
-          CheckModelFits(*model_, spec_.model(), data_->sample_shape(), data_->num_classes);
-      !s.ok()) {
-    return s;
+absl::Status GenerationTrainer::PrepareSource(std::string* detail) {
+  switch (a_.state_source()) {
+    case v1::STATE_SOURCE_CHECKPOINT: {
+      absl::StatusOr<LoadedCheckpoint> loaded =
+          LoadNewestCheckpoint(spec_.checkpoint().dir(), state_.identity());
+      if (!loaded.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("this rank was to resume the job from its newest checkpoint, but: ",
+                         loaded.status().message()));
+      }
+      for (const std::string& skipped : loaded->skipped) {
+        DDP_LOG(Warning) << "skipped checkpoint " << skipped;
+      }
+      absl::StatusOr<v1::TrainingStateHeader> header = state_.Decode(loaded->bytes);
+      if (!header.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("can't load checkpoint ", loaded->path, ": ", header.status().message()));
+      }
+      *detail =
+          absl::StrCat("resumed from checkpoint ", loaded->path, " (step ", header->step(), ")");
+      if (!loaded->skipped.empty()) {
+        absl::StrAppend(detail, "; skipped ", absl::StrJoin(loaded->skipped, "; "));
+      }
+      return absl::OkStatus();
+    }
+    case v1::STATE_SOURCE_MEMORY:
+      if (state_.progress().step != a_.start_step()) {
+        // Another state than the coordinator counted on: it re-forms.
+        return absl::UnavailableError(absl::StrFormat(
+            "assigned as the source of the state at step %d, but this worker holds step %d",
+            a_.start_step(), state_.progress().step));
+      }
+      *detail = absl::StrCat("from rank ", a_.rank(), "'s memory at step ", a_.start_step());
+      return absl::OkStatus();
+    default:
+      if (state_.progress().step != 0) {
+        return absl::UnavailableError(absl::StrFormat(
+            "assigned to start the job afresh, but this worker holds its state at step %d",
+            state_.progress().step));
+      }
+      *detail = "fresh weights";
+      return absl::OkStatus();
   }
-  model_->SetTraining(true);
+}
 
-  // Every rank must hold the same architecture before parameters move.
-  uint64_t signature = ModelSignature(*model_);
+absl::Status GenerationTrainer::SyncState() {
+  const int source = static_cast<int>(a_.source_rank());
+  // Every rank must hold the same architecture before state moves.
+  const uint64_t signature = ModelSignature(state_.model());
   uint64_t source_signature = signature;
-  if (absl::Status s = comm_->Broadcast(&source_signature, sizeof(source_signature),
-                                        static_cast<int>(a_.source_rank()));
+  if (absl::Status s = comm_->Broadcast(&source_signature, sizeof(source_signature), source);
       !s.ok()) {
     return s;
   }
@@ -147,61 +181,61 @@ absl::Status Trainer::Setup() {
     return absl::InvalidArgumentError(absl::StrFormat(
         "this rank's model (%d parameters, signature %016x) differs from rank %d's (signature "
         "%016x): every rank must load the same model file",
-        model_->Parameters().size(), signature, a_.source_rank(), source_signature));
+        state_.model().Parameters().size(), signature, source, source_signature));
   }
-  observer_->OnPhase(v1::STEP_PHASE_SYNC, a_.start_step());
-  std::vector<NamedTensor> state = model_->Parameters();
-  buffers_ = model_->Buffers();
-  state.insert(state.end(), buffers_.begin(), buffers_.end());
-  if (absl::Status s = BroadcastTensors(state, static_cast<int>(a_.source_rank()), comm_);
-      !s.ok()) {
-    return s;
+  observer_->OnPhase(v1::STEP_PHASE_SYNC, state_.progress().step);
+  std::string detail;
+  absl::Status prepared = absl::OkStatus();
+  if (static_cast<int>(a_.rank()) == source) prepared = PrepareSource(&detail);
+  // The source says whether it has a state to send (and how big) before
+  // anything else moves: a failure there must reach every rank.
+  std::string bytes;
+  uint64_t size = 0;
+  if (static_cast<int>(a_.rank()) == source && prepared.ok()) {
+    absl::StatusOr<std::string> encoded = state_.Encode(a_.generation(), a_.world_size());
+    if (!encoded.ok()) prepared = encoded.status();
+    if (encoded.ok()) bytes = std::move(*encoded);
+    size = bytes.size();
   }
-
-  Reducer::Options options;
-  options.bucket_cap_bytes = static_cast<size_t>(spec_.bucket_cap_mb() * (1 << 20));
-  options.first_bucket_cap_bytes = std::min(kDefaultFirstBucketBytes, options.bucket_cap_bytes);
-  auto reducer = Reducer::Create(model_->Parameters(), comm_, options);
-  if (!reducer.ok()) return reducer.status();
-  reducer_ = std::move(*reducer);
-  std::vector<at::Tensor> params;
-  for (auto& [name, t] : model_->Parameters()) params.push_back(t);
-  optimizer_ = MakeOptimizer(spec_.optimizer(), std::move(params));
-
-  const uint64_t per_rank = SamplesPerRank(data_->train_size(), a_.world_size(), spec_.drop_last());
-  micro_batches_ =
-      NumBatches(static_cast<int64_t>(per_rank), spec_.batch_size(), spec_.drop_last());
-  const uint64_t k = spec_.gradient_accumulation_steps();
-  steps_per_epoch_ = (micro_batches_ + k - 1) / k;
-  if (steps_per_epoch_ == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size: ", spec_.batch_size(), " per worker leaves no full batch of the ",
-                     per_rank, " samples each of ", a_.world_size(), " ranks gets with drop_last"));
+  if (absl::Status s = comm_->Broadcast(&size, sizeof(size), source); !s.ok()) return s;
+  if (!prepared.ok()) return prepared;
+  if (size == 0) {
+    return absl::UnavailableError(absl::StrCat("rank ", source, " could not provide the state"));
   }
+  if (static_cast<int>(a_.rank()) != source) bytes.resize(size);
+  if (absl::Status s = comm_->Broadcast(bytes.data(), size, source); !s.ok()) return s;
+  if (static_cast<int>(a_.rank()) != source) {
+    absl::StatusOr<v1::TrainingStateHeader> header = state_.Decode(bytes);
+    if (!header.ok()) {
+      return absl::Status(
+          header.status().code(),
+          absl::StrCat("can't take up rank ", source, "'s state: ", header.status().message()));
+    }
+    detail = absl::StrCat("received from rank ", source, " at step ", header->step());
+  }
+  observer_->OnStarted(state_.Held(), detail);
   return absl::OkStatus();
 }
 
-at::Tensor Trainer::Loss(const at::Tensor& out, const at::Tensor& y, bool sum) {
+at::Tensor GenerationTrainer::Loss(const at::Tensor& out, const at::Tensor& y, bool sum) {
   const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
   if (spec_.loss() == "nll") return torch::nll_loss(out, y, {}, reduction);
   return torch::cross_entropy_loss(out, y, {}, reduction);
 }
 
-absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale, bool sync,
-                                                v1::StepTimings* timings) {
+absl::StatusOr<double> GenerationTrainer::TrainMicroBatch(const Batch& batch, double scale,
+                                                          bool sync, v1::StepTimings* timings) {
   if (!buffers_.empty()) {
-    // As DDP's broadcast_buffers: running statistics follow the source rank.
-    if (absl::Status s = BroadcastTensors(buffers_, static_cast<int>(a_.source_rank()), comm_);
-        !s.ok()) {
-      return s;
-    }
+    // As DDP's broadcast_buffers: running statistics follow rank 0.
+    if (absl::Status s = BroadcastTensors(buffers_, 0, comm_); !s.ok()) return s;
   }
-  reducer_->PrepareBackward(sync);
-  observer_->OnPhase(v1::STEP_PHASE_FORWARD, step_);
+  const uint64_t step = state_.progress().step;
+  reducer_->PrepareBackward(sync, ControlWords{StepToken(step + 1), control_.leave});
+  observer_->OnPhase(v1::STEP_PHASE_FORWARD, step);
   const absl::Time start = absl::Now();
-  at::Tensor loss = Loss(model_->Forward(batch.x), batch.y);
+  at::Tensor loss = Loss(state_.model().Forward(batch.x), batch.y);
   const absl::Time forward_done = absl::Now();
-  observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step_);
+  observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step);
   (scale == 1.0 ? loss : loss * scale).backward();
   timings->set_forward_ms(timings->forward_ms() + absl::ToDoubleMilliseconds(forward_done - start));
   timings->set_backward_ms(timings->backward_ms() +
@@ -209,65 +243,135 @@ absl::StatusOr<double> Trainer::TrainMicroBatch(const Batch& batch, double scale
   return loss.item<double>();
 }
 
-absl::Status Trainer::RunEpoch(uint64_t epoch, bool* stop) {
+void GenerationTrainer::MaybeCheckpoint() {
+  const auto& c = spec_.checkpoint();
+  if (a_.rank() != 0 || c.dir().empty()) return;
+  const uint64_t step = state_.progress().step;
+  const bool by_steps = c.every_steps() > 0 && step % c.every_steps() == 0;
+  const bool by_time =
+      c.every_seconds() > 0 && absl::Now() - last_checkpoint_ >= absl::Seconds(c.every_seconds());
+  if ((!by_steps && !by_time) || checkpoints_failed_) return;
+  absl::StatusOr<CheckpointWriter*> writer = state_.Checkpoints(control_.on_checkpoint);
+  if (!writer.ok()) {
+    // Said once per generation; training goes on without checkpoints.
+    checkpoints_failed_ = true;
+    DDP_LOG(Warning) << "no checkpoints: " << writer.status().message();
+    if (control_.on_checkpoint) {
+      v1::CheckpointResult result;
+      result.set_generation(a_.generation());
+      result.set_step(step);
+      result.set_error(std::string(writer.status().message()));
+      control_.on_checkpoint(result);
+    }
+    return;
+  }
+  last_checkpoint_ = absl::Now();
+  absl::StatusOr<std::string> bytes = state_.Encode(a_.generation(), a_.world_size());
+  if (!bytes.ok()) {
+    DDP_LOG(Warning) << "can't encode a checkpoint: " << bytes.status().message();
+    return;
+  }
+  if (!(*writer)->Submit(a_.generation(), step, state_.progress().epoch, std::move(*bytes))) {
+    DDP_LOG(Warning) << "checkpoint of step " << step
+                     << " skipped: the previous one is still being written";
+  }
+}
+
+absl::Status GenerationTrainer::RunEpoch(bool* left) {
   const absl::Time epoch_start = absl::Now();
+  const TrainingProgress begin = state_.progress();
+  const uint64_t n = static_cast<uint64_t>(state_.data().train_size());
+  const uint32_t world = a_.world_size();
+  const uint64_t b = spec_.batch_size();
+  const bool drop_last = spec_.drop_last();
   SamplerOptions sampler;
-  sampler.dataset_size = data_->train_size();
+  sampler.dataset_size = n;
   sampler.seed = a_.sampler_seed();
-  sampler.epoch = epoch;
+  sampler.epoch = begin.epoch;
   sampler.rank = a_.rank();
-  sampler.world_size = a_.world_size();
+  sampler.world_size = world;
   sampler.shuffle = spec_.shuffle();
-  sampler.drop_last = spec_.drop_last();
+  sampler.drop_last = drop_last;
+  const std::vector<int64_t> indices = ElasticSamplerIndices(sampler, begin.cursor);
+  const uint64_t batches = NumBatchesFrom(n, begin.cursor, world, b, drop_last);
   const uint64_t k = spec_.gradient_accumulation_steps();
-  // Resuming inside an epoch skips the micro-batches of completed steps.
-  const uint64_t done_in_epoch = step_ - epoch * steps_per_epoch_;
-  BatchLoader loader(data_->train_x, data_->train_y, DistributedSamplerIndices(sampler),
-                     spec_.batch_size(), spec_.drop_last(),
-                     static_cast<int64_t>(done_in_epoch * k));
-  double loss_sum = 0;
-  uint64_t loss_steps = 0;
-  for (int64_t first = done_in_epoch * k; first < micro_batches_; first += k) {
-    if (abort_) return absl::AbortedError("aborted");
+  if (begin.cursor == 0) {
+    epoch_loss_sum_ = 0;
+    epoch_loss_steps_ = 0;
+  }
+  BatchLoader loader(state_.data().train_x, state_.data().train_y, indices, static_cast<int64_t>(b),
+                     drop_last, 0);
+  for (uint64_t done = 0; done < batches;) {
+    if (aborted()) return absl::AbortedError("aborted");
     const absl::Time step_start = absl::Now();
-    const int64_t group = std::min<int64_t>(k, micro_batches_ - first);
+    const uint64_t group = std::min(k, batches - done);
+    const TrainingProgress before = state_.progress();
+    {
+      const size_t first = done * b;
+      const size_t last = std::min<size_t>(indices.size(), (done + group) * b);
+      observer_->OnStepIndices(
+          before.step + 1, before.epoch,
+          std::vector<int64_t>(indices.begin() + first, indices.begin() + last));
+    }
     if (absl::Status s = reducer_->StartGroup(); !s.ok()) return s;
     double step_loss = 0;
     uint64_t samples = 0;
     v1::StepTimings timings;
-    for (int64_t m = 0; m < group; ++m) {
-      observer_->OnPhase(v1::STEP_PHASE_DATA, step_);
+    for (uint64_t m = 0; m < group; ++m) {
+      observer_->OnPhase(v1::STEP_PHASE_DATA, before.step);
       const absl::Time data_start = absl::Now();
       std::optional<Batch> batch = loader.Next();
       timings.set_data_ms(timings.data_ms() + absl::ToDoubleMilliseconds(absl::Now() - data_start));
       samples += batch->x.size(0);
-      absl::StatusOr<double> loss = TrainMicroBatch(*batch, 1.0 / group, m == group - 1, &timings);
+      absl::StatusOr<double> loss =
+          TrainMicroBatch(*batch, 1.0 / static_cast<double>(group), m + 1 == group, &timings);
       if (!loss.ok()) return loss.status();
-      step_loss += *loss / group;
+      step_loss += *loss / static_cast<double>(group);
     }
-    observer_->OnPhase(v1::STEP_PHASE_ALLREDUCE_WAIT, step_);
+    observer_->OnPhase(v1::STEP_PHASE_ALLREDUCE_WAIT, before.step);
     absl::StatusOr<ReductionStats> stats = reducer_->FinishBackward();
     if (!stats.ok()) return stats.status();
+    const uint64_t token = StepToken(before.step + 1);
+    if (stats->token_sum != token * world) {
+      return absl::DataLossError(absl::StrFormat(
+          "the ranks did not all complete step %d (step tokens sum to %d, not %d x %d): the step "
+          "was torn, and is not applied",
+          before.step + 1, stats->token_sum, token, world));
+    }
     timings.set_allreduce_wait_ms(stats->wait_ms);
-    observer_->OnPhase(v1::STEP_PHASE_OPTIMIZER, step_);
+    observer_->OnPhase(v1::STEP_PHASE_OPTIMIZER, before.step);
     const absl::Time optimizer_start = absl::Now();
-    optimizer_->step();
+    state_.optimizer().step();
     timings.set_optimizer_ms(absl::ToDoubleMilliseconds(absl::Now() - optimizer_start));
-    ++step_;
-    loss_sum += step_loss;
-    ++loss_steps;
+    done += group;
+    const uint64_t cursor = CursorAfterBatches(n, begin.cursor, world, b, drop_last, done);
+    const bool epoch_over = cursor >= n;
+    state_.Commit(TrainingProgress{before.step + 1, epoch_over ? before.epoch + 1 : before.epoch,
+                                   epoch_over ? 0 : cursor});
+    const uint64_t step = before.step + 1;
+    epoch_loss_sum_ += step_loss;
+    ++epoch_loss_steps_;
 
-    const uint64_t in_epoch = step_ - epoch * steps_per_epoch_;
-    const bool last = in_epoch == steps_per_epoch_ || step_ == spec_.max_steps();
+    uint64_t remaining = (batches - done + k - 1) / k;
+    if (before.epoch + 1 < spec_.epochs()) {
+      remaining += (spec_.epochs() - before.epoch - 1) * steps_per_epoch_;
+    }
+    uint64_t total = step + remaining;
+    if (spec_.max_steps() > 0) total = std::min<uint64_t>(total, spec_.max_steps());
     v1::StepReport report;
     report.set_generation(a_.generation());
-    report.set_epoch(epoch);
-    report.set_step(step_);
-    report.set_step_in_epoch(in_epoch);
+    report.set_epoch(before.epoch);
+    report.set_step(step);
+    report.set_step_in_epoch(done / k + (done % k ? 1 : 0));
     report.set_steps_per_epoch(steps_per_epoch_);
     report.set_loss(step_loss);
     report.set_samples(samples);
     report.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - step_start));
+    report.set_cursor(cursor);
+    report.set_dataset_size(n);
+    report.set_lr(state_.learning_rate());
+    report.set_world_size(world);
+    report.set_total_steps(total);
     v1::ReductionStatus* r = report.mutable_reduction();
     r->set_buckets_reduced(stats->buckets_reduced);
     r->set_buckets_total(stats->buckets_total);
@@ -278,36 +382,48 @@ absl::Status Trainer::RunEpoch(uint64_t epoch, bool* stop) {
     r->set_globally_unused_parameters(stats->globally_unused);
     for (auto& name : stats->newly_unused) r->add_newly_unused_parameter_names(name);
     r->set_phase(v1::STEP_PHASE_OPTIMIZER);
-    if (last) report.set_parameter_digest(ParameterDigest(*model_));
+    // Digests on the first step of a generation (a joiner took up the state
+    // correctly) and at each epoch's end (replicas still agree).
+    if (first_step_ || epoch_over || state_.finished()) {
+      report.set_parameter_digest(ParameterDigest(state_.model()));
+    }
+    first_step_ = false;
     *report.mutable_timings() = timings;
-    observer_->OnStep(report);
-    if (step_ == spec_.max_steps()) {
-      *stop = true;
-      break;
+    observer_->OnStep(report, state_.progress().epoch, state_.progress().cursor);
+    MaybeCheckpoint();
+    if (state_.finished()) break;  // max_steps (or the last epoch's end)
+    if (stats->leave_votes > 0) {
+      *left = true;
+      if (!epoch_over) return absl::OkStatus();
+      break;  // evaluate the epoch that just ended first
     }
   }
-  if (a_.rank() == 0 && spec_.evaluate() && data_->test_x.defined()) {
-    observer_->OnPhase(v1::STEP_PHASE_EVALUATE, step_);
-    observer_->OnEpoch(Evaluate(epoch, loss_steps ? loss_sum / loss_steps : 0,
+  if (batches == 0) state_.Commit(TrainingProgress{begin.step, begin.epoch + 1, 0});
+  if (a_.rank() == 0 && spec_.evaluate() && state_.data().test_x.defined()) {
+    observer_->OnPhase(v1::STEP_PHASE_EVALUATE, state_.progress().step);
+    observer_->OnEpoch(Evaluate(begin.epoch,
+                                epoch_loss_steps_ ? epoch_loss_sum_ / epoch_loss_steps_ : 0,
                                 absl::ToDoubleSeconds(absl::Now() - epoch_start)));
   }
   return absl::OkStatus();
 }
 
-v1::EpochResult Trainer::Evaluate(uint64_t epoch, double train_loss, double seconds) {
+v1::EpochResult GenerationTrainer::Evaluate(uint64_t epoch, double train_loss, double seconds) {
   torch::NoGradGuard no_grad;
-  model_->SetTraining(false);
+  Model& model = state_.model();
+  const Dataset& data = state_.data();
+  model.SetTraining(false);
   int64_t correct = 0;
   double loss = 0;
-  const int64_t n = data_->test_x.size(0);
+  const int64_t n = data.test_x.size(0);
   for (int64_t begin = 0; begin < n; begin += 1000) {
     const int64_t len = std::min<int64_t>(1000, n - begin);
-    at::Tensor out = model_->Forward(data_->test_x.narrow(0, begin, len));
-    at::Tensor y = data_->test_y.narrow(0, begin, len);
+    at::Tensor out = model.Forward(data.test_x.narrow(0, begin, len));
+    at::Tensor y = data.test_y.narrow(0, begin, len);
     correct += out.argmax(1).eq(y).sum().item<int64_t>();
     loss += Loss(out, y, /*sum=*/true).item<double>();
   }
-  model_->SetTraining(true);
+  model.SetTraining(true);
   v1::EpochResult result;
   result.set_generation(a_.generation());
   result.set_epoch(epoch);
@@ -320,31 +436,55 @@ v1::EpochResult Trainer::Evaluate(uint64_t epoch, double train_loss, double seco
   return result;
 }
 
-absl::Status Trainer::Run() {
-  step_ = a_.start_step();
-  if (absl::Status s = Setup(); !s.ok()) return s;
-  DDP_LOG(Info) << "training " << spec_.model().kind() << " on " << spec_.dataset().kind() << ": "
-                << steps_per_epoch_ << " steps per epoch, " << spec_.epochs() << " epoch(s)";
-  bool stop = spec_.max_steps() > 0 && step_ >= spec_.max_steps();
-  for (uint64_t epoch = step_ / steps_per_epoch_; epoch < spec_.epochs() && !stop; ++epoch) {
-    if (absl::Status s = RunEpoch(epoch, &stop); !s.ok()) return s;
+absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
+  if (absl::Status s = SyncState(); !s.ok()) return s;
+  state_.SetLearningRate(a_.lr() > 0 ? a_.lr() : spec_.optimizer().lr());
+  buffers_ = state_.model().Buffers();
+  Reducer::Options options;
+  options.bucket_cap_bytes = static_cast<size_t>(spec_.bucket_cap_mb() * (1 << 20));
+  options.first_bucket_cap_bytes = std::min(kDefaultFirstBucketBytes, options.bucket_cap_bytes);
+  auto reducer = Reducer::Create(state_.model().Parameters(), comm_, options);
+  if (!reducer.ok()) return reducer.status();
+  reducer_ = std::move(*reducer);
+
+  const uint64_t n = static_cast<uint64_t>(state_.data().train_size());
+  const uint64_t k = spec_.gradient_accumulation_steps();
+  steps_per_epoch_ =
+      (NumBatchesFrom(n, 0, a_.world_size(), spec_.batch_size(), spec_.drop_last()) + k - 1) / k;
+  if (steps_per_epoch_ == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size: ", spec_.batch_size(), " per worker leaves no full batch of the ",
+                     SamplesPerRank(n, a_.world_size(), spec_.drop_last()), " samples each of ",
+                     a_.world_size(), " ranks gets with drop_last"));
   }
+  const TrainingProgress& p = state_.progress();
+  DDP_LOG(Info) << "training " << spec_.model().kind() << " on " << spec_.dataset().kind()
+                << " from step " << p.step << " (epoch " << p.epoch << ", cursor " << p.cursor
+                << " of " << n << "): " << steps_per_epoch_ << " steps per epoch at world size "
+                << a_.world_size() << ", lr " << state_.learning_rate();
+  bool left = false;
+  while (!state_.finished() && !left) {
+    if (absl::Status s = RunEpoch(&left); !s.ok()) return s;
+  }
+  if (left && !state_.finished()) return GenerationEnd::kLeft;
   if (a_.rank() == 0 && !spec_.output_path().empty()) {
-    if (absl::Status s = model_->Save(spec_.output_path()); !s.ok()) return s;
+    if (absl::Status s = state_.model().Save(spec_.output_path()); !s.ok()) return s;
     DDP_LOG(Info) << "wrote the trained model to " << spec_.output_path();
   }
-  return absl::OkStatus();
+  return GenerationEnd::kFinished;
 }
 
 }  // namespace
 
-absl::Status Train(const v1::Assignment& assignment, Communicator* comm, TrainingObserver* observer,
-                   const std::atomic<bool>& abort) {
+absl::StatusOr<GenerationEnd> TrainGeneration(const v1::Assignment& assignment,
+                                              TrainingState* state, Communicator* comm,
+                                              TrainingObserver* observer,
+                                              const GenerationControl& control) {
   try {
-    Trainer trainer(assignment, comm, observer, abort);
+    GenerationTrainer trainer(assignment, state, comm, observer, control);
     return trainer.Run();
   } catch (const std::exception& e) {
-    if (abort) return absl::AbortedError("aborted");
+    if (control.abort != nullptr && control.abort->load()) return absl::AbortedError("aborted");
     return FromException("training failed", e);
   }
 }

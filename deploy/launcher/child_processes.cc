@@ -19,10 +19,11 @@ ChildProcesses::~ChildProcesses() { StopAll(absl::Seconds(2)); }
 absl::StatusOr<pid_t> ChildProcesses::Start(const std::string& name,
                                             const std::vector<std::string>& argv,
                                             const std::vector<std::string>& env,
-                                            const std::string& log_path) {
+                                            const std::string& log_path, bool append) {
   int log_fd = -1;
   if (!log_path.empty()) {
-    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    log_fd = ::open(log_path.c_str(),
+                    O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
     if (log_fd < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("can't write ", log_path, ": ", std::strerror(errno)));

@@ -20,11 +20,13 @@ class ChildProcesses {
   ~ChildProcesses();  // kills whatever still runs
 
   // Starts `argv` with `env` added to the environment and stderr and stdout
-  // written to `log_path` (emptied first) (or inherited when empty). Each child gets its
+  // written to `log_path` (emptied first, unless `append`) (or inherited
+  // when empty). Each child gets its
   // own process group, so a terminal's Ctrl-C reaches only the launcher,
   // and dies with the launcher even if the launcher is killed.
   absl::StatusOr<pid_t> Start(const std::string& name, const std::vector<std::string>& argv,
-                              const std::vector<std::string>& env, const std::string& log_path);
+                              const std::vector<std::string>& env, const std::string& log_path,
+                              bool append = false);
 
   // Reaps children that exited; returns (name, exit code) for each, where a
   // death by signal N reads as 128 + N.

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -34,6 +35,9 @@ ABSL_FLAG(int32_t, threads, 0,
           "compute threads per worker (0: the machine's cores divided among the workers)");
 ABSL_FLAG(std::string, log_dir, "",
           "where the coordinator's and workers' logs go (default: a new folder under /tmp)");
+ABSL_FLAG(int32_t, max_restarts, 3,
+          "restart a worker that dies (exits other than by our own stop) up to this many times "
+          "in all; the job goes on from the survivors' memory meanwhile");
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, separated by spaces (see ddp-worker --help)");
@@ -165,6 +169,8 @@ int Run() {
   for (int i = 0; i < nproc; ++i) {
     std::remove(absl::StrCat(dir, "/metrics-w", i, ".jsonl").c_str());
   }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir + "/state", ignored);
   std::string json;
   google::protobuf::util::MessageToJsonString(spec, &json);
   std::ofstream(dir + "/job.json") << json << "\n";
@@ -182,11 +188,12 @@ int Run() {
   const std::string bin = BinDir();
   const std::vector<std::string> env = {absl::StrCat("OMP_NUM_THREADS=", threads),
                                         absl::StrCat("OPENBLAS_NUM_THREADS=", threads)};
-  auto coordinator = children.Start(
-      "coordinator",
-      {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
-       "--job=" + dir + "/job.json", "--exit_when_done", "--status_file=" + status_file},
-      env, log("coordinator"));
+  auto coordinator =
+      children.Start("coordinator",
+                     {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
+                      "--job=" + dir + "/job.json", "--exit_when_done",
+                      "--status_file=" + status_file, "--state_dir=" + dir + "/state"},
+                     env, log("coordinator"));
   if (!coordinator.ok()) {
     std::cerr << "ddp-run: " << coordinator.status().message() << "\n";
     return 1;
@@ -207,6 +214,7 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(20));
   }
   const std::string target = absl::StrCat("127.0.0.1:", port);
+  std::vector<std::vector<std::string>> worker_args(nproc);
   for (int i = 0; i < nproc; ++i) {
     std::vector<std::string> args = {
         bin + "/ddp-worker",
@@ -220,6 +228,7 @@ int Run() {
          absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
       args.emplace_back(extra);
     }
+    worker_args[i] = args;
     auto worker =
         children.Start(absl::StrCat("worker ", i), args, env, log(absl::StrCat("worker-", i)));
     if (!worker.ok()) {
@@ -229,6 +238,7 @@ int Run() {
   }
 
   Watcher watcher(target);
+  int restarts_left = absl::GetFlag(FLAGS_max_restarts);
   int exit_code = -1;
   while (exit_code < 0) {
     if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
@@ -241,8 +251,20 @@ int Run() {
       if (name == "coordinator") {
         exit_code = code;
       } else if (code != 0) {
+        const int index = std::stoi(name.substr(7));
+        const std::string log_path = dir + "/worker-" + name.substr(7) + ".log";
         std::cerr << "ddp-run: " << name << " exited with code " << code << ":\n"
-                  << Tail(dir + "/worker-" + name.substr(7) + ".log", 10);
+                  << Tail(log_path, 10);
+        if (restarts_left > 0) {
+          // Like torchrun's restarts, but the others train on meanwhile: the
+          // new process joins the next generation and takes up their state.
+          --restarts_left;
+          std::cerr << "ddp-run: restarting " << name << " (" << restarts_left
+                    << " restart(s) left)" << std::endl;
+          auto restarted = children.Start(name, worker_args[index], env,
+                                          log(absl::StrCat("worker-", index)), /*append=*/true);
+          if (!restarted.ok()) std::cerr << "ddp-run: " << restarted.status().message() << "\n";
+        }
       }
     }
   }

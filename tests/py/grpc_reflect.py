@@ -57,7 +57,11 @@ def _reflection_messages():
 
 class ReflectionClient:
     def __init__(self, target):
-        self.channel = grpc.insecure_channel(target)
+        # Reconnect quickly: tests restart servers and watch them come back.
+        self.channel = grpc.insecure_channel(target, options=[
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000)])
         self._request, self._response = _reflection_messages()
         self._info = self.channel.stream_stream(
             _REFLECTION, request_serializer=self._request.SerializeToString,

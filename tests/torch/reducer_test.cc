@@ -128,8 +128,9 @@ TEST_P(ReducerTest, FinishBackward_GradientsAreTheMeanOverRanks_AcrossRebuild) {
       ASSERT_THAT(stats, IsOk());
       EXPECT_EQ(stats->buckets_reduced, stats->buckets_total);
       ExpectGradsEqual(net, ExpectedGrads(init, world, step, all_use_branch), rank);
-      // Gradients live in the buckets: no copy.
-      EXPECT_EQ(stats->bytes, (8 * 3 + 8 + 16 + 2 + 16 + 5 + 6) * sizeof(float));
+      // Gradients live in the buckets: no copy. Besides them, a used-flag
+      // per parameter and the two control words.
+      EXPECT_EQ(stats->bytes, (8 * 3 + 8 + 16 + 2 + 16 + 5 + 6 + 2) * sizeof(float));
     }
     // After the first step, buckets follow the real ready order; "unused"
     // never became ready, so it lands last.
@@ -164,6 +165,33 @@ TEST_P(ReducerTest, UnusedParameters_LocallyUnusedAveragedGloballyUnusedLeftWith
       } else {
         EXPECT_TRUE(stats->newly_unused.empty());  // reported once
       }
+    }
+  });
+}
+
+TEST_P(ReducerTest, ControlWords_TokensSummedAndOneVoteToLeaveReachesEveryRank) {
+  const int world = this->world();
+  const Net init = Net::Make(17);
+  Run([&](int rank, Communicator* comm) {
+    Net net = init.Clone();
+    auto reducer = *Reducer::Create(net.params, comm, SmallBuckets());
+    for (int step = 0; step < 3; ++step) {
+      std::atomic<bool> leave{step == 1 && rank == world - 1};
+      // Step 2: one rank believes it completes another step (a torn step).
+      const uint32_t token = StepToken(step == 2 && rank == 0 ? 99 : step + 1);
+      ASSERT_THAT(reducer->StartGroup(), IsOk());
+      reducer->PrepareBackward(true, ControlWords{token, &leave});
+      net.Loss(Batch(rank, step), true).backward();
+      auto stats = reducer->FinishBackward();
+      ASSERT_THAT(stats, IsOk());
+      EXPECT_EQ(stats->leave_votes, step == 1 ? 1u : 0u);
+      if (step < 2) {
+        EXPECT_EQ(stats->token_sum, uint64_t{StepToken(step + 1)} * world);
+      } else {
+        EXPECT_NE(stats->token_sum, uint64_t{StepToken(3)} * world);
+      }
+      // Averaging the gradients does not touch the words.
+      ExpectGradsEqual(net, ExpectedGrads(init, world, step, [](int) { return true; }), rank);
     }
   });
 }

@@ -1,8 +1,13 @@
 // Data, models, the loader, and the trainer on in-process ranks.
 #include <torch/torch.h>
 
-#include <fstream>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "tests/torch/ranks.h"
@@ -10,6 +15,7 @@
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
+#include "worker/training_state.h"
 
 namespace ddp {
 namespace {
@@ -107,24 +113,41 @@ TEST(Loader, Next_BatchesFollowTheIndicesLastOnePartial) {
   EXPECT_FALSE(dropping.Next().has_value());
 }
 
-// Collects what the trainer reports.
+// Collects what the trainer reports; can ask to leave after a given step.
 class Recorder final : public TrainingObserver {
  public:
   void OnPhase(v1::StepPhase, uint64_t) override {}
-  void OnStep(const v1::StepReport& r) override { steps.push_back(r); }
+  void OnStarted(const v1::HeldState& held, const std::string& detail) override {
+    started.push_back(held);
+    details.push_back(detail);
+  }
+  void OnStepIndices(uint64_t, uint64_t, const std::vector<int64_t>& i) override {
+    indices.push_back(i);
+  }
+  void OnStep(const v1::StepReport& r, uint64_t, uint64_t) override {
+    steps.push_back(r);
+    if (r.step() == leave_after) leave = true;
+  }
   void OnEpoch(const v1::EpochResult& r) override { epochs.push_back(r); }
+  std::vector<v1::HeldState> started;
+  std::vector<std::string> details;
+  std::vector<std::vector<int64_t>> indices;
   std::vector<v1::StepReport> steps;
   std::vector<v1::EpochResult> epochs;
+  uint64_t leave_after = 0;
+  std::atomic<bool> leave{false};
 };
 
-v1::Assignment SyntheticJob(int rank, int world) {
+v1::Assignment SyntheticJob(int rank, int world, uint64_t generation = 1) {
   v1::Assignment a;
   a.set_job_id("t");
-  a.set_generation(1);
+  a.set_generation(generation);
   a.set_rank(rank);
   a.set_world_size(world);
   a.set_sampler_seed(3);
+  a.set_state_source(v1::STATE_SOURCE_FRESH);
   v1::JobSpec* spec = a.mutable_spec();
+  spec->set_name("t");
   spec->mutable_model()->set_kind("mlp");
   spec->mutable_dataset()->set_kind("synthetic");
   spec->mutable_dataset()->set_train_size(512);
@@ -140,15 +163,54 @@ v1::Assignment SyntheticJob(int rank, int world) {
   spec->set_gradient_accumulation_steps(1);
   spec->set_loss("cross_entropy");
   spec->set_evaluate(true);
+  a.set_lr(0.05);
   return a;
 }
 
-TEST(Trainer, Train_TwoRanks_IdenticalParametersAfterEveryEpochAndLossFalls) {
+std::unique_ptr<TrainingState> NewState(const v1::Assignment& a) {
+  auto state = TrainingState::Create(a.spec());
+  EXPECT_THAT(state, IsOk());
+  return std::move(*state);
+}
+
+// Runs one generation on `states` (one per rank, made fresh when null).
+std::vector<absl::StatusOr<GenerationEnd>> RunGeneration(
+    std::vector<std::unique_ptr<TrainingState>>& states, std::vector<Recorder>& recorders,
+    const std::function<v1::Assignment(int)>& assignment, const std::atomic<bool>& abort) {
+  const int world = static_cast<int>(states.size());
+  std::vector<absl::StatusOr<GenerationEnd>> ends(world, absl::UnknownError("not run"));
+  // Made one after another: built-in models draw their initial weights from
+  // LibTorch's process-wide generator (one process per rank in real life).
+  for (int rank = 0; rank < world; ++rank) {
+    if (!states[rank]) states[rank] = NewState(assignment(rank));
+  }
+  RunRanks(world, [&](int rank, Communicator* comm) {
+    const v1::Assignment a = assignment(rank);
+    GenerationControl control;
+    control.abort = &abort;
+    control.leave = &recorders[rank].leave;
+    ends[rank] = TrainGeneration(a, states[rank].get(), comm, &recorders[rank], control);
+  });
+  return ends;
+}
+
+std::vector<float> Flat(TrainingState& state) {
+  std::vector<float> out;
+  for (auto& [name, t] : state.model().Parameters()) {
+    at::Tensor c = t.contiguous();
+    out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  return out;
+}
+
+TEST(Trainer, TwoRanks_IdenticalParametersAfterEveryEpochAndLossFalls) {
+  std::vector<std::unique_ptr<TrainingState>> states(2);
   std::vector<Recorder> recorders(2);
   std::atomic<bool> abort{false};
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    ASSERT_THAT(Train(SyntheticJob(rank, 2), comm, &recorders[rank], abort), IsOk());
-  });
+  auto ends = RunGeneration(
+      states, recorders, [](int rank) { return SyntheticJob(rank, 2); }, abort);
+  for (auto& end : ends) ASSERT_THAT(end, IsOk());
+  EXPECT_EQ(*ends[0], GenerationEnd::kFinished);
   // 512 samples / 2 ranks / 32 per batch = 8 steps per epoch.
   ASSERT_EQ(recorders[0].steps.size(), 16u);
   ASSERT_EQ(recorders[1].steps.size(), 16u);
@@ -157,37 +219,191 @@ TEST(Trainer, Train_TwoRanks_IdenticalParametersAfterEveryEpochAndLossFalls) {
     const auto& b = recorders[1].steps[i];
     EXPECT_EQ(a.step(), i + 1);
     EXPECT_EQ(a.steps_per_epoch(), 8u);
-    // The last step of each epoch carries the parameters' digest.
-    EXPECT_EQ(a.parameter_digest().empty(), a.step_in_epoch() != 8);
+    // The first step of the generation and the last of each epoch carry the
+    // parameters' digest.
+    EXPECT_EQ(a.parameter_digest().empty(), a.step_in_epoch() != 8 && a.step() != 1);
     EXPECT_EQ(a.parameter_digest(), b.parameter_digest());
     EXPECT_EQ(a.reduction().buckets_total(), 2u);  // 0.05 MiB buckets
   }
+  EXPECT_EQ(recorders[0].steps.back().total_steps(), 16u);
   EXPECT_LT(recorders[0].steps.back().loss(), recorders[0].steps.front().loss());
   ASSERT_EQ(recorders[0].epochs.size(), 2u);  // rank 0 evaluates
   EXPECT_TRUE(recorders[1].epochs.empty());
   EXPECT_GT(recorders[0].epochs.back().test_accuracy(), 0.3);  // 10 classes: chance is 0.1
+  EXPECT_EQ(states[0]->progress().step, 16u);
+  EXPECT_EQ(states[0]->progress().epoch, 2u);
+  EXPECT_TRUE(states[0]->finished());
 }
 
-TEST(Trainer, Train_MaxSteps_StopsThere) {
-  Recorder recorder;
+TEST(Trainer, MaxSteps_StopsThere) {
+  std::vector<std::unique_ptr<TrainingState>> states(1);
+  std::vector<Recorder> recorders(1);
   std::atomic<bool> abort{false};
-  v1::Assignment a = SyntheticJob(0, 1);
-  a.mutable_spec()->set_max_steps(5);
-  RunRanks(1,
-           [&](int, Communicator* comm) { ASSERT_THAT(Train(a, comm, &recorder, abort), IsOk()); });
-  ASSERT_EQ(recorder.steps.size(), 5u);
-  EXPECT_FALSE(recorder.steps.back().parameter_digest().empty());
+  auto ends = RunGeneration(
+      states, recorders,
+      [](int) {
+        v1::Assignment a = SyntheticJob(0, 1);
+        a.mutable_spec()->set_max_steps(5);
+        return a;
+      },
+      abort);
+  ASSERT_THAT(ends[0], IsOk());
+  ASSERT_EQ(recorders[0].steps.size(), 5u);
+  EXPECT_FALSE(recorders[0].steps.back().parameter_digest().empty());
 }
 
-TEST(Trainer, Train_Aborted_ReturnsAborted) {
-  Recorder recorder;
+TEST(Trainer, Aborted_ReturnsAbortedAndStateStaysAtStepZero) {
+  std::vector<std::unique_ptr<TrainingState>> states(1);
+  std::vector<Recorder> recorders(1);
   std::atomic<bool> abort{true};
-  RunRanks(1, [&](int, Communicator* comm) {
-    EXPECT_THAT(Train(SyntheticJob(0, 1), comm, &recorder, abort),
-                StatusIs(absl::StatusCode::kAborted));
-  });
-  EXPECT_TRUE(recorder.steps.empty());
+  auto ends = RunGeneration(
+      states, recorders, [](int) { return SyntheticJob(0, 1); }, abort);
+  EXPECT_THAT(ends[0], StatusIs(absl::StatusCode::kAborted));
+  EXPECT_TRUE(recorders[0].steps.empty());
+  EXPECT_EQ(states[0]->progress().step, 0u);
 }
+
+TEST(Trainer, LeaveAskedByOneRank_EveryRankLeavesAtTheSameStep) {
+  std::vector<std::unique_ptr<TrainingState>> states(3);
+  std::vector<Recorder> recorders(3);
+  recorders[1].leave_after = 5;  // its vote rides in step 6's last bucket
+  std::atomic<bool> abort{false};
+  auto ends = RunGeneration(
+      states, recorders, [](int rank) { return SyntheticJob(rank, 3); }, abort);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_THAT(ends[r], IsOk());
+    EXPECT_EQ(*ends[r], GenerationEnd::kLeft);
+    EXPECT_EQ(states[r]->progress().step, 6u) << "rank " << r;
+  }
+  EXPECT_EQ(Flat(*states[0]), Flat(*states[2]));
+}
+
+// The pattern of a fault: a generation of 3 ends at a step boundary; the
+// survivors (ranks 1 and 2 of it) and a fresh joiner form a generation of 3
+// again from one survivor's memory. Every epoch still trains each index
+// once, and after the first new step every replica agrees.
+TEST(Trainer, ReformedWithJoiner_StartsFromSourceStateAndCoversTheEpochOnce) {
+  std::vector<std::unique_ptr<TrainingState>> g1(3);
+  std::vector<Recorder> r1(3);
+  r1[0].leave_after = 2;
+  std::atomic<bool> abort{false};
+  for (auto& end : RunGeneration(
+           g1, r1, [](int rank) { return SyntheticJob(rank, 3); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  const uint64_t left_at = g1[0]->progress().step;
+  ASSERT_EQ(left_at, 3u);
+  // New generation: a fresh joiner as rank 0, the survivors as ranks 1, 2;
+  // rank 2 (old rank 2) is the source; the world shrinks to... stays 3.
+  std::vector<std::unique_ptr<TrainingState>> g2(3);
+  g2[1] = std::move(g1[1]);
+  g2[2] = std::move(g1[2]);
+  std::vector<Recorder> r2(3);
+  auto ends = RunGeneration(
+      g2, r2,
+      [left_at](int rank) {
+        v1::Assignment a = SyntheticJob(rank, 3, 2);
+        a.set_source_rank(2);
+        a.set_state_source(v1::STATE_SOURCE_MEMORY);
+        a.set_start_step(left_at);
+        return a;
+      },
+      abort);
+  for (auto& end : ends) ASSERT_THAT(end, IsOk());
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_FALSE(r2[r].started.empty());
+    EXPECT_EQ(r2[r].started[0].step(), left_at);
+    EXPECT_EQ(r2[r].steps.front().step(), left_at + 1);
+    EXPECT_EQ(r2[r].steps.front().parameter_digest(), r2[0].steps.front().parameter_digest());
+  }
+  EXPECT_THAT(r2[0].details[0], HasSubstr("received from rank 2"));
+  // Epoch 0: every index of 512 trained once in committed steps (3 steps
+  // of 3 x 32 in generation 1, the rest in generation 2, padding aside).
+  std::map<int64_t, int> seen;
+  for (const auto* rs : {&r1, &r2}) {
+    for (const Recorder& r : *rs) {
+      for (size_t i = 0; i < r.indices.size() && i < r.steps.size(); ++i) {
+        if (r.steps[i].epoch() != 0) continue;
+        for (int64_t index : r.indices[i]) ++seen[index];
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), 512u);
+  int repeats = 0;
+  for (const auto& [index, n] : seen) repeats += n - 1;
+  EXPECT_LT(repeats, 3);  // the last generation's padding only
+}
+
+// Leaving and coming back with the same world size changes nothing: the
+// losses after the break and the final weights equal an unbroken run's,
+// bit for bit, whether the state comes from a survivor's memory or a
+// checkpoint file.
+class ResumeTest : public testing::TestWithParam<v1::StateSource> {};
+
+TEST_P(ResumeTest, SameWorldSize_SameLossesAndFinalWeightsAsUnbroken) {
+  std::atomic<bool> abort{false};
+  const std::string dir = testing::TempDir() + "/ddp-resume-" +
+                          std::to_string(static_cast<int>(GetParam())) + "-" +
+                          std::to_string(::getpid());
+  auto job = [&dir](int rank, uint64_t generation) {
+    v1::Assignment a = SyntheticJob(rank, 2, generation);
+    a.mutable_spec()->mutable_optimizer()->set_kind("adam");
+    a.mutable_spec()->mutable_optimizer()->set_lr(0.001);
+    a.set_lr(0.001);
+    a.mutable_spec()->mutable_checkpoint()->set_dir(dir);
+    a.mutable_spec()->mutable_checkpoint()->set_every_steps(5);
+    a.mutable_spec()->mutable_checkpoint()->set_keep(2);
+    *a.mutable_spec() = WithDefaults(a.spec());  // Adam's betas and eps
+    return a;
+  };
+  std::vector<std::unique_ptr<TrainingState>> whole(2);
+  std::vector<Recorder> rw(2);
+  for (auto& end : RunGeneration(
+           whole, rw, [&](int r) { return job(r, 1); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  const std::vector<float> whole0 = Flat(*whole[0]), whole1 = Flat(*whole[1]);
+  whole.clear();  // finishes its checkpoint writes
+  std::filesystem::remove_all(dir);
+
+  std::vector<std::unique_ptr<TrainingState>> first(2);
+  std::vector<Recorder> r1(2);
+  r1[0].leave_after = 9;  // leaves after step 10, a checkpoint's step
+  for (auto& end : RunGeneration(
+           first, r1, [&](int r) { return job(r, 1); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_EQ(first[0]->progress().step, 10u);
+  std::vector<std::unique_ptr<TrainingState>> second(2);
+  if (GetParam() == v1::STATE_SOURCE_MEMORY) second[1] = std::move(first[1]);
+  first.clear();  // its checkpoint writer finishes
+  std::vector<Recorder> r2(2);
+  for (auto& end : RunGeneration(
+           second, r2,
+           [&](int r) {
+             v1::Assignment a = job(r, 2);
+             a.set_state_source(GetParam());
+             a.set_source_rank(GetParam() == v1::STATE_SOURCE_MEMORY ? 1 : 0);
+             a.set_start_step(10);
+             return a;
+           },
+           abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_EQ(r2[0].steps.size() + 10, rw[0].steps.size());
+  for (size_t i = 0; i < r2[0].steps.size(); ++i) {
+    EXPECT_EQ(r2[0].steps[i].loss(), rw[0].steps[i + 10].loss()) << "step " << i + 11;
+  }
+  EXPECT_EQ(Flat(*second[0]), whole0);
+  EXPECT_EQ(Flat(*second[1]), whole1);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sources, ResumeTest,
+                         testing::Values(v1::STATE_SOURCE_MEMORY, v1::STATE_SOURCE_CHECKPOINT),
+                         [](const testing::TestParamInfo<v1::StateSource>& info) {
+                           return info.param == v1::STATE_SOURCE_MEMORY ? "Memory" : "Checkpoint";
+                         });
 
 }  // namespace
 }  // namespace ddp

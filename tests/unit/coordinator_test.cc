@@ -1,131 +1,18 @@
-// The coordinator core without a network: fake clock, recording channels.
-#include "coordinator/coordinator.h"
-
+// The coordinator's message side: attaching, assignments, jobs, reports, the
+// rendezvous store and status. Faults and re-forming are in
+// coordinator_recovery_test.cc, joiners and hung members in
+// coordinator_membership_test.cc, restarts in coordinator_restart_test.cc.
 #include <optional>
+#include <set>
 
-#include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/unit/coordinator_fixture.h"
 
 namespace ddp {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-class RecordingChannel final : public WorkerChannel {
- public:
-  void Send(const v1::CoordinatorMessage& message) override {
-    absl::MutexLock lock(&mu_);
-    messages_.push_back(message);
-  }
-  void Close(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    closed_ = status;
-  }
-  // Messages of one kind received so far.
-  std::vector<v1::CoordinatorMessage> Of(v1::CoordinatorMessage::KindCase kind) {
-    absl::MutexLock lock(&mu_);
-    std::vector<v1::CoordinatorMessage> out;
-    for (const auto& m : messages_) {
-      if (m.kind_case() == kind) out.push_back(m);
-    }
-    return out;
-  }
-  std::optional<absl::Status> closed() {
-    absl::MutexLock lock(&mu_);
-    return closed_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::CoordinatorMessage> messages_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
-};
-
-struct TestWorker {
-  Coordinator::Session session;
-  std::shared_ptr<RecordingChannel> channel;
-
-  v1::Assignment assignment() const {
-    auto all = channel->Of(v1::CoordinatorMessage::kAssignment);
-    return all.empty() ? v1::Assignment() : all.back().assignment();
-  }
-};
-
-class CoordinatorTest : public testing::Test {
- protected:
-  CoordinatorTest() : core_(&clock_, TestOptions()) {}
-
-  static Coordinator::Options TestOptions() {
-    Coordinator::Options options;
-    options.snapshot_min_interval = absl::ZeroDuration();  // every Tick publishes
-    return options;
-  }
-
-  absl::StatusOr<TestWorker> Attach(const std::string& host, const std::string& device,
-                                    const std::string& machine_id = "") {
-    v1::RegisterRequest r;
-    r.set_host(host);
-    r.set_device(device);
-    r.set_machine_id(machine_id);
-    r.set_version(kVersion);
-    auto channel = std::make_shared<RecordingChannel>();
-    auto session = core_.Attach(r, channel);
-    if (!session.ok()) return session.status();
-    return TestWorker{*session, channel};
-  }
-
-  v1::JobSpec Job(uint32_t workers) {
-    v1::JobSpec spec;
-    spec.set_name("test-job");
-    spec.mutable_dataset()->set_kind("synthetic");
-    spec.set_backend("gloo");
-    spec.set_min_workers(workers);
-    spec.set_max_workers(workers);
-    return spec;
-  }
-
-  // Three workers attached and a three-worker job running generation 1.
-  std::vector<TestWorker> StartThree() {
-    std::vector<TestWorker> workers;
-    for (const char* d : {"cpu:2", "cpu:0", "cpu:1"}) workers.push_back(*Attach("h", d));
-    EXPECT_THAT(core_.SubmitJob(Job(3)), IsOk());
-    return workers;
-  }
-
-  void Send(const TestWorker& w, const v1::WorkerMessage& m) { core_.OnMessage(w.session, m); }
-
-  void SendState(const TestWorker& w, uint64_t generation, v1::WorkerState state,
-                 const std::string& detail = "") {
-    v1::WorkerMessage m;
-    m.mutable_state()->set_generation(generation);
-    m.mutable_state()->set_state(state);
-    m.mutable_state()->set_detail(detail);
-    Send(w, m);
-  }
-
-  void SendReport(const TestWorker& w, uint64_t generation, uint64_t step, double loss,
-                  const std::string& digest = "") {
-    v1::WorkerMessage m;
-    v1::StepReport* r = m.mutable_reports()->add_reports();
-    r->set_generation(generation);
-    r->set_step(step);
-    r->set_loss(loss);
-    r->set_steps_per_epoch(10);
-    r->set_samples(64);
-    r->set_step_seconds(0.01);
-    r->set_parameter_digest(digest);
-    Send(w, m);
-  }
-
-  v1::JobStatus Status() {
-    core_.Tick();
-    return *core_.Snapshot();
-  }
-
-  FakeClock clock_;
-  Coordinator core_;
-};
 
 TEST_F(CoordinatorTest, Attach_SendsRegisteredWithHeartbeatInterval) {
   auto w = Attach("h", "cpu");
@@ -160,14 +47,14 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
 TEST_F(CoordinatorTest, Assignment_SingleMachineOnlyWhenEveryMachineIdMatches) {
   auto a = *Attach("h", "cpu:0", "m1");
   auto b = *Attach("h", "cpu:1", "m1");
-  ASSERT_THAT(core_.SubmitJob(Job(2)), IsOk());
+  ASSERT_THAT(core_->SubmitJob(Job(2)), IsOk());
   EXPECT_TRUE(a.assignment().single_machine());
   EXPECT_TRUE(b.assignment().single_machine());
   for (const auto& w : {a, b}) SendState(w, 1, v1::WORKER_STATE_DONE);
   auto c = *Attach("h2", "cpu:0", "m2");
   v1::JobSpec three = Job(3);
   three.set_name("three");
-  ASSERT_THAT(core_.SubmitJob(three), IsOk());
+  ASSERT_THAT(core_->SubmitJob(three), IsOk());
   EXPECT_FALSE(c.assignment().single_machine());
   EXPECT_FALSE(a.assignment().single_machine());
 }
@@ -176,9 +63,11 @@ TEST_F(CoordinatorTest, SubmitJob_InvalidSpec_NamesFieldAndLeavesRunningJobAlone
   StartThree();
   v1::JobSpec bad = Job(3);
   bad.set_batch_size(100000);
-  EXPECT_THAT(core_.SubmitJob(bad),
+  EXPECT_THAT(core_->SubmitJob(bad),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.batch_size")));
-  EXPECT_THAT(core_.SubmitJob(Job(3)),
+  v1::JobSpec other = Job(3);
+  other.set_name("other");
+  EXPECT_THAT(core_->SubmitJob(other),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("test-job")));
   EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Status().generation(), 1u);
@@ -220,19 +109,19 @@ TEST_F(CoordinatorTest, Store_StaleOrUnknownGeneration_FailedPrecondition) {
   set.set_generation(1);
   set.set_key("k");
   set.set_value("v");
-  EXPECT_THAT(core_.StoreSet(set), IsOk());
+  EXPECT_THAT(core_->StoreSet(set), IsOk());
   set.set_generation(0);
-  EXPECT_THAT(core_.StoreSet(set),
+  EXPECT_THAT(core_->StoreSet(set),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale generation 0")));
   set.set_job_id("other");
   set.set_generation(1);
-  EXPECT_THAT(core_.StoreSet(set), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(core_->StoreSet(set), StatusIs(absl::StatusCode::kFailedPrecondition));
   v1::StoreGetRequest get;
   get.set_job_id("test-job");
   get.set_generation(1);
   get.set_key("k");
   std::optional<absl::StatusOr<std::string>> got;
-  core_.StoreGet(get, [&](absl::StatusOr<std::string> v) { got = v; });
+  core_->StoreGet(get, [&](absl::StatusOr<std::string> v) { got = v; });
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(**got, "v");
 }
@@ -245,51 +134,14 @@ TEST_F(CoordinatorTest, StoreGet_PastItsTimeout_DeadlineExceeded) {
   get.set_key("never");
   get.set_timeout_seconds(2);
   std::optional<absl::StatusOr<std::string>> got;
-  core_.StoreGet(get, [&](absl::StatusOr<std::string> v) { got = v; });
+  core_->StoreGet(get, [&](absl::StatusOr<std::string> v) { got = v; });
   clock_.Advance(absl::Seconds(1));
-  core_.Tick();
+  core_->Tick();
   EXPECT_FALSE(got.has_value());
   clock_.Advance(absl::Seconds(1.5));
-  core_.Tick();
+  core_->Tick();
   ASSERT_TRUE(got.has_value());
   EXPECT_THAT(*got, StatusIs(absl::StatusCode::kDeadlineExceeded));
-}
-
-TEST_F(CoordinatorTest, WorkerLost_DuringGeneration_AbortsSurvivorsAndNamesIt) {
-  auto workers = StartThree();
-  v1::WorkerMessage hb;
-  hb.mutable_heartbeat()->set_generation(1);
-  hb.mutable_heartbeat()->set_step(12);
-  hb.mutable_heartbeat()->set_phase(v1::STEP_PHASE_BACKWARD);
-  Send(workers[2], hb);
-  core_.OnStreamClosed(workers[2].session, "its stream closed");
-  for (int i : {0, 1}) {
-    auto aborts = workers[i].channel->Of(v1::CoordinatorMessage::kAbort);
-    ASSERT_EQ(aborts.size(), 1u);
-    EXPECT_EQ(aborts[0].abort().generation(), 1u);
-  }
-  const v1::JobStatus status = Status();
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("rank 1"), HasSubstr("lost"), HasSubstr("step 12"),
-                                      HasSubstr("BACKWARD")));
-}
-
-TEST_F(CoordinatorTest, Heartbeats_Stop_WorkerLostAfterTimeoutWithoutSleeping) {
-  auto workers = StartThree();
-  for (int s = 0; s < 6; ++s) {
-    clock_.Advance(absl::Seconds(1));
-    v1::WorkerMessage hb;
-    hb.mutable_heartbeat()->set_generation(1);
-    Send(workers[0], hb);
-    Send(workers[1], hb);  // workers[2] stays silent
-    core_.Tick();
-  }
-  EXPECT_TRUE(workers[2].channel->closed().has_value());
-  EXPECT_THAT(*workers[2].channel->closed(), StatusIs(absl::StatusCode::kUnavailable));
-  const v1::JobStatus status = Status();
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(status.message(), HasSubstr("no heartbeat"));
-  EXPECT_FALSE(workers[0].channel->closed().has_value());
 }
 
 TEST_F(CoordinatorTest, AllRanksDone_JobSucceeds_ProgressFromReports) {
@@ -319,20 +171,11 @@ TEST_F(CoordinatorTest, ParameterDigests_Differ_JobFailsNamingBothRanks) {
                                       HasSubstr("rank 2"), HasSubstr("step 10")));
 }
 
-TEST_F(CoordinatorTest, RankFails_JobFailsWithItsReason_OthersAborted) {
-  auto workers = StartThree();
-  SendState(workers[1], 1, v1::WORKER_STATE_FAILED, "model.path: not a TorchScript file");
-  EXPECT_EQ(workers[0].channel->Of(v1::CoordinatorMessage::kAbort).size(), 1u);
-  const v1::JobStatus status = Status();
-  EXPECT_EQ(status.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(status.message(), AllOf(HasSubstr("rank 0"), HasSubstr("not a TorchScript file")));
-}
-
 TEST_F(CoordinatorTest, StaleStateChange_RejectedButIdleAlwaysAccepted) {
   auto workers = StartThree();
   SendState(workers[0], 3, v1::WORKER_STATE_TRAINING);
   EXPECT_EQ(workers[0].channel->Of(v1::CoordinatorMessage::kRejected).size(), 1u);
-  ASSERT_THAT(core_.CancelJob("test-job", "operator"), IsOk());
+  ASSERT_THAT(core_->CancelJob("test-job", "operator"), IsOk());
   SendState(workers[0], 1, v1::WORKER_STATE_IDLE, "left: job cancelled");
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.state(), v1::JOB_STATE_CANCELLED);
@@ -345,10 +188,10 @@ TEST_F(CoordinatorTest, StaleStateChange_RejectedButIdleAlwaysAccepted) {
 
 TEST_F(CoordinatorTest, CancelJob_WrongIdOrEnded_ClearErrors) {
   StartThree();
-  EXPECT_THAT(core_.CancelJob("nope", ""),
+  EXPECT_THAT(core_->CancelJob("nope", ""),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("test-job")));
-  ASSERT_THAT(core_.CancelJob("test-job", "enough"), IsOk());
-  EXPECT_THAT(core_.CancelJob("test-job", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(core_->CancelJob("test-job", "enough"), IsOk());
+  EXPECT_THAT(core_->CancelJob("test-job", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Status().message(), HasSubstr("enough"));
 }
 
@@ -356,19 +199,136 @@ TEST_F(CoordinatorTest, NewJobAfterSuccess_NextGenerationNumber) {
   auto workers = StartThree();
   for (const auto& w : workers) SendState(w, 1, v1::WORKER_STATE_DONE);
   ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
-  ASSERT_THAT(core_.SubmitJob(Job(3)), IsOk());
+  v1::JobSpec next = Job(3);
+  next.set_name("next-job");
+  ASSERT_THAT(core_->SubmitJob(next), IsOk());
   for (const auto& w : workers) EXPECT_EQ(w.assignment().generation(), 2u);
+  EXPECT_EQ(workers[0].assignment().job_id(), "next-job");
 }
 
-TEST_F(CoordinatorTest, Restore_ContinuesGenerationNumbersAndWaitsForWorkers) {
-  v1::DurableState saved;
-  *saved.mutable_job() = WithDefaults(Job(1));
-  saved.set_job_state(v1::JOB_STATE_RUNNING);
-  saved.set_latest_generation(41);
-  core_.Restore(saved);
-  EXPECT_EQ(Status().state(), v1::JOB_STATE_WAITING);
-  auto w = Attach("h", "cpu:0");
-  EXPECT_EQ(w->assignment().generation(), 42u);
+TEST_F(CoordinatorTest, SubmitJob_SameNameSameSpecWhileRunning_OkAndNothingChanges) {
+  auto workers = StartThree();
+  v1::JobSpec same = Job(3);
+  same.set_batch_size(64);  // the default, spelt out: still the same spec
+  auto again = core_->SubmitJob(same);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->name(), "test-job");
+  for (const auto& w : workers) EXPECT_EQ(w.assignments(), 1u);
+  const v1::JobStatus status = Status();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 1u);
+}
+
+TEST_F(CoordinatorTest, SubmitJob_SameNameSameSpecAfterItEnded_OkAndNotRunAgain) {
+  auto workers = StartThree();
+  for (const auto& w : workers) SendState(w, 1, v1::WORKER_STATE_DONE);
+  ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(core_->SubmitJob(Job(3)), IsOk());
+  for (const auto& w : workers) EXPECT_EQ(w.assignments(), 1u);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Status().generation(), 1u);
+}
+
+TEST_F(CoordinatorTest, SubmitJob_SameNameOtherSpec_FailedPreconditionNamingTheField) {
+  auto workers = StartThree();
+  v1::JobSpec other = Job(3);
+  other.set_batch_size(32);
+  EXPECT_THAT(core_->SubmitJob(other),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("test-job"), HasSubstr("batch_size"))));
+  for (const auto& w : workers) SendState(w, 1, v1::WORKER_STATE_DONE);
+  ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  other = Job(3);
+  other.set_seed(7);
+  EXPECT_THAT(core_->SubmitJob(other),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("seed")));
+  EXPECT_EQ(Status().spec().seed(), 0u);
+}
+
+TEST_F(CoordinatorTest, Assignment_LinearLrScaling_LrTimesWorldOverMaxWorkers) {
+  v1::JobSpec spec = Job(2, 4);
+  spec.mutable_optimizer()->set_lr(0.1);
+  spec.set_lr_scaling("linear");
+  auto workers = Start(2, spec);
+  for (const auto& w : workers) EXPECT_DOUBLE_EQ(w.assignment().lr(), 0.05);
+  const v1::JobStatus status = Status();
+  EXPECT_DOUBLE_EQ(status.lr(), 0.05);
+  EXPECT_EQ(status.global_batch(), 2u * 64u);
+}
+
+TEST_F(CoordinatorTest, Assignment_KeepLrScaling_JobLrWhateverTheWorld) {
+  v1::JobSpec spec = Job(2, 4);
+  spec.mutable_optimizer()->set_lr(0.1);
+  auto workers = Start(2, spec);
+  for (const auto& w : workers) EXPECT_DOUBLE_EQ(w.assignment().lr(), 0.1);
+}
+
+TEST_F(CoordinatorTest, Assignment_FirstGeneration_FreshStateFromRankZero) {
+  auto workers = Start(2, Job(2));
+  for (const auto& w : workers) {
+    const v1::Assignment a = w.assignment();
+    EXPECT_EQ(a.state_source(), v1::STATE_SOURCE_FRESH);
+    EXPECT_EQ(a.source_rank(), 0u);
+    EXPECT_EQ(a.start_step(), 0u);
+    EXPECT_EQ(a.start_epoch(), 0u);
+  }
+  const v1::JobStatus status = Status();
+  EXPECT_THAT(Ids(status.members()), ElementsAre("h/cpu:0", "h/cpu:1"));
+  ASSERT_EQ(status.generation_changes_size(), 1);
+  const v1::GenerationChange& start = status.generation_changes(0);
+  EXPECT_EQ(start.cause(), v1::CHANGE_CAUSE_START);
+  EXPECT_EQ(start.from_generation(), 0u);
+  EXPECT_EQ(start.to_generation(), 1u);
+  EXPECT_THAT(Ids(start.members()), ElementsAre("h/cpu:0", "h/cpu:1"));
+  EXPECT_EQ(start.world_size(), 2u);
+}
+
+TEST_F(CoordinatorTest, Attach_SameProcessOnNewStream_StaysMemberWithoutFault) {
+  v1::RegisterRequest r = Req("h", "cpu:0", "m1");
+  TestWorker old = *AttachWith(r);
+  ASSERT_THAT(core_->SubmitJob(Job(1)), IsOk());
+  SendReport(old, 1, 3, 0.5);
+  r.set_generation(1);
+  r.set_rank(0);
+  auto renewed = AttachWith(r);  // same id, pid and machine: a new stream
+  ASSERT_THAT(renewed, IsOk());
+  ASSERT_TRUE(old.channel->closed().has_value());
+  EXPECT_THAT(*old.channel->closed(), StatusIs(absl::StatusCode::kUnavailable));
+  core_->OnStreamClosed(old.session, "the old stream ended");  // noticed late
+  SendReport(*renewed, 1, 4, 0.25);
+  SendReport(old, 1, 9, 9.0);  // the old stream is ignored
+  EXPECT_TRUE(renewed->aborts().empty());
+  EXPECT_EQ(renewed->assignments(), 0u);
+  const v1::JobStatus status = Status();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.generation(), 1u);
+  EXPECT_EQ(status.faults(), 0u);
+  EXPECT_THAT(Ids(status.members()), ElementsAre("h/cpu:0"));
+  ASSERT_NE(Find(status, "h/cpu:0"), nullptr);
+  EXPECT_EQ(Find(status, "h/cpu:0")->step(), 4u);
+  EXPECT_EQ(status.attached_workers(), 1u);
+}
+
+TEST_F(CoordinatorTest, Checkpoint_Results_LastGoodStepAndErrorInStatus) {
+  v1::JobSpec spec = Job(1);
+  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  auto workers = Start(1, spec);
+  v1::WorkerMessage m;
+  v1::CheckpointResult* c = m.mutable_checkpoint();
+  c->set_generation(1);
+  c->set_step(40);
+  c->set_path("/tmp/ckpt/step-40");
+  Send(workers[0], m);
+  v1::JobStatus status = Status();
+  EXPECT_EQ(status.last_checkpoint_step(), 40u);
+  EXPECT_EQ(status.last_checkpoint_path(), "/tmp/ckpt/step-40");
+  c->set_step(50);
+  c->set_path("");
+  c->set_error("/tmp/ckpt: no space left on device");
+  Send(workers[0], m);
+  status = Status();
+  EXPECT_EQ(status.last_checkpoint_step(), 40u);
+  EXPECT_THAT(status.checkpoint_error(), HasSubstr("no space left"));
 }
 
 }  // namespace

@@ -5,20 +5,25 @@
 namespace ddp {
 namespace {
 
+RankCandidate Slot(int index, const std::string& machine = "m1") {
+  return RankCandidate{"w" + std::to_string(index), "h", Device{Device::Kind::kCpu, index},
+                       machine};
+}
+
 std::vector<RankCandidate> Workers(int n) {
   std::vector<RankCandidate> v;
-  for (int i = n - 1; i >= 0; --i) {
-    v.push_back(RankCandidate{"w" + std::to_string(i), "h", Device{Device::Kind::kCpu, i}});
-  }
+  for (int i = 0; i < n; ++i) v.push_back(Slot(i));
   return v;
 }
 
-v1::JobSpec Spec(uint32_t min, uint32_t max, double settle) {
-  v1::JobSpec spec;
-  spec.set_min_workers(min);
-  spec.set_max_workers(max);
-  spec.set_settle_seconds(settle);
-  return spec;
+SourceChoice FromMemory(uint32_t rank, uint64_t step) {
+  SourceChoice s;
+  s.rank = rank;
+  s.source = v1::STATE_SOURCE_MEMORY;
+  s.step = step;
+  s.epoch = 1;
+  s.cursor = 320;
+  return s;
 }
 
 class GenerationManagerTest : public testing::Test {
@@ -27,55 +32,109 @@ class GenerationManagerTest : public testing::Test {
   GenerationManager generations_{&clock_};
 };
 
-TEST_F(GenerationManagerTest, MaybeForm_MaxWorkersFree_FormsAtOnceInRankOrder) {
-  auto g = generations_.MaybeForm(Spec(2, 3, 10), Workers(3));
-  ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->number, 1u);
-  ASSERT_EQ(g->members.size(), 3u);
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(g->members[r].worker_id, "w" + std::to_string(r));
-  EXPECT_EQ(g->RankOf("w2"), 2);
-  EXPECT_EQ(g->RankOf("nobody"), -1);
+TEST_F(GenerationManagerTest, Form_First_NumberedOneMembersInGivenOrder) {
+  EXPECT_EQ(generations_.current(), nullptr);
+  EXPECT_EQ(generations_.latest(), 0u);
+  const Generation& g = generations_.Form(Workers(3), FromMemory(2, 40), 0.05);
+  EXPECT_EQ(g.number, 1u);
+  EXPECT_EQ(g.MemberIds(), (std::vector<std::string>{"w0", "w1", "w2"}));
+  EXPECT_EQ(g.RankOf("w2"), 2);
+  EXPECT_EQ(g.RankOf("nobody"), -1);
+  EXPECT_EQ(g.source.step, 40u);
+  EXPECT_EQ(g.source.rank, 2u);
+  EXPECT_DOUBLE_EQ(g.lr, 0.05);
+  EXPECT_EQ(g.formed_at, clock_.Now());
   EXPECT_TRUE(generations_.IsCurrent(1));
+  EXPECT_EQ(generations_.latest(), 1u);
 }
 
-TEST_F(GenerationManagerTest, MaybeForm_MinWorkers_WaitsForSettleWindow) {
-  const auto spec = Spec(2, 4, 3);
-  EXPECT_FALSE(generations_.MaybeForm(spec, Workers(1)).has_value());
-  EXPECT_FALSE(generations_.MaybeForm(spec, Workers(2)).has_value());
-  clock_.Advance(absl::Seconds(2));
-  EXPECT_FALSE(generations_.MaybeForm(spec, Workers(2)).has_value());
-  clock_.Advance(absl::Seconds(1));
-  auto g = generations_.MaybeForm(spec, Workers(2));
-  ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->members.size(), 2u);
+TEST_F(GenerationManagerTest, Form_SingleMachine_OnlyWhenEveryMachineIdIsSetAndEqual) {
+  EXPECT_TRUE(generations_.Form({Slot(0), Slot(1)}, SourceChoice{}, 0.1).single_machine);
+  EXPECT_FALSE(generations_.Form({Slot(0), Slot(1, "m2")}, SourceChoice{}, 0.1).single_machine);
+  EXPECT_FALSE(generations_.Form({Slot(0, ""), Slot(1, "")}, SourceChoice{}, 0.1).single_machine);
+  EXPECT_FALSE(generations_.Form({}, SourceChoice{}, 0.1).single_machine);
 }
 
-TEST_F(GenerationManagerTest, MaybeForm_QuorumLost_SettleWindowStartsOver) {
-  const auto spec = Spec(2, 4, 3);
-  generations_.MaybeForm(spec, Workers(2));
-  clock_.Advance(absl::Seconds(2));
-  generations_.MaybeForm(spec, Workers(1));  // one left
-  clock_.Advance(absl::Seconds(2));
-  EXPECT_FALSE(generations_.MaybeForm(spec, Workers(2)).has_value());
-}
-
-TEST_F(GenerationManagerTest, MaybeForm_MoreThanMax_TakesFirstInRankOrder) {
-  auto g = generations_.MaybeForm(Spec(1, 2, 0), Workers(4));
-  ASSERT_TRUE(g.has_value());
-  ASSERT_EQ(g->members.size(), 2u);
-  EXPECT_EQ(g->members[0].worker_id, "w0");
-  EXPECT_EQ(g->members[1].worker_id, "w1");
-}
-
-TEST_F(GenerationManagerTest, MaybeForm_WhileCurrent_NothingNew_NumbersGrow) {
-  ASSERT_TRUE(generations_.MaybeForm(Spec(1, 1, 0), Workers(1)).has_value());
-  EXPECT_FALSE(generations_.MaybeForm(Spec(1, 1, 0), Workers(1)).has_value());
+TEST_F(GenerationManagerTest, EndCurrent_LastStaysVisible_NextNumberGrows) {
+  generations_.Form(Workers(2), SourceChoice{}, 0.1);
   generations_.EndCurrent();
+  EXPECT_EQ(generations_.current(), nullptr);
   EXPECT_FALSE(generations_.IsCurrent(1));
-  auto g = generations_.MaybeForm(Spec(1, 1, 0), Workers(1));
-  ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->number, 2u);
+  ASSERT_NE(generations_.last(), nullptr);
+  EXPECT_EQ(generations_.last()->number, 1u);
+  EXPECT_EQ(generations_.last()->RankOf("w1"), 1);
+  EXPECT_EQ(generations_.Form(Workers(1), SourceChoice{}, 0.1).number, 2u);
   EXPECT_EQ(generations_.latest(), 2u);
+  EXPECT_FALSE(generations_.IsCurrent(1));
+  EXPECT_TRUE(generations_.IsCurrent(2));
+}
+
+TEST_F(GenerationManagerTest, RestoreLatest_NeverLowers) {
+  generations_.RestoreLatest(41);
+  EXPECT_EQ(generations_.latest(), 41u);
+  generations_.RestoreLatest(3);
+  EXPECT_EQ(generations_.latest(), 41u);
+  EXPECT_EQ(generations_.Form(Workers(1), SourceChoice{}, 0.1).number, 42u);
+  generations_.RestoreLatest(10);
+  EXPECT_EQ(generations_.Form(Workers(1), SourceChoice{}, 0.1).number, 43u);
+}
+
+TEST_F(GenerationManagerTest, FillDurable_RestoreCurrent_RoundTrip) {
+  std::vector<RankCandidate> members = {
+      RankCandidate{"a", "h1", Device{Device::Kind::kCuda, 3}, "m1"},
+      RankCandidate{"b", "h2", Device{Device::Kind::kCpu, 0}, "m2"}};
+  generations_.RestoreLatest(6);
+  generations_.Form(members, FromMemory(1, 77), 0.025);
+  v1::DurableGeneration saved;
+  generations_.FillDurable(&saved);
+  EXPECT_EQ(saved.number(), 7u);
+  ASSERT_EQ(saved.members_size(), 2);
+  EXPECT_EQ(saved.members(0).device(), "cuda:3");
+
+  FakeClock later(clock_.Now() + absl::Hours(1));
+  GenerationManager restored(&later);
+  restored.RestoreCurrent(saved);
+  ASSERT_NE(restored.current(), nullptr);
+  const Generation& g = *restored.current();
+  EXPECT_EQ(g.number, 7u);
+  EXPECT_TRUE(restored.IsCurrent(7));
+  EXPECT_EQ(restored.latest(), 7u);
+  EXPECT_EQ(g.MemberIds(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(g.members[0].host, "h1");
+  EXPECT_TRUE(g.members[0].device == (Device{Device::Kind::kCuda, 3}));
+  EXPECT_EQ(g.members[1].machine_id, "m2");
+  EXPECT_EQ(g.source.source, v1::STATE_SOURCE_MEMORY);
+  EXPECT_EQ(g.source.rank, 1u);
+  EXPECT_EQ(g.source.step, 77u);
+  EXPECT_EQ(g.source.epoch, 1u);
+  EXPECT_EQ(g.source.cursor, 320u);
+  EXPECT_DOUBLE_EQ(g.lr, 0.025);
+  EXPECT_FALSE(g.single_machine);
+  EXPECT_EQ(g.formed_at, later.Now());
+  v1::DurableGeneration again;
+  restored.FillDurable(&again);
+  EXPECT_EQ(again.SerializeAsString(), saved.SerializeAsString());
+  EXPECT_EQ(restored.Form(Workers(1), SourceChoice{}, 0.1).number, 8u);
+}
+
+TEST_F(GenerationManagerTest, RestoreCurrent_BelowLatest_NumbersStillOnlyGrow) {
+  generations_.RestoreLatest(50);
+  v1::DurableGeneration saved;
+  saved.set_number(7);
+  generations_.RestoreCurrent(saved);
+  EXPECT_TRUE(generations_.IsCurrent(7));
+  EXPECT_EQ(generations_.latest(), 50u);
+  generations_.EndCurrent();
+  EXPECT_EQ(generations_.Form(Workers(1), SourceChoice{}, 0.1).number, 51u);
+}
+
+TEST_F(GenerationManagerTest, FillDurable_NoCurrent_LeavesItEmpty) {
+  generations_.Form(Workers(1), SourceChoice{}, 0.1);
+  generations_.EndCurrent();
+  v1::DurableGeneration saved;
+  generations_.FillDurable(&saved);
+  EXPECT_EQ(saved.number(), 0u);
+  EXPECT_EQ(saved.members_size(), 0);
 }
 
 }  // namespace

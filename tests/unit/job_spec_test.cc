@@ -1,5 +1,8 @@
 #include "common/job_spec.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 #include "gtest/gtest.h"
@@ -87,7 +90,106 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{R"({"backend": "mpi"})", "job.backend"},
         BadSpecCase{R"({"minWorkers": 4, "maxWorkers": 2})", "job.max_workers"},
         BadSpecCase{R"({"settleSeconds": -1})", "job.settle_seconds"},
-        BadSpecCase{R"({"collectiveTimeoutSeconds": 0})", "job.collective_timeout_seconds"}));
+        BadSpecCase{R"({"collectiveTimeoutSeconds": 0})", "job.collective_timeout_seconds"},
+        BadSpecCase{R"({"rejoinTimeoutSeconds": -1})", "job.rejoin_timeout_seconds"},
+        BadSpecCase{R"({"rejoinTimeoutSeconds": "NaN"})", "job.rejoin_timeout_seconds"},
+        BadSpecCase{R"({"lrScaling": "sqrt"})", "job.lr_scaling"},
+        BadSpecCase{R"({"reformMinIntervalSeconds": -0.5})", "job.reform_min_interval_seconds"},
+        BadSpecCase{R"({"reformMinIntervalSeconds": "NaN"})", "job.reform_min_interval_seconds"},
+        BadSpecCase{R"({"hangTimeoutSeconds": 0})", "job.hang_timeout_seconds"},
+        BadSpecCase{R"({"hangTimeoutSeconds": -5})", "job.hang_timeout_seconds"},
+        BadSpecCase{R"({"hangTimeoutSeconds": "NaN"})", "job.hang_timeout_seconds"},
+        BadSpecCase{R"({"hangTimeoutSeconds": "Infinity"})", "job.hang_timeout_seconds"},
+        BadSpecCase{R"({"faultBudget": 2000000})", "job.fault_budget"},
+        BadSpecCase{R"({"checkpoint": {"dir": "ckpt"}})", "job.checkpoint.dir"},
+        BadSpecCase{R"({"checkpoint": {"everySteps": 10}})", "job.checkpoint.dir"},
+        BadSpecCase{R"({"checkpoint": {"everySeconds": 60}})", "job.checkpoint.dir"},
+        BadSpecCase{R"({"checkpoint": {"keep": 2}})", "job.checkpoint.dir"},
+        BadSpecCase{R"({"checkpoint": {"dir": "/c", "everySeconds": -1}})",
+                    "job.checkpoint.every_seconds"},
+        BadSpecCase{R"({"checkpoint": {"dir": "/c", "everySeconds": "NaN"}})",
+                    "job.checkpoint.every_seconds"},
+        BadSpecCase{R"({"checkpoint": {"dir": "/c", "keep": 5000}})", "job.checkpoint.keep"}));
+
+TEST(JobSpec, ParseJobSpecJson_Minimal_ElasticDefaults) {
+  auto spec = ParseJobSpecJson(R"({"name": "demo"})", NoNccl());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_DOUBLE_EQ(spec->rejoin_timeout_seconds(), 300);
+  EXPECT_EQ(spec->lr_scaling(), "keep");
+  EXPECT_DOUBLE_EQ(spec->reform_min_interval_seconds(), 10);
+  EXPECT_DOUBLE_EQ(spec->hang_timeout_seconds(), 60);
+  EXPECT_EQ(spec->fault_budget(), 100u);
+  EXPECT_TRUE(spec->checkpoint().dir().empty());  // no checkpoints unless asked for
+  EXPECT_EQ(spec->checkpoint().every_steps(), 0u);
+  EXPECT_EQ(spec->checkpoint().keep(), 0u);
+}
+
+TEST(JobSpec, ParseJobSpecJson_ZeroesSetOnPurpose_Kept) {
+  auto spec = ParseJobSpecJson(
+      R"({"faultBudget": 0, "rejoinTimeoutSeconds": 0, "reformMinIntervalSeconds": 0,
+          "lrScaling": "linear"})",
+      NoNccl());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->fault_budget(), 0u);
+  EXPECT_DOUBLE_EQ(spec->rejoin_timeout_seconds(), 0);
+  EXPECT_DOUBLE_EQ(spec->reform_min_interval_seconds(), 0);
+  EXPECT_EQ(spec->lr_scaling(), "linear");
+}
+
+TEST(JobSpec, ParseJobSpecJson_CheckpointDir_KeepAndEveryStepsDefaulted) {
+  struct Row {
+    const char* json;
+    uint64_t every_steps;
+    double every_seconds;
+    uint32_t keep;
+  } rows[] = {
+      {R"({"checkpoint": {"dir": "/c"}})", 1000, 0, 3},
+      {R"({"checkpoint": {"dir": "/c", "everySteps": 50}})", 50, 0, 3},
+      {R"({"checkpoint": {"dir": "/c", "everySeconds": 60}})", 0, 60, 3},
+      {R"({"checkpoint": {"dir": "/c", "keep": 1}})", 1000, 0, 1},
+  };
+  for (const Row& row : rows) {
+    auto spec = ParseJobSpecJson(row.json, NoNccl());
+    ASSERT_THAT(spec, IsOk()) << row.json;
+    EXPECT_EQ(spec->checkpoint().dir(), "/c");
+    EXPECT_EQ(spec->checkpoint().every_steps(), row.every_steps) << row.json;
+    EXPECT_DOUBLE_EQ(spec->checkpoint().every_seconds(), row.every_seconds) << row.json;
+    EXPECT_EQ(spec->checkpoint().keep(), row.keep) << row.json;
+  }
+}
+
+TEST(JobSpec, SpecDigest_WorkerCountsAndTimeoutsDiffer_Equal) {
+  const v1::JobSpec base = WithDefaults(v1::JobSpec());
+  const std::string digest = SpecDigest(base);
+  EXPECT_EQ(digest.size(), 16u);
+  std::vector<v1::JobSpec> same(9, base);
+  same[0].set_min_workers(4);
+  same[1].set_max_workers(8);
+  same[2].set_settle_seconds(30);
+  same[3].set_rejoin_timeout_seconds(5);
+  same[4].set_hang_timeout_seconds(600);
+  same[5].set_fault_budget(0);
+  same[6].set_reform_min_interval_seconds(1);
+  same[7].set_collective_timeout_seconds(10);
+  same[8].mutable_checkpoint()->set_dir("/c");
+  for (size_t i = 0; i < same.size(); ++i) EXPECT_EQ(SpecDigest(same[i]), digest) << i;
+}
+
+TEST(JobSpec, SpecDigest_StateShapingFieldsDiffer_Different) {
+  const v1::JobSpec base = WithDefaults(v1::JobSpec());
+  const std::string digest = SpecDigest(base);
+  std::vector<v1::JobSpec> other(9, base);
+  other[0].mutable_model()->set_kind("mlp");
+  other[1].mutable_dataset()->set_kind("synthetic");
+  other[2].mutable_dataset()->set_train_size(100);
+  other[3].set_seed(1);
+  other[4].set_batch_size(32);
+  other[5].mutable_optimizer()->set_kind("adam");
+  other[6].set_gradient_accumulation_steps(2);
+  other[7].set_shuffle(false);
+  other[8].set_drop_last(true);
+  for (size_t i = 0; i < other.size(); ++i) EXPECT_NE(SpecDigest(other[i]), digest) << i;
+}
 
 TEST(JobSpec, Validate_NcclWithoutNcclBuild_SaysWhatToDo) {
   EXPECT_THAT(ParseJobSpecJson(R"({"backend": "nccl"})", NoNccl()),

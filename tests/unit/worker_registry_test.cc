@@ -8,14 +8,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Each call is another process (another pid) unless `pid` says otherwise.
 v1::RegisterRequest Req(const std::string& host, const std::string& device,
-                        const std::string& name = "") {
+                        const std::string& name = "", int64_t pid = 0) {
+  static int64_t next_pid = 100;
   v1::RegisterRequest r;
   r.set_host(host);
   r.set_device(device);
   r.set_version("1.0");
   r.set_name(name);
-  r.set_pid(42);
+  r.set_pid(pid != 0 ? pid : next_pid++);
+  r.set_machine_id("m1");
   return r;
 }
 
@@ -23,49 +26,50 @@ class WorkerRegistryTest : public testing::Test {
  protected:
   FakeClock clock_;
   WorkerRegistry registry_{&clock_, WorkerRegistry::Options{}};
+  bool took_over_ = false;
 };
 
 TEST_F(WorkerRegistryTest, Register_NewSlot_IdIsHostAndDevice) {
-  auto w = registry_.Register(Req("h1", "cpu"), "1.0", 1);
+  auto w = registry_.Register(Req("h1", "cpu"), "1.0", 1, &took_over_);
   ASSERT_THAT(w, IsOk());
   EXPECT_EQ((*w)->id, "h1/cpu:0");
   EXPECT_EQ(registry_.num_attached(), 1u);
 }
 
 TEST_F(WorkerRegistryTest, RegisterWorker_DuplicateDevice_FailsWithAlreadyExists) {
-  ASSERT_THAT(registry_.Register(Req("h1", "cuda:0", "a"), "1.0", 1), IsOk());
-  EXPECT_THAT(registry_.Register(Req("h1", "cuda:0", "b"), "1.0", 2),
+  ASSERT_THAT(registry_.Register(Req("h1", "cuda:0", "a"), "1.0", 1, &took_over_), IsOk());
+  EXPECT_THAT(registry_.Register(Req("h1", "cuda:0", "b"), "1.0", 2, &took_over_),
               StatusIs(absl::StatusCode::kAlreadyExists,
                        testing::AllOf(HasSubstr("cuda:0"), HasSubstr("\"a\""))));
   // "cpu" is "cpu:0".
-  ASSERT_THAT(registry_.Register(Req("h1", "cpu"), "1.0", 3), IsOk());
-  EXPECT_THAT(registry_.Register(Req("h1", "cpu:0"), "1.0", 4),
+  ASSERT_THAT(registry_.Register(Req("h1", "cpu"), "1.0", 3, &took_over_), IsOk());
+  EXPECT_THAT(registry_.Register(Req("h1", "cpu:0"), "1.0", 4, &took_over_),
               StatusIs(absl::StatusCode::kAlreadyExists));
   // Same device on another host is fine.
-  EXPECT_THAT(registry_.Register(Req("h2", "cuda:0"), "1.0", 5), IsOk());
+  EXPECT_THAT(registry_.Register(Req("h2", "cuda:0"), "1.0", 5, &took_over_), IsOk());
 }
 
 TEST_F(WorkerRegistryTest, Register_DuplicateName_AlreadyExists) {
-  ASSERT_THAT(registry_.Register(Req("h1", "cpu:0", "w"), "1.0", 1), IsOk());
-  EXPECT_THAT(registry_.Register(Req("h1", "cpu:1", "w"), "1.0", 2),
+  ASSERT_THAT(registry_.Register(Req("h1", "cpu:0", "w"), "1.0", 1, &took_over_), IsOk());
+  EXPECT_THAT(registry_.Register(Req("h1", "cpu:1", "w"), "1.0", 2, &took_over_),
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("worker id")));
 }
 
 TEST_F(WorkerRegistryTest, Register_UnknownDevice_InvalidArgument) {
-  EXPECT_THAT(registry_.Register(Req("h1", "gpu0"), "1.0", 1),
+  EXPECT_THAT(registry_.Register(Req("h1", "gpu0"), "1.0", 1, &took_over_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("register.device")));
-  EXPECT_THAT(registry_.Register(Req("", "cpu"), "1.0", 1),
+  EXPECT_THAT(registry_.Register(Req("", "cpu"), "1.0", 1, &took_over_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
 }
 
 TEST_F(WorkerRegistryTest, Register_OtherVersion_FailedPrecondition) {
-  EXPECT_THAT(registry_.Register(Req("h1", "cpu"), "2.0", 1),
+  EXPECT_THAT(registry_.Register(Req("h1", "cpu"), "2.0", 1, &took_over_),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("version")));
 }
 
 TEST_F(WorkerRegistryTest, ExpireSilent_AfterHeartbeatTimeout_MarksLost) {
-  auto a = registry_.Register(Req("h1", "cpu:0"), "1.0", 1);
-  auto b = registry_.Register(Req("h1", "cpu:1"), "1.0", 2);
+  auto a = registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  auto b = registry_.Register(Req("h1", "cpu:1"), "1.0", 2, &took_over_);
   clock_.Advance(absl::Seconds(4));
   registry_.Touch(*b);
   clock_.Advance(absl::Seconds(2));
@@ -77,19 +81,84 @@ TEST_F(WorkerRegistryTest, ExpireSilent_AfterHeartbeatTimeout_MarksLost) {
 }
 
 TEST_F(WorkerRegistryTest, Register_LostWorkerComesBack_Replaced) {
-  ASSERT_THAT(registry_.Register(Req("h1", "cpu:0"), "1.0", 1), IsOk());
+  ASSERT_THAT(registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_), IsOk());
   ASSERT_TRUE(registry_.MarkLost("h1/cpu:0", 1, "stream closed"));
-  auto again = registry_.Register(Req("h1", "cpu:0"), "1.0", 2);
+  auto again = registry_.Register(Req("h1", "cpu:0"), "1.0", 2, &took_over_);
   ASSERT_THAT(again, IsOk());
   EXPECT_FALSE((*again)->lost);
   EXPECT_EQ(registry_.FindAttached("h1/cpu:0", 1), nullptr);  // old session is gone
   EXPECT_NE(registry_.FindAttached("h1/cpu:0", 2), nullptr);
 }
 
+TEST_F(WorkerRegistryTest, Register_SameProcessOnNewStream_TakesOverRecordKeepingState) {
+  auto first = registry_.Register(Req("h1", "cpu:0", "", 7), "1.0", 1, &took_over_);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_FALSE(took_over_);
+  (*first)->state = v1::WORKER_STATE_TRAINING;
+  (*first)->step = 12;
+  clock_.Advance(absl::Seconds(3));
+  auto again = registry_.Register(Req("h1", "cpu:0", "", 7), "1.0", 2, &took_over_);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_TRUE(took_over_);
+  EXPECT_EQ(*again, *first);
+  EXPECT_EQ((*again)->state, v1::WORKER_STATE_TRAINING);
+  EXPECT_EQ((*again)->step, 12u);
+  EXPECT_EQ((*again)->last_seen, clock_.Now());
+  EXPECT_EQ(registry_.num_attached(), 1u);
+  EXPECT_EQ(registry_.FindAttached("h1/cpu:0", 1), nullptr);  // the old stream is ignored
+  EXPECT_FALSE(registry_.MarkLost("h1/cpu:0", 1, "old stream closed"));
+  EXPECT_NE(registry_.FindAttached("h1/cpu:0", 2), nullptr);
+}
+
+TEST_F(WorkerRegistryTest, Register_SameSlotOtherPidOrMachine_AlreadyExists) {
+  ASSERT_THAT(registry_.Register(Req("h1", "cpu:0", "", 7), "1.0", 1, &took_over_), IsOk());
+  EXPECT_THAT(registry_.Register(Req("h1", "cpu:0", "", 8), "1.0", 2, &took_over_),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  v1::RegisterRequest other_machine = Req("h1", "cpu:0", "", 7);
+  other_machine.set_machine_id("m2");
+  EXPECT_THAT(registry_.Register(other_machine, "1.0", 3, &took_over_),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_FALSE(took_over_);
+}
+
+TEST_F(WorkerRegistryTest, NoteStep_OnlyALargerStepRestartsTheHangClock) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  const absl::Time registered = clock_.Now();
+  EXPECT_EQ(w->step_advanced_at, registered);
+  clock_.Advance(absl::Seconds(5));
+  registry_.NoteStep(w, 0);
+  EXPECT_EQ(w->step_advanced_at, registered);
+  registry_.NoteStep(w, 3);
+  EXPECT_EQ(w->step, 3u);
+  EXPECT_EQ(w->step_advanced_at, clock_.Now());
+  clock_.Advance(absl::Seconds(5));
+  registry_.NoteStep(w, 2);
+  EXPECT_EQ(w->step, 3u);
+  EXPECT_EQ(w->step_advanced_at, registered + absl::Seconds(5));
+  registry_.RestartHangClock(w);
+  EXPECT_EQ(w->step_advanced_at, clock_.Now());
+}
+
+TEST_F(WorkerRegistryTest, Evict_AttachedWorker_LostAndNoLongerCounted) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  ASSERT_THAT(registry_.Register(Req("h1", "cpu:1"), "1.0", 2, &took_over_), IsOk());
+  registry_.Evict(w, "evicted as hung");
+  EXPECT_TRUE(w->lost);
+  EXPECT_EQ(w->state, v1::WORKER_STATE_LOST);
+  EXPECT_EQ(w->detail, "evicted as hung");
+  EXPECT_EQ(registry_.num_attached(), 1u);
+  EXPECT_EQ(registry_.FindAttached("h1/cpu:0", 1), nullptr);
+  // Comes back as new.
+  auto again = registry_.Register(Req("h1", "cpu:0"), "1.0", 3, &took_over_);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_FALSE(took_over_);
+  EXPECT_EQ(registry_.num_attached(), 2u);
+}
+
 TEST_F(WorkerRegistryTest, All_OrderedByHostThenDevice) {
-  registry_.Register(Req("h2", "cpu:0"), "1.0", 1).IgnoreError();
-  registry_.Register(Req("h1", "cpu:10"), "1.0", 2).IgnoreError();
-  registry_.Register(Req("h1", "cpu:2"), "1.0", 3).IgnoreError();
+  registry_.Register(Req("h2", "cpu:0"), "1.0", 1, &took_over_).IgnoreError();
+  registry_.Register(Req("h1", "cpu:10"), "1.0", 2, &took_over_).IgnoreError();
+  registry_.Register(Req("h1", "cpu:2"), "1.0", 3, &took_over_).IgnoreError();
   std::vector<std::string> ids;
   for (const WorkerRecord* w : registry_.All()) ids.push_back(w->id);
   EXPECT_EQ(ids, (std::vector<std::string>{"h1/cpu:2", "h1/cpu:10", "h2/cpu:0"}));

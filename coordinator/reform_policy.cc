@@ -1,0 +1,201 @@
+#include "coordinator/reform_policy.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ddp {
+namespace {
+
+std::string Workers(uint32_t n) { return absl::StrCat(n, n == 1 ? " worker" : " workers"); }
+
+// Phases in which a rank waits for its peers rather than computing.
+bool InCollective(v1::StepPhase phase) {
+  return phase == v1::STEP_PHASE_BACKWARD || phase == v1::STEP_PHASE_ALLREDUCE_WAIT ||
+         phase == v1::STEP_PHASE_SYNC;
+}
+
+std::string PhaseName(v1::StepPhase phase) {
+  std::string name = v1::StepPhase_Name(phase);
+  if (absl::StartsWith(name, "STEP_PHASE_")) name = name.substr(11);
+  absl::AsciiStrToLower(&name);
+  return name;
+}
+
+}  // namespace
+
+FormationDecision DecideFormation(const FormationInput& in) {
+  const absl::Time now = in.now;
+  switch (in.job_state) {
+    case v1::JOB_STATE_WAITING: {
+      if (in.free_workers < in.min_workers) {
+        return {Formation::kWait, absl::StrCat("waiting for ", Workers(in.min_workers), " (",
+                                               in.free_workers, " attached)")};
+      }
+      if (in.free_workers >= in.max_workers) return {Formation::kForm, ""};
+      const absl::Time since = in.quorum_since.value_or(now);
+      if (now - since >= in.settle) return {Formation::kForm, ""};
+      return {Formation::kWait,
+              absl::StrFormat("%d of up to %d workers attached; forming in %.1fs unless more come",
+                              in.free_workers, in.max_workers,
+                              absl::ToDoubleSeconds(since + in.settle - now))};
+    }
+    case v1::JOB_STATE_RUNNING: {
+      if (!in.generation_running || in.free_workers == 0 || in.world_size >= in.max_workers) {
+        return {Formation::kWait, ""};
+      }
+      const absl::Time allowed = in.last_formed_at + in.reform_min_interval;
+      if (now < allowed) {
+        return {Formation::kWait,
+                absl::StrFormat("%s waiting to join; admitted in %.1fs", Workers(in.free_workers),
+                                absl::ToDoubleSeconds(allowed - now))};
+      }
+      return {Formation::kAdmitJoiners,
+              absl::StrCat("admitting ", Workers(in.free_workers), " at the next step boundary")};
+    }
+    case v1::JOB_STATE_RECOVERING: {
+      if (in.leaving_members > 0) {
+        return {Formation::kWait,
+                absl::StrCat("waiting for ", in.leaving_members, " member(s) to leave")};
+      }
+      if (in.free_workers >= in.min_workers && in.free_workers > 0) return {Formation::kForm, ""};
+      const absl::Duration waited = now - in.recovering_since;
+      if (waited >= in.rejoin_timeout) {
+        return {Formation::kFail,
+                absl::StrFormat("only %d of the %d workers the job needs (min_workers) were "
+                                "attached %.0fs after the last generation ended "
+                                "(rejoin_timeout_seconds %.0f); start more workers and submit "
+                                "the job again",
+                                in.free_workers, in.min_workers, absl::ToDoubleSeconds(waited),
+                                absl::ToDoubleSeconds(in.rejoin_timeout))};
+      }
+      return {Formation::kWait,
+              absl::StrFormat("waiting for %d more %s (%d of min_workers %d attached); the job "
+                              "fails in %.0fs",
+                              in.min_workers - in.free_workers,
+                              in.min_workers - in.free_workers == 1 ? "worker" : "workers",
+                              in.free_workers, in.min_workers,
+                              absl::ToDoubleSeconds(in.rejoin_timeout - waited))};
+    }
+    default:
+      return {Formation::kWait, ""};
+  }
+}
+
+std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t max_workers) {
+  std::vector<RankCandidate> slots;
+  slots.reserve(candidates.size());
+  for (const Candidate& c : candidates) slots.push_back(c.slot);
+  std::vector<RankCandidate> ordered = OrderByRank(std::move(slots));
+  // Index candidates by worker id to carry their held state along.
+  auto find = [&candidates](const std::string& id) -> const Candidate& {
+    return *std::find_if(candidates.begin(), candidates.end(),
+                         [&id](const Candidate& c) { return c.slot.worker_id == id; });
+  };
+  std::vector<Candidate> members;
+  members.reserve(ordered.size());
+  for (const RankCandidate& slot : ordered) members.push_back(find(slot.worker_id));
+  if (members.size() <= max_workers) return members;
+  // The most advanced holder (first in rank order among equals).
+  int best = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].held && (best < 0 || members[i].held->step() > members[best].held->step())) {
+      best = static_cast<int>(i);
+    }
+  }
+  if (best >= static_cast<int>(max_workers)) {
+    // Keep it in place of the last one taken: rank order stays sorted.
+    members.erase(members.begin() + max_workers - 1, members.begin() + best);
+  }
+  members.resize(max_workers);
+  return members;
+}
+
+SourceChoice ChooseSource(const SourceInput& in) {
+  SourceChoice choice;
+  int best = -1;
+  const std::vector<Candidate>& members = *in.members;
+  for (size_t r = 0; r < members.size(); ++r) {
+    if (members[r].held && (best < 0 || members[r].held->step() > members[best].held->step())) {
+      best = static_cast<int>(r);
+    }
+  }
+  if (best >= 0 && (!in.checkpoint_step || members[best].held->step() >= *in.checkpoint_step)) {
+    const v1::HeldState& held = *members[best].held;
+    choice.rank = static_cast<uint32_t>(best);
+    choice.source = v1::STATE_SOURCE_MEMORY;
+    choice.step = held.step();
+    choice.epoch = held.epoch();
+    choice.cursor = held.cursor();
+  } else if (in.checkpoint_step) {
+    choice.rank = 0;
+    choice.source = v1::STATE_SOURCE_CHECKPOINT;
+    choice.step = *in.checkpoint_step;
+  } else {
+    choice.rank = 0;
+    choice.source = v1::STATE_SOURCE_FRESH;
+  }
+  choice.steps_lost = in.committed_step > choice.step ? in.committed_step - choice.step : 0;
+  return choice;
+}
+
+absl::Duration HangThreshold(absl::Duration hang_timeout, absl::Duration median_step) {
+  return std::max(hang_timeout, 10 * median_step);
+}
+
+HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Duration threshold,
+                            absl::Time now) {
+  HangVerdict verdict;
+  std::vector<const MemberActivity*> stuck;
+  for (const MemberActivity& m : members) {
+    if (now - m.advanced_at > threshold) stuck.push_back(&m);
+  }
+  if (stuck.empty()) return verdict;
+  uint64_t lowest = stuck.front()->step;
+  for (const MemberActivity* m : stuck) lowest = std::min(lowest, m->step);
+  std::vector<const MemberActivity*> behind, computing;
+  for (const MemberActivity* m : stuck) {
+    if (m->step != lowest) continue;
+    behind.push_back(m);
+    if (!InCollective(m->phase)) computing.push_back(m);
+  }
+  std::vector<const MemberActivity*> culprits = computing;
+  if (culprits.empty() && behind.size() < members.size()) culprits = behind;
+  auto describe = [now](const MemberActivity* m) {
+    return absl::StrFormat("rank %d (%s) at step %d in phase %s for %.1fs", m->rank, m->worker_id,
+                           m->step, PhaseName(m->phase),
+                           absl::ToDoubleSeconds(now - m->advanced_at));
+  };
+  std::vector<std::string> words;
+  if (culprits.empty()) {
+    verdict.reform_all = true;
+    for (const MemberActivity* m : stuck) words.push_back(describe(m));
+    verdict.reason =
+        absl::StrCat("every rank is stuck in a collective (", absl::StrJoin(words, "; "),
+                     "); re-forming with the same workers");
+    return verdict;
+  }
+  std::sort(culprits.begin(), culprits.end(),
+            [](const MemberActivity* a, const MemberActivity* b) { return a->rank < b->rank; });
+  for (const MemberActivity* m : culprits) {
+    verdict.evict.push_back(m->worker_id);
+    words.push_back(describe(m));
+  }
+  verdict.reason =
+      absl::StrCat("hung: ", absl::StrJoin(words, "; "),
+                   absl::StrFormat(" (threshold %.1fs)", absl::ToDoubleSeconds(threshold)));
+  return verdict;
+}
+
+Adoption DecideAdoption(const AdoptionInput& in) {
+  if (in.returned_idle > 0) return Adoption::kGiveUp;
+  if (in.returned >= in.members) return Adoption::kAdopt;
+  if (in.now >= in.deadline) return Adoption::kGiveUp;
+  return Adoption::kWait;
+}
+
+}  // namespace ddp

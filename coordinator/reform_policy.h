@@ -1,0 +1,172 @@
+// The coordinator's decisions about generations, as pure functions of its
+// state and the time: when to form one (or wait, or fail the job, or pause
+// the running one to admit joiners), who its members are, whose state it
+// starts from, which members are hung, and whether a restarted coordinator
+// can adopt the generation that kept training without it. The Coordinator
+// gathers the inputs under its lock and carries out the answer; these
+// functions only decide, so each is tested as a table.
+#ifndef DDP_COORDINATOR_REFORM_POLICY_H_
+#define DDP_COORDINATOR_REFORM_POLICY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/rank_assignment.h"
+#include "ddp/v1/status.pb.h"
+#include "ddp/v1/worker.pb.h"
+
+namespace ddp {
+
+// ---- When to form a generation -------------------------------------------
+
+enum class Formation {
+  kWait,
+  // Form a generation from the free workers now.
+  kForm,
+  // Ask the running generation's members to leave at the next step
+  // boundary, so that joiners can be admitted without losing a step.
+  kAdmitJoiners,
+  // Give up: the job fails with the decision's reason.
+  kFail,
+};
+
+struct FormationInput {
+  // WAITING (no generation yet), RUNNING or RECOVERING.
+  v1::JobState job_state = v1::JOB_STATE_UNSPECIFIED;
+  bool generation_running = false;
+  // World size of the running generation.
+  uint32_t world_size = 0;
+  // Attached, idle workers able to run the job.
+  uint32_t free_workers = 0;
+  // Attached members of the last generation that have not left it yet.
+  uint32_t leaving_members = 0;
+  uint32_t min_workers = 1;
+  uint32_t max_workers = 1;
+  absl::Duration settle;
+  absl::Duration rejoin_timeout;
+  absl::Duration reform_min_interval;
+  // WAITING: since when min_workers have been free (unset while fewer).
+  std::optional<absl::Time> quorum_since;
+  // RECOVERING: when the last generation ended.
+  absl::Time recovering_since;
+  // When the latest generation formed.
+  absl::Time last_formed_at;
+  absl::Time now;
+};
+
+struct FormationDecision {
+  Formation what = Formation::kWait;
+  // For operators: what the job waits for, or why it fails.
+  std::string why;
+};
+
+// WAITING: form once max_workers are free, or min_workers have been for the
+// settle window. RECOVERING: once every leaving member has left, form at
+// once with min_workers, else wait up to rejoin_timeout, then fail. RUNNING:
+// admit free workers when the world is below max_workers and the last
+// generation formed at least reform_min_interval ago.
+FormationDecision DecideFormation(const FormationInput& in);
+
+// ---- Who, and from whose state -------------------------------------------
+
+// A free worker that may become a member.
+struct Candidate {
+  RankCandidate slot;
+  // The job's state the worker holds in memory, if any (same job and spec).
+  std::optional<v1::HeldState> held;
+};
+
+// Up to `max_workers` candidates in rank order. When there are more, the
+// first in rank order are taken, except that the holder of the most
+// advanced state always is (so no progress is thrown away).
+std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t max_workers);
+
+struct SourceInput {
+  // The new generation's members, in rank order.
+  const std::vector<Candidate>* members = nullptr;
+  // The newest checkpoint rank 0 reported, if any: its step.
+  std::optional<uint64_t> checkpoint_step;
+  // The most advanced step any rank committed in the job so far.
+  uint64_t committed_step = 0;
+};
+
+struct SourceChoice {
+  uint32_t rank = 0;
+  v1::StateSource source = v1::STATE_SOURCE_FRESH;
+  // Where the state stands (as the coordinator knows it; the state itself
+  // decides, and a checkpoint that turns out corrupt may be older).
+  uint64_t step = 0;
+  uint64_t epoch = 0;
+  uint64_t cursor = 0;
+  // Committed steps the new generation does not start from.
+  uint64_t steps_lost = 0;
+};
+
+// The most advanced state wins: a member's memory (ties: the lowest rank),
+// unless the newest checkpoint is further along, in which case rank 0 loads
+// it; with neither, fresh weights at step 0.
+SourceChoice ChooseSource(const SourceInput& in);
+
+// ---- Hung members ---------------------------------------------------------
+
+struct MemberActivity {
+  std::string worker_id;
+  int rank = 0;
+  // Steps completed, and when that number last grew (or the generation
+  // started).
+  uint64_t step = 0;
+  absl::Time advanced_at;
+  v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+};
+
+struct HangVerdict {
+  // Members to evict, in rank order.
+  std::vector<std::string> evict;
+  // Every member is stuck in a collective at the same step: no culprit can
+  // be named, so the generation is re-formed with the same workers.
+  bool reform_all = false;
+  // For operators: who is stuck, where, for how long.
+  std::string reason;
+};
+
+// The threshold after which a member that stopped advancing is hung:
+// max(hang_timeout, 10 × the median step time).
+absl::Duration HangThreshold(absl::Duration hang_timeout, absl::Duration median_step);
+
+// Members stuck longer than `threshold`. In synchronous training a stuck rank
+// stalls every other in its next collective, so the culprits are the stuck
+// members that are furthest behind, and among those the ones outside a
+// collective (forward, data, optimizer); the rest only wait for them.
+HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Duration threshold,
+                            absl::Time now);
+
+// ---- Adoption after a coordinator restart ---------------------------------
+
+enum class Adoption {
+  // Keep waiting for members to come back.
+  kWait,
+  // Every member came back claiming the generation: it goes on untouched.
+  kAdopt,
+  // The generation can't go on (a member is missing past the grace window,
+  // or came back having left it): end it and re-form from the members' state.
+  kGiveUp,
+};
+
+struct AdoptionInput {
+  uint32_t members = 0;
+  // Members that re-attached claiming the generation and their own rank.
+  uint32_t returned = 0;
+  // Members that re-attached having left the generation.
+  uint32_t returned_idle = 0;
+  absl::Time deadline;
+  absl::Time now;
+};
+
+Adoption DecideAdoption(const AdoptionInput& in);
+
+}  // namespace ddp
+
+#endif  // DDP_COORDINATOR_REFORM_POLICY_H_

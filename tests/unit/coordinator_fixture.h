@@ -1,0 +1,228 @@
+// The coordinator core without a network, shared by its tests: a fake clock,
+// channels that record what the coordinator sends, and workers that say
+// what a test tells them to.
+#ifndef DDP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
+#define DDP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ddp {
+
+class RecordingChannel final : public WorkerChannel {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override {
+    absl::MutexLock lock(&mu_);
+    messages_.push_back(message);
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = status;
+  }
+  // Messages of one kind received so far.
+  std::vector<v1::CoordinatorMessage> Of(v1::CoordinatorMessage::KindCase kind) {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::CoordinatorMessage> out;
+    for (const auto& m : messages_) {
+      if (m.kind_case() == kind) out.push_back(m);
+    }
+    return out;
+  }
+  std::optional<absl::Status> closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> messages_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
+};
+
+struct TestWorker {
+  Coordinator::Session session;
+  std::shared_ptr<RecordingChannel> channel;
+  // What it registered with.
+  v1::RegisterRequest request;
+
+  const std::string& id() const { return session.worker_id; }
+  // The latest assignment, or an empty one.
+  v1::Assignment assignment() const {
+    auto all = channel->Of(v1::CoordinatorMessage::kAssignment);
+    return all.empty() ? v1::Assignment() : all.back().assignment();
+  }
+  size_t assignments() const { return channel->Of(v1::CoordinatorMessage::kAssignment).size(); }
+  std::vector<v1::Abort> aborts() const {
+    std::vector<v1::Abort> out;
+    for (const auto& m : channel->Of(v1::CoordinatorMessage::kAbort)) out.push_back(m.abort());
+    return out;
+  }
+  size_t rejected() const { return channel->Of(v1::CoordinatorMessage::kRejected).size(); }
+};
+
+// What a worker says each second while a test lets time pass.
+struct Beat {
+  TestWorker worker;
+  uint64_t generation = 0;
+  uint64_t step = 0;
+  v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+};
+
+class CoordinatorTest : public testing::Test {
+ protected:
+  CoordinatorTest() { core_ = std::make_unique<Coordinator>(&clock_, TestOptions()); }
+
+  static Coordinator::Options TestOptions() {
+    Coordinator::Options options;
+    options.snapshot_min_interval = absl::ZeroDuration();  // every Tick publishes
+    return options;
+  }
+
+  // A registration of a new worker process (a pid of its own).
+  v1::RegisterRequest Req(const std::string& host, const std::string& device,
+                          const std::string& machine_id = "") {
+    v1::RegisterRequest r;
+    r.set_host(host);
+    r.set_device(device);
+    r.set_machine_id(machine_id);
+    r.set_version(kVersion);
+    r.set_pid(next_pid_++);
+    return r;
+  }
+
+  absl::StatusOr<TestWorker> AttachWith(const v1::RegisterRequest& r) {
+    auto channel = std::make_shared<RecordingChannel>();
+    auto session = core_->Attach(r, channel);
+    if (!session.ok()) return session.status();
+    return TestWorker{*session, channel, r};
+  }
+
+  absl::StatusOr<TestWorker> Attach(const std::string& host, const std::string& device,
+                                    const std::string& machine_id = "") {
+    return AttachWith(Req(host, device, machine_id));
+  }
+
+  // A job of `min`..`max` workers (max = min when 0) that forms as soon as
+  // min_workers are attached.
+  static v1::JobSpec Job(uint32_t min, uint32_t max = 0) {
+    v1::JobSpec spec;
+    spec.set_name("test-job");
+    spec.mutable_dataset()->set_kind("synthetic");
+    spec.set_backend("gloo");
+    spec.set_min_workers(min);
+    spec.set_max_workers(max == 0 ? min : max);
+    spec.set_settle_seconds(0);
+    return spec;
+  }
+
+  // State of test-job held by a worker.
+  static v1::HeldState Held(uint64_t step, uint64_t epoch = 0, uint64_t cursor = 0) {
+    v1::HeldState held;
+    held.set_job_id("test-job");
+    held.set_spec_digest(SpecDigest(WithDefaults(Job(1))));
+    held.set_step(step);
+    held.set_epoch(epoch);
+    held.set_cursor(cursor);
+    return held;
+  }
+
+  // Three workers attached (out of rank order) and a three-worker job
+  // running generation 1.
+  std::vector<TestWorker> StartThree() {
+    std::vector<TestWorker> workers;
+    for (const char* d : {"cpu:2", "cpu:0", "cpu:1"}) workers.push_back(*Attach("h", d));
+    EXPECT_THAT(core_->SubmitJob(Job(3)), IsOk());
+    return workers;
+  }
+
+  // `n` workers h/cpu:0.. attached, `spec` submitted; returned in rank order.
+  std::vector<TestWorker> Start(int n, const v1::JobSpec& spec) {
+    std::vector<TestWorker> workers;
+    for (int i = 0; i < n; ++i) workers.push_back(*Attach("h", absl::StrCat("cpu:", i)));
+    EXPECT_THAT(core_->SubmitJob(spec), IsOk());
+    return workers;
+  }
+
+  void Send(const TestWorker& w, const v1::WorkerMessage& m) { core_->OnMessage(w.session, m); }
+
+  void SendState(const TestWorker& w, uint64_t generation, v1::WorkerState state,
+                 const std::string& detail = "", absl::StatusCode code = absl::StatusCode::kOk,
+                 std::optional<v1::HeldState> held = std::nullopt) {
+    v1::WorkerMessage m;
+    m.mutable_state()->set_generation(generation);
+    m.mutable_state()->set_state(state);
+    m.mutable_state()->set_detail(detail);
+    m.mutable_state()->set_code(static_cast<int>(code));
+    if (held) *m.mutable_state()->mutable_held() = *held;
+    Send(w, m);
+  }
+
+  // The worker left `generation` holding the job's state at `step`.
+  void Leave(const TestWorker& w, uint64_t generation, uint64_t step) {
+    SendState(w, generation, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, Held(step));
+  }
+
+  void Heartbeat(const TestWorker& w, uint64_t generation, uint64_t step,
+                 v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED) {
+    v1::WorkerMessage m;
+    m.mutable_heartbeat()->set_generation(generation);
+    m.mutable_heartbeat()->set_step(step);
+    m.mutable_heartbeat()->set_phase(phase);
+    Send(w, m);
+  }
+
+  void SendReport(const TestWorker& w, uint64_t generation, uint64_t step, double loss,
+                  const std::string& digest = "", double step_seconds = 0.01) {
+    v1::WorkerMessage m;
+    v1::StepReport* r = m.mutable_reports()->add_reports();
+    r->set_generation(generation);
+    r->set_step(step);
+    r->set_loss(loss);
+    r->set_steps_per_epoch(10);
+    r->set_samples(64);
+    r->set_step_seconds(step_seconds);
+    r->set_parameter_digest(digest);
+    Send(w, m);
+  }
+
+  // Moves time on by `d` in one-second ticks; each of `beats` sends a
+  // heartbeat every second, so only the others go silent.
+  void Pass(absl::Duration d, const std::vector<Beat>& beats) {
+    for (absl::Duration passed; passed < d; passed += absl::Seconds(1)) {
+      clock_.Advance(std::min(absl::Seconds(1), d - passed));
+      for (const Beat& b : beats) Heartbeat(b.worker, b.generation, b.step, b.phase);
+      core_->Tick();
+    }
+  }
+
+  v1::JobStatus Status() {
+    core_->Tick();
+    return *core_->Snapshot();
+  }
+
+  static const v1::WorkerStatus* Find(const v1::JobStatus& status, const std::string& id) {
+    for (const auto& w : status.workers()) {
+      if (w.worker_id() == id) return &w;
+    }
+    return nullptr;
+  }
+
+  static std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+    return std::vector<std::string>(ids.begin(), ids.end());
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> core_;
+  int64_t next_pid_ = 1000;
+};
+
+}  // namespace ddp
+
+#endif  // DDP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
