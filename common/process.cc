@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -17,6 +19,11 @@
 namespace ddp {
 
 void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
+  // A crash prints where it happened before the process dies.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  // It also claims SIGTERM: ours asks for a clean stop instead.
+  CatchTerminationSignals();
   absl::SetProgramUsageMessage(usage);
   // --help lists the flags of the binary's main.cc (absl's default looks for
   // a file named like the program, and ours are called main.cc).

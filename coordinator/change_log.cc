@@ -24,6 +24,10 @@ void ChangeLog::Open(v1::ChangeCause cause, uint64_t from, const std::string& re
                      const std::vector<std::string>& left) {
   if (open_) {
     v1::GenerationChange& change = changes_.back();
+    // A fault while joiners were being admitted is what the change is about.
+    if (change.cause() == v1::CHANGE_CAUSE_JOINED || change.cause() == v1::CHANGE_CAUSE_START) {
+      change.set_cause(cause);
+    }
     if (!reason.empty()) {
       change.set_reason(change.reason().empty() ? reason
                                                 : absl::StrCat(change.reason(), "; then ", reason));
@@ -72,6 +76,7 @@ void ChangeLog::Formed(uint64_t generation, const std::vector<std::string>& memb
 
 void ChangeLog::Adopted(uint64_t generation, const std::vector<std::string>& members,
                         uint64_t step) {
+  if (open_) changes_.back().set_to_generation(generation);  // it never ended after all
   v1::GenerationChange change;
   change.set_from_generation(generation);
   change.set_to_generation(generation);

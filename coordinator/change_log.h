@@ -28,7 +28,7 @@ class ChangeLog {
 
   // Generation `from` ended (0: the job starts) for `cause`. A further fault
   // before the next generation forms joins the open change: its reason is
-  // appended and its workers added to `left`.
+  // appended, its workers added to `left`, and its cause replaces JOINED.
   void Open(v1::ChangeCause cause, uint64_t from, const std::string& reason,
             const std::vector<std::string>& left);
   bool is_open() const { return open_; }

@@ -56,6 +56,13 @@ void Coordinator::Restore(const v1::DurableState& state) {
                     << job_.id() << "; waiting up to " << options_.adopt_grace
                     << " for its members to come back";
     }
+  } else if (job_.state() == v1::JOB_STATE_RECOVERING && !changes_.is_open()) {
+    // It had trained, and no generation was running: the next one recovers.
+    if (const v1::GenerationChange* latest = changes_.latest()) {
+      for (const std::string& id : latest->members()) last_members_.push_back(id);
+    }
+    changes_.Open(v1::CHANGE_CAUSE_COORDINATOR_RESTART, state.latest_generation(),
+                  "the coordinator restarted with no generation running", {});
   }
   dirty_ = true;
   PublishLocked();
@@ -255,6 +262,10 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
     }
     job_.OnStepReport(rank, report);
     changes_.OnStep(report.generation());
+    if (worker->state == v1::WORKER_STATE_RENDEZVOUS) {
+      worker->state = v1::WORKER_STATE_TRAINING;  // a step says so, whatever came first
+      worker->detail = "training";
+    }
     worker->generation = report.generation();
     worker->epoch = report.epoch();
     registry_.NoteStep(worker, report.step());
@@ -283,8 +294,17 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
 void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result,
                                      Effects* fx) {
   // A write that finishes after its generation ended is still a good
-  // checkpoint of the job: only the job's liveness matters.
-  if (!job_.active()) return;
+  // checkpoint of the job: only the job matters.
+  if (!job_.active() || result.job_id() != job_.id()) {
+    ++worker->stale_messages;
+    RejectLocked(
+        worker->id,
+        absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint result of job \"", result.job_id(), "\" dropped: the current job is \"",
+            job_.id(), "\"", job_.active() ? "" : ", which is not running")),
+        fx);
+    return;
+  }
   job_.OnCheckpoint(result);
   if (result.error().empty()) {
     DDP_LOG(Info) << "checkpoint of step " << result.step() << " written by " << worker->id << ": "
@@ -363,6 +383,9 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   worker->detail = change.detail();
   worker->generation = change.generation();
   if (change.has_probe()) worker->probe = change.probe();
+  // The hang clock starts when training does: rendezvous and taking up the
+  // state are bounded by the collective timeout instead.
+  if (change.state() == v1::WORKER_STATE_TRAINING) registry_.RestartHangClock(worker);
   if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
     changes_.OnStarted(change.generation(), change.held().step(),
                        rank == static_cast<int>(current->source.rank) ? change.detail() : "");

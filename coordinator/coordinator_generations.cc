@@ -74,8 +74,11 @@ void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest&
     }
     return;
   }
-  // Numbers only grow, even past what this coordinator remembers.
-  generations_.RestoreLatest(claimed);
+  // Numbers only grow, even past what this coordinator remembers (within
+  // reason: a wild claim must not wrap the numbering around).
+  if (claimed - generations_.latest() < (uint64_t{1} << 32) || claimed < generations_.latest()) {
+    generations_.RestoreLatest(claimed);
+  }
   if (g && g->number == claimed) {
     const int rank = g->RankOf(worker->id);
     if (rank >= 0 && static_cast<uint32_t>(rank) == request.rank()) {
@@ -181,8 +184,11 @@ void Coordinator::CheckHungLocked(Effects* fx) {
   for (size_t r = 0; r < g->members.size(); ++r) {
     const WorkerRecord* w = registry_.Find(g->members[r].worker_id);
     // A member that finished, or already left (for joiners), waits for no
-    // step: it can't be hung.
-    if (w == nullptr || w->lost || IsFree(*w)) continue;
+    // step: it can't be hung. One still meeting its peers is bounded by the
+    // collective timeout instead (loading data, taking up the state).
+    if (w == nullptr || w->lost || IsFree(*w) || w->state == v1::WORKER_STATE_RENDEZVOUS) {
+      continue;
+    }
     activity.push_back(
         MemberActivity{w->id, static_cast<int>(r), w->step, w->step_advanced_at, w->phase});
   }

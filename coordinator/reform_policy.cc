@@ -87,32 +87,23 @@ FormationDecision DecideFormation(const FormationInput& in) {
 }
 
 std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t max_workers) {
-  std::vector<RankCandidate> slots;
-  slots.reserve(candidates.size());
-  for (const Candidate& c : candidates) slots.push_back(c.slot);
-  std::vector<RankCandidate> ordered = OrderByRank(std::move(slots));
-  // Index candidates by worker id to carry their held state along.
-  auto find = [&candidates](const std::string& id) -> const Candidate& {
-    return *std::find_if(candidates.begin(), candidates.end(),
-                         [&id](const Candidate& c) { return c.slot.worker_id == id; });
+  auto rank_order = [](const Candidate& a, const Candidate& b) {
+    return SlotKey(a.slot.host, a.slot.device, a.slot.worker_id) <
+           SlotKey(b.slot.host, b.slot.device, b.slot.worker_id);
   };
-  std::vector<Candidate> members;
-  members.reserve(ordered.size());
-  for (const RankCandidate& slot : ordered) members.push_back(find(slot.worker_id));
-  if (members.size() <= max_workers) return members;
-  // The most advanced holder (first in rank order among equals).
-  int best = -1;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i].held && (best < 0 || members[i].held->step() > members[best].held->step())) {
-      best = static_cast<int>(i);
-    }
+  if (candidates.size() > max_workers) {
+    // Holders of the job's state first, the most advanced first: a running
+    // member is never dropped for a stateless joiner, nor progress thrown
+    // away. Then rank order.
+    std::sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+      if (a.held.has_value() != b.held.has_value()) return a.held.has_value();
+      if (a.held && a.held->step() != b.held->step()) return a.held->step() > b.held->step();
+      return rank_order(a, b);
+    });
+    candidates.resize(max_workers);
   }
-  if (best >= static_cast<int>(max_workers)) {
-    // Keep it in place of the last one taken: rank order stays sorted.
-    members.erase(members.begin() + max_workers - 1, members.begin() + best);
-  }
-  members.resize(max_workers);
-  return members;
+  std::sort(candidates.begin(), candidates.end(), rank_order);
+  return candidates;
 }
 
 SourceChoice ChooseSource(const SourceInput& in) {

@@ -79,9 +79,10 @@ struct Candidate {
   std::optional<v1::HeldState> held;
 };
 
-// Up to `max_workers` candidates in rank order. When there are more, the
-// first in rank order are taken, except that the holder of the most
-// advanced state always is (so no progress is thrown away).
+// Up to `max_workers` candidates in rank order. When there are more, those
+// holding the job's state are taken first (the most advanced first, so no
+// progress is thrown away and no running member gives way to a joiner),
+// then the rest in rank order.
 std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t max_workers);
 
 struct SourceInput {

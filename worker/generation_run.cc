@@ -254,9 +254,10 @@ absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   GenerationControl control;
   control.abort = &abort_;
   control.leave = &leave_;
-  control.on_checkpoint = [outbox](const v1::CheckpointResult& result) {
+  control.on_checkpoint = [outbox, job = a.job_id()](const v1::CheckpointResult& result) {
     v1::WorkerMessage message;
     *message.mutable_checkpoint() = result;
+    message.mutable_checkpoint()->set_job_id(job);
     outbox->Push(std::move(message));
   };
   absl::StatusOr<GenerationEnd> end = TrainGeneration(a, state, comm.get(), &observer, control);

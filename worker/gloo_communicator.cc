@@ -1,5 +1,6 @@
 #include "worker/gloo_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -47,21 +48,29 @@ absl::Status GlooCommunicator::Failed(const char* op, const std::exception& e) c
       absl::StrCat("gloo ", op, " on rank ", rank_, " failed (a peer left?): ", what));
 }
 
-GlooCommunicator::Buffer GlooCommunicator::Track(void* data, size_t bytes) {
-  Buffer b = context_->createUnboundBuffer(data, bytes);
-  absl::MutexLock lock(&mu_);
-  active_.push_back(b.get());
-  // Aborted before this buffer existed: make its first wait return at once.
-  if (aborted_) {
-    b->abortWaitSend();
-    b->abortWaitRecv();
+GlooCommunicator::Buffer::Buffer(GlooCommunicator* comm,
+                                 std::unique_ptr<gloo::transport::UnboundBuffer> buffer)
+    : comm_(comm), buffer_(std::move(buffer)) {}
+
+GlooCommunicator::Buffer::~Buffer() {
+  {
+    absl::MutexLock lock(&comm_->mu_);
+    auto& active = comm_->active_;
+    active.erase(std::remove(active.begin(), active.end(), buffer_.get()), active.end());
   }
-  return b;
+  buffer_.reset();
 }
 
-void GlooCommunicator::Untrack() {
+std::unique_ptr<GlooCommunicator::Buffer> GlooCommunicator::Track(void* data, size_t bytes) {
+  auto b = std::make_unique<Buffer>(this, context_->createUnboundBuffer(data, bytes));
   absl::MutexLock lock(&mu_);
-  active_.clear();
+  active_.push_back(b->get());
+  // Aborted before this buffer existed: make its first wait return at once.
+  if (aborted_) {
+    (*b)->abortWaitSend();
+    (*b)->abortWaitRecv();
+  }
+  return b;
 }
 
 bool GlooCommunicator::WaitSend(gloo::transport::UnboundBuffer* b) {
@@ -81,19 +90,19 @@ absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
   auto length = [&](int c) { return begin(c + 1) - begin(c); };
   scratch_.resize(count / n + 1);
   const uint64_t slot = context_->nextSlot();
-  Buffer out = Track(data, count * sizeof(float));
-  Buffer in = Track(data, count * sizeof(float));
-  Buffer tmp = Track(scratch_.data(), scratch_.size() * sizeof(float));
+  std::unique_ptr<Buffer> out = Track(data, count * sizeof(float));
+  std::unique_ptr<Buffer> in = Track(data, count * sizeof(float));
+  std::unique_ptr<Buffer> tmp = Track(scratch_.data(), scratch_.size() * sizeof(float));
   // Reduce-scatter: after n-1 steps this rank holds the full sum of chunk
   // (rank + 1) % n.
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + n) % n;
     const int recv = (rank_ - s - 1 + n) % n;
     if (length(send) > 0)
-      out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
-    if (length(recv) > 0) tmp->recv(left, slot, 0, length(recv) * sizeof(float));
-    if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
-    if (length(recv) > 0 && !WaitRecv(tmp.get())) return absl::AbortedError("aborted");
+      (*out)->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+    if (length(recv) > 0) (*tmp)->recv(left, slot, 0, length(recv) * sizeof(float));
+    if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
+    if (length(recv) > 0 && !WaitRecv(tmp->get())) return absl::AbortedError("aborted");
     float* dst = data + begin(recv);
     const float* src = scratch_.data();
     for (size_t i = 0, len = length(recv); i < len; ++i) dst[i] += src[i];
@@ -103,11 +112,11 @@ absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
     const int send = (rank_ - s + 1 + n) % n;
     const int recv = (rank_ - s + n) % n;
     if (length(send) > 0)
-      out->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+      (*out)->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
     if (length(recv) > 0)
-      in->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
-    if (length(send) > 0 && !WaitSend(out.get())) return absl::AbortedError("aborted");
-    if (length(recv) > 0 && !WaitRecv(in.get())) return absl::AbortedError("aborted");
+      (*in)->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
+    if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
+    if (length(recv) > 0 && !WaitRecv(in->get())) return absl::AbortedError("aborted");
   }
   return absl::OkStatus();
 }
@@ -124,7 +133,6 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
   } catch (const std::exception& e) {
     status = Failed("all-reduce", e);
   }
-  Untrack();
   absl::MutexLock lock(&mu_);
   if (aborted_) return absl::AbortedError("gloo all-reduce aborted");
   return status;
@@ -139,22 +147,21 @@ absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {
   absl::Status status;
   try {
     const uint64_t slot = context_->nextSlot();
-    Buffer buffer = Track(data, bytes);
+    std::unique_ptr<Buffer> buffer = Track(data, bytes);
     if (rank_ == root) {
       for (int r = 0; r < world_size_; ++r) {
-        if (r != root) buffer->send(r, slot);
+        if (r != root) (*buffer)->send(r, slot);
       }
       for (int r = 0; r < world_size_ - 1 && status.ok(); ++r) {
-        if (!WaitSend(buffer.get())) status = absl::AbortedError("aborted");
+        if (!WaitSend(buffer->get())) status = absl::AbortedError("aborted");
       }
     } else {
-      buffer->recv(root, slot);
-      if (!WaitRecv(buffer.get())) status = absl::AbortedError("aborted");
+      (*buffer)->recv(root, slot);
+      if (!WaitRecv(buffer->get())) status = absl::AbortedError("aborted");
     }
   } catch (const std::exception& e) {
     status = Failed("broadcast", e);
   }
-  Untrack();
   absl::MutexLock lock(&mu_);
   if (aborted_) return absl::AbortedError("gloo broadcast aborted");
   return status;

@@ -55,13 +55,27 @@ class GlooCommunicator final : public Communicator {
   void Abort() override;
 
  private:
-  using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+  // A buffer Abort can reach while it is in use. It leaves the active set
+  // before it is freed, so an Abort racing a failed collective never touches
+  // a buffer that is gone.
+  class Buffer {
+   public:
+    Buffer(GlooCommunicator* comm, std::unique_ptr<gloo::transport::UnboundBuffer> buffer);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    gloo::transport::UnboundBuffer* operator->() const { return buffer_.get(); }
+    gloo::transport::UnboundBuffer* get() const { return buffer_.get(); }
+
+   private:
+    GlooCommunicator* comm_;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  };
 
   GlooCommunicator(std::shared_ptr<gloo::Context> context, const Options& options);
   absl::Status Failed(const char* op, const std::exception& e) const;
   // A buffer over `bytes` at `data` that Abort can reach while in use.
-  Buffer Track(void* data, size_t bytes);
-  void Untrack();
+  std::unique_ptr<Buffer> Track(void* data, size_t bytes);
   // Waits for one send or receive; false when aborted. Throws on timeout.
   bool WaitSend(gloo::transport::UnboundBuffer* b);
   bool WaitRecv(gloo::transport::UnboundBuffer* b);

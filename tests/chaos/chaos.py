@@ -57,6 +57,8 @@ class ChaosRun:
         self.job = job
         self.net = net
         self.procs = {}
+        self.finished = []  # (name, Popen) of processes replaced by a restart
+        self.sent = set()  # (name, signal) the test sent
         self.all_pids = []
         self.events = []  # (time, what) of every fault caused
         self.shm_before = shm_segments()
@@ -79,6 +81,15 @@ class ChaosRun:
 
     # ---- processes -------------------------------------------------------
 
+    def crashed(self):
+        """Processes that ended by a signal nobody sent them (a crash)."""
+        out = []
+        for name, p in self.finished + list(self.procs.items()):
+            code = p.poll()
+            if code is not None and code < 0 and (name, -code) not in self.sent:
+                out.append("%s (pid %d): %s" % (name, p.pid, signal.Signals(-code).name))
+        return out
+
     def _start(self, name, args, host=None):
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         log = open(os.path.join(self.dir, name + ".log"), "a")
@@ -88,6 +99,8 @@ class ChaosRun:
             p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
         log.close()
+        if name in self.procs:
+            self.finished.append((name, self.procs[name]))
         self.procs[name] = p
         self.all_pids.append(p.pid)
         return p
@@ -127,6 +140,7 @@ class ChaosRun:
 
     def signal(self, name, sig):
         self.events.append((time.time(), "%s %s" % (signal.Signals(sig).name, name)))
+        self.sent.add((name, sig))
         self.procs[name].send_signal(sig)
 
     def kill(self, name):
@@ -193,8 +207,9 @@ class ChaosRun:
             self.client.close()
         except Exception:  # noqa: BLE001
             pass
-        for p in self.procs.values():
+        for name, p in self.procs.items():
             if p.poll() is None:
+                self.sent.add((name, signal.SIGTERM))
                 try:
                     os.killpg(p.pid, signal.SIGCONT)
                     p.send_signal(signal.SIGTERM)
@@ -232,6 +247,7 @@ def check_run(test, run, final, baseline_accuracy, dataset_size=FASHION_MNIST_TR
     test.assertLess(abs(accuracy - baseline_accuracy), 0.01,
                     "accuracy %.4f, undisturbed %.4f" % (accuracy, baseline_accuracy))
     run.close()
+    test.assertEqual(run.crashed(), [], "processes that crashed")
     alive, segments = run.leftovers()
     test.assertEqual(alive, [], "processes left behind")
     test.assertEqual(segments, [], "/dev/shm segments left behind")

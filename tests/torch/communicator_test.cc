@@ -86,6 +86,49 @@ TEST_P(CommunicatorTest, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
   });
 }
 
+// A partitioned peer: it hangs without closing anything, and the coordinator
+// aborts every other rank at about the same moment.
+TEST_P(CommunicatorTest, OthersAbortedTogetherWhileOnePeerHangs_AllReturnAborted) {
+  if (world() < 3) GTEST_SKIP() << "needs two ranks besides the hung one";
+  std::atomic<bool> done{false};
+  std::atomic<int> returned{0};
+  Run([&](int rank, Communicator* comm) {
+    if (rank == 0) {
+      while (!done) absl::SleepFor(absl::Milliseconds(10));
+      return;
+    }
+    std::thread aborter([&] {
+      absl::SleepFor(absl::Milliseconds(200));
+      comm->Abort();
+    });
+    float x = 1;
+    EXPECT_FALSE(comm->AllReduceSum(&x, 1).ok());
+    aborter.join();
+    if (++returned == world() - 1) done = true;
+  });
+}
+
+// The coordinator's Abort can arrive just as a collective fails on its own
+// (a peer closed its connections first); it must never touch the failed
+// collective's buffers once they are gone. Repeated to give the race room.
+TEST_P(CommunicatorTest, AbortRacingAFailingCollective_NoCrash) {
+  for (int round = 0; round < 20; ++round) {
+    Run([&](int rank, Communicator* comm) {
+      if (rank == world() - 1) {
+        comm->Abort();
+        return;
+      }
+      std::thread aborter([&] {
+        absl::SleepFor(absl::Microseconds(50 * round));
+        comm->Abort();
+      });
+      std::vector<float> x(1000, 1.0f);
+      EXPECT_FALSE(comm->AllReduceSum(x.data(), x.size()).ok());
+      aborter.join();
+    });
+  }
+}
+
 TEST_P(CommunicatorTest, PeerAborts_OthersFailPromptly) {
   Run([&](int rank, Communicator* comm) {
     if (rank == world() - 1) {

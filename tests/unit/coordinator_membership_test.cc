@@ -151,6 +151,9 @@ TEST_F(CoordinatorTest, Hung_AllStuckInCollectivesAtOneStep_ReformsWithSameWorke
   v1::JobSpec spec = Job(2);
   spec.set_hang_timeout_seconds(30);
   auto w = Start(2, spec);
+  // Training (stuck in the first step): members still meeting their peers
+  // are bounded by the collective timeout, not the hang threshold.
+  for (const auto& x : w) SendState(x, 1, v1::WORKER_STATE_TRAINING);
   Pass(absl::Seconds(31),
        {{w[0], 1, 0, v1::STEP_PHASE_ALLREDUCE_WAIT}, {w[1], 1, 0, v1::STEP_PHASE_BACKWARD}});
   for (const auto& x : w) {

@@ -358,6 +358,7 @@ TEST_F(CoordinatorTest, Checkpoint_EveryWorkerLost_NextGenerationFromCheckpoint)
   auto w = Start(1, spec);
   SendReport(w[0], 1, 45, 0.5);
   v1::WorkerMessage m;
+  m.mutable_checkpoint()->set_job_id(spec.name());
   m.mutable_checkpoint()->set_generation(1);
   m.mutable_checkpoint()->set_step(40);
   m.mutable_checkpoint()->set_path("/tmp/ckpt/step-40");
@@ -381,6 +382,7 @@ TEST_F(CoordinatorTest, Checkpoint_SourceFallsBackToOlderOne_ChangeShowsRealResu
   auto w = Start(1, spec);
   SendReport(w[0], 1, 45, 0.5);
   v1::WorkerMessage m;
+  m.mutable_checkpoint()->set_job_id(spec.name());
   m.mutable_checkpoint()->set_generation(1);
   m.mutable_checkpoint()->set_step(40);
   m.mutable_checkpoint()->set_path("/tmp/ckpt/step-40");

@@ -272,6 +272,7 @@ TEST_F(PersistTest, FlushState_AfterFaultAndCheckpoint_ProgressAndChangesSaved) 
   auto w = Start(2, spec);
   SendReport(w[0], 1, 12, 0.5);
   v1::WorkerMessage m;
+  m.mutable_checkpoint()->set_job_id(spec.name());
   m.mutable_checkpoint()->set_generation(1);
   m.mutable_checkpoint()->set_step(10);
   m.mutable_checkpoint()->set_path("/tmp/ckpt/step-10");

@@ -315,6 +315,7 @@ TEST_F(CoordinatorTest, Checkpoint_Results_LastGoodStepAndErrorInStatus) {
   auto workers = Start(1, spec);
   v1::WorkerMessage m;
   v1::CheckpointResult* c = m.mutable_checkpoint();
+  c->set_job_id(spec.name());
   c->set_generation(1);
   c->set_step(40);
   c->set_path("/tmp/ckpt/step-40");
@@ -329,6 +330,23 @@ TEST_F(CoordinatorTest, Checkpoint_Results_LastGoodStepAndErrorInStatus) {
   status = Status();
   EXPECT_EQ(status.last_checkpoint_step(), 40u);
   EXPECT_THAT(status.checkpoint_error(), HasSubstr("no space left"));
+}
+
+TEST_F(CoordinatorTest, Checkpoint_ResultOfAnotherJob_RejectedAndIgnored) {
+  v1::JobSpec spec = Job(1);
+  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  auto workers = Start(1, spec);
+  v1::WorkerMessage m;
+  v1::CheckpointResult* c = m.mutable_checkpoint();
+  c->set_job_id("an-earlier-job");
+  c->set_generation(1);
+  c->set_step(900);
+  c->set_path("/tmp/ckpt/old");
+  Send(workers[0], m);
+  EXPECT_EQ(Status().last_checkpoint_step(), 0u);
+  auto rejected = workers[0].channel->Of(v1::CoordinatorMessage::kRejected);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_THAT(rejected[0].rejected().message(), HasSubstr("an-earlier-job"));
 }
 
 }  // namespace

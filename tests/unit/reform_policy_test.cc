@@ -206,7 +206,7 @@ std::vector<std::string> Ids(const std::vector<Candidate>& members) {
   return ids;
 }
 
-TEST(ReformPolicy, ChooseMembers_Table_RankOrderKeepingTheMostAdvancedHolder) {
+TEST(ReformPolicy, ChooseMembers_Table_StateHoldersFirstThenRankOrder) {
   using Ids_ = std::vector<std::string>;
   struct Row {
     const char* name;
@@ -220,11 +220,18 @@ TEST(ReformPolicy, ChooseMembers_Table_RankOrderKeepingTheMostAdvancedHolder) {
        {Cand(0, 5), Cand(1), Cand(2), Cand(3, 10)},
        2,
        Ids_{"w0", "w3"}},
-      {"holder within max", {Cand(0), Cand(1, 10), Cand(2, 3), Cand(3)}, 2, Ids_{"w0", "w1"}},
-      {"ties: first in rank order",
-       {Cand(0), Cand(1), Cand(2, 7), Cand(3, 7)},
+      {"holders before stateless joiners",
+       {Cand(0), Cand(1, 10), Cand(2, 3), Cand(3)},
        2,
-       Ids_{"w0", "w2"}},
+       Ids_{"w1", "w2"}},
+      {"more holders than max: the most advanced",
+       {Cand(0, 2), Cand(1, 10), Cand(2, 3), Cand(3)},
+       2,
+       Ids_{"w1", "w2"}},
+      {"equal holders: first in rank order",
+       {Cand(0), Cand(1, 7), Cand(2, 7), Cand(3, 7)},
+       2,
+       Ids_{"w1", "w2"}},
       {"max one", {Cand(0, 1), Cand(1), Cand(2, 9)}, 1, Ids_{"w2"}},
       {"exactly max", {Cand(1, 4), Cand(0)}, 2, Ids_{"w0", "w1"}},
   };
