@@ -132,6 +132,7 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
   Session session;
   {
     absl::MutexLock lock(&mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
     const uint64_t id = next_session_++;
     bool took_over = false;
     absl::StatusOr<WorkerRecord*> registered =
@@ -198,6 +199,7 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
     WorkerRecord* worker = registry_.FindAttached(session.worker_id, session.id);
     if (worker == nullptr) return;  // an old stream of a worker that came back
     registry_.Touch(worker);
@@ -416,6 +418,7 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
     OnWorkerLostLocked(registry_.Find(session.worker_id), &fx);
@@ -584,6 +587,11 @@ std::shared_ptr<const v1::JobStatus> Coordinator::Snapshot() const {
 v1::JobState Coordinator::job_state() const {
   absl::MutexLock lock(&mu_);
   return job_.state();
+}
+
+void Coordinator::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
 }
 
 void Coordinator::StopAllWorkers(const std::string& reason) {

@@ -138,6 +138,10 @@ class Coordinator {
 
   // Tells every attached worker to exit.
   void StopAllWorkers(const std::string& reason);
+  // The coordinator is stopping: from now on it decides nothing (closing
+  // streams are not lost workers, nothing more is saved), so the durable
+  // state keeps the running generation for the next start to adopt.
+  void BeginShutdown();
   // Returns once every state change so far is on disk (tests, shutdown).
   void FlushState();
 
@@ -245,6 +249,7 @@ class Coordinator {
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time published_at_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex snapshot_mu_;

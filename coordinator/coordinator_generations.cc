@@ -44,6 +44,7 @@ void Coordinator::Tick() {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
     for (const std::string& id : registry_.ExpireSilent()) {
       OnWorkerLostLocked(registry_.Find(id), &fx);
       dirty_ = true;

@@ -172,6 +172,9 @@ int Run() {
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
   health.SetServing(false);
+  // Streams close as the server stops: that is not the workers' doing, and
+  // the generation they train in must survive for the next start to adopt.
+  core.BeginShutdown();
   core.FlushState();
   watchers.FinishAll();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -235,6 +235,20 @@ class PersistTest : public CoordinatorTest {
   std::unique_ptr<StateStore> store_;
 };
 
+TEST_F(PersistTest, BeginShutdown_StreamsCloseAfterwards_GenerationStillSavedForAdoption) {
+  auto w = Start(2, Job(2));
+  core_->BeginShutdown();
+  // The server stopping closes every stream: no worker is lost for that.
+  for (const auto& x : w) core_->OnStreamClosed(x.session, "the server is shutting down");
+  clock_.Advance(absl::Seconds(60));
+  core_->Tick();
+  for (const auto& x : w) EXPECT_TRUE(x.aborts().empty());
+  const v1::DurableState saved = Saved();
+  EXPECT_EQ(saved.job_state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(saved.has_generation());
+  EXPECT_EQ(saved.generation().number(), 1u);
+}
+
 TEST_F(PersistTest, FlushState_Running_HoldsCurrentGenerationAndIsRestorable) {
   Start(2, Job(2));
   const v1::DurableState saved = Saved();
