@@ -10,7 +10,7 @@ packages=(
   libabsl-dev libgloo-dev libtorch-dev libopenblas0-pthread zlib1g-dev
   libgtest-dev libgmock-dev
   python3 python3-torch python3-grpcio python3-protobuf
-  dataset-fashion-mnist systemd
+  dataset-fashion-mnist systemd iproute2 util-linux
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -100,5 +100,28 @@ class SameJobAgainTest(unittest.TestCase):
         self.assertIn("batch_size", result.stderr)
 
 
+class UnwritableCheckpointFolderTest(unittest.TestCase):
+    """A checkpoint folder that can't be made: training goes on, and the
+    status says why there are no checkpoints, naming the folder."""
+
+    def test_training_goes_on_and_status_names_the_folder(self):
+        base = tempfile.mkdtemp(prefix="ddp-ckpt-")
+        blocker = os.path.join(base, "a-file")
+        open(blocker, "w").close()
+        folder = os.path.join(blocker, "checkpoints")  # under a regular file
+        job = synthetic_job("no-ckpt", 2, epochs=1, maxSteps=30,
+                            checkpoint={"dir": folder, "everySteps": 10})
+        c = Cluster(job=job)
+        try:
+            c.start_worker(0)
+            c.start_worker(1)
+            done = c.wait_state(["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"], timeout=120)
+            self.assertEqual(done["state"], "JOB_STATE_SUCCEEDED", done.get("message"))
+            self.assertIn(folder, done.get("checkpoint_error", ""))
+            self.assertEqual(done.get("last_checkpoint_step", "0"), "0")
+        finally:
+            c.stop()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
