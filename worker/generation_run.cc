@@ -51,7 +51,7 @@ class OutboxObserver final : public TrainingObserver {
     board_->cursor = held.cursor();
     on_started_(held, detail);
   }
-  void OnStepIndices(uint64_t step, uint64_t epoch, const std::vector<int64_t>& indices) override {
+  void OnStepIndices(uint64_t step, uint64_t epoch, absl::Span<const int64_t> indices) override {
     if (!hang_file_.empty() && ::access(hang_file_.c_str(), F_OK) == 0) {
       DDP_LOG(Warning) << "stalling before step " << step << " while " << hang_file_ << " exists";
       board_->phase = v1::STEP_PHASE_DATA;

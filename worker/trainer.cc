@@ -309,9 +309,8 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     {
       const size_t first = done * b;
       const size_t last = std::min<size_t>(indices.size(), (done + group) * b);
-      observer_->OnStepIndices(
-          before.step + 1, before.epoch,
-          std::vector<int64_t>(indices.begin() + first, indices.begin() + last));
+      observer_->OnStepIndices(before.step + 1, before.epoch,
+                               absl::MakeConstSpan(indices.data() + first, last - first));
     }
     if (absl::Status s = reducer_->StartGroup(); !s.ok()) return s;
     double step_loss = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "ddp/v1/worker.pb.h"
 #include "worker/communicator.h"
 #include "worker/digest.h"
@@ -37,8 +38,7 @@ class TrainingObserver {
   virtual void OnStarted(const v1::HeldState& held, const std::string& detail) = 0;
   // Before the forward of the step that will complete step `step`: the
   // dataset indices this rank trains in it.
-  virtual void OnStepIndices(uint64_t step, uint64_t epoch,
-                             const std::vector<int64_t>& indices) = 0;
+  virtual void OnStepIndices(uint64_t step, uint64_t epoch, absl::Span<const int64_t> indices) = 0;
   // A committed step (the state moved), with its report.
   virtual void OnStep(const v1::StepReport& report, uint64_t epoch, uint64_t cursor) = 0;
   virtual void OnEpoch(const v1::EpochResult& result) = 0;

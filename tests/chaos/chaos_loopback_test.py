@@ -84,10 +84,12 @@ class LoopbackChaosTest(unittest.TestCase):
         killed_at = time.time()
         time.sleep(1.5)  # an outage: workers train on without it
         run.start_coordinator()
-        chaos.wait_for(lambda: run.status().get("state") == "JOB_STATE_RUNNING", 30,
-                       "the restarted coordinator to adopt the generation")
+        # (The job may even finish right after: it is short.)
+        chaos.wait_for(
+            lambda: any(c["cause"] == "CHANGE_CAUSE_ADOPTED"
+                        for c in run.status().get("generation_changes", [])), 30,
+            "the restarted coordinator to adopt the generation")
         self.assertEqual(run.generation(), generation)  # adopted, not re-formed
-        self.assertEqual(run.status()["generation_changes"][-1]["cause"], "CHANGE_CAUSE_ADOPTED")
         # Steps completed while the coordinator was down.
         during = [m for m in run.metrics("w0") if killed_at < m["time"] < killed_at + 1.5]
         self.assertGreater(len(during), 10, "w0 stopped training during the outage")

@@ -88,8 +88,9 @@ class UnitRestartTest(unittest.TestCase):
         step_at_crash = max(m["step"] for m in run.metrics("w0"))
         time.sleep(restart_sec)
         run.start_coordinator()
-        chaos.wait_for(lambda: run.status().get("state") == "JOB_STATE_RUNNING", 30,
-                       "the restarted coordinator to adopt the generation")
+        adopted = lambda n: sum(c["cause"] == "CHANGE_CAUSE_ADOPTED"  # noqa: E731
+                                for c in run.status().get("generation_changes", [])) >= n
+        chaos.wait_for(lambda: adopted(1), 30, "the restarted coordinator to adopt the generation")
         self.assertEqual(run.generation(), generation)
         self.assertGreater(max(m["step"] for m in run.metrics("w0")), step_at_crash,
                            "training stopped while the coordinator was down")
@@ -98,8 +99,7 @@ class UnitRestartTest(unittest.TestCase):
         run.signal("coordinator", signal.SIGTERM)
         self.assertEqual(run.procs["coordinator"].wait(timeout=30), 0)
         run.start_coordinator()
-        chaos.wait_for(lambda: run.status().get("state") == "JOB_STATE_RUNNING", 30,
-                       "the coordinator to adopt the generation again")
+        chaos.wait_for(lambda: adopted(2), 30, "the coordinator to adopt the generation again")
         self.assertEqual(run.generation(), generation)
 
         final = run.finish()

@@ -121,8 +121,8 @@ class Recorder final : public TrainingObserver {
     started.push_back(held);
     details.push_back(detail);
   }
-  void OnStepIndices(uint64_t, uint64_t, const std::vector<int64_t>& i) override {
-    indices.push_back(i);
+  void OnStepIndices(uint64_t, uint64_t, absl::Span<const int64_t> i) override {
+    indices.emplace_back(i.begin(), i.end());
   }
   void OnStep(const v1::StepReport& r, uint64_t, uint64_t) override {
     steps.push_back(r);
