@@ -233,6 +233,9 @@ def summarize_row(row, baselines, hb, hang_timeout):
         s["wrongly_evicted"] = [(i["victim"], i["wrongly_evicted"], i["reasons"][:1])
                                 for i in injections if i.get("wrongly_evicted")]
         s["extra_generations"] = sum(i.get("generations_between", 0) for i in injections)
+        s["victim_steps_after_fault"] = [(i["victim"], i["at_step"], i["victim_steps_after_fault"])
+                                         for i in injections if i.get("victim_steps_after_fault")]
+        s["steps_discarded_max"] = max((i.get("steps_discarded", 0) for i in injections), default=0)
         phase_names = []
         for i in injections:
             for k in (i.get("phases") or {}):
@@ -269,8 +272,8 @@ def summarize_row(row, baselines, hb, hang_timeout):
             missed.append("pause (%d of %d outages with a gap over %.3f s; %d adopted)" % (
                 len(paused), s["n"], threshold, s["adopted"]))
     elif kind == "whole":
-        if s["steps_lost_max"] > CHECKPOINT_EVERY + 1:
-            missed.append("lost %d steps > checkpoint interval %d + 1" % (s["steps_lost_max"],
+        if s["steps_discarded_max"] > CHECKPOINT_EVERY + 1:
+            missed.append("lost %d steps > checkpoint interval %d + 1" % (s["steps_discarded_max"],
                                                                          CHECKPOINT_EVERY))
     else:
         if s["steps_lost_max"] > 1 or s["completed_past_resume_max"] > 0:
@@ -320,8 +323,13 @@ def table_row(kind, s, row):
         time_cell = "%s / %s" % (fmt(s["recovery"].get("median")), fmt(s["recovery"].get("max")))
         target = ("≤ %.1f s" % s["target_seconds"]) if s["target_seconds"] else \
             "none (≤ %d steps lost)" % CHECKPOINT_EVERY
-        lost = "%d (reported %d + in flight %d)" % (s["steps_lost_max"], s["steps_lost_reported_max"],
-                                                    s["in_flight_max"])
+        if kind == "whole":
+            lost = ("%d: every step started after the checkpoint (every %d steps) is redone; "
+                    "GetStatus's steps_lost said at most %d" % (
+                        s["steps_discarded_max"], CHECKPOINT_EVERY, s["steps_lost_reported_max"]))
+        else:
+            lost = "%d (reported %d + in flight %d)" % (
+                s["steps_lost_max"], s["steps_lost_reported_max"], s["in_flight_max"])
     return "| %s | %d | %s | %s | %s | %s | %s | %s |" % (
         faults.DESCRIPTION[kind], s["n"], time_cell, target, lost, samples, acc, verdict)
 
@@ -384,7 +392,7 @@ def write_markdown(path, data):
     L.append("## Results")
     L.append("")
     L.append("| fault | n | time to first new step, median / max (s) | target | steps lost per fault, "
-             "max | samples duplicated / skipped | accuracy vs undisturbed | target |")
+             "max | samples duplicated / skipped | accuracy vs undisturbed | met? |")
     L.append("| --- | ---: | --- | --- | --- | --- | --- | --- |")
     for kind in data["kinds"]:
         row = data["rows"][kind]
@@ -408,6 +416,24 @@ def write_markdown(path, data):
                      "%s median %.2f s, max %.2f s (n=%d)" % (k, r["median"], r["max"], r["n"])
                      for k, r in rejoin))
         L.append("")
+    L.append("Each fault, in order (seconds to the first new step; for the coordinator, steps "
+             "completed during the outage and the longest gap between steps):")
+    L.append("")
+    for kind in data["kinds"]:
+        runs = data["rows"][kind]["runs"]
+        items = []
+        for r in runs:
+            for i in r["injections"]:
+                if kind == "coordinator":
+                    items.append("%d steps/%.3f s" % (i["steps_during_outage"], i["longest_gap_seconds"]))
+                else:
+                    items.append(fmt(i.get("recovery_seconds")) + ("*" if i.get("wrongly_evicted") else ""))
+        if items:
+            L.append("- %s: %s" % (kind, ", ".join(items)))
+    if any(data["rows"][k].get("summary", {}).get("wrongly_evicted") for k in data["kinds"]):
+        L.append("")
+        L.append("\\* a healthy worker was evicted first (see below).")
+    L.append("")
     L.append("## Beside each row: torchrun and Horovod elastic, from their documentation")
     L.append("")
     L.append("| fault | ours (measured above) | torchrun | Horovod elastic |")
@@ -435,11 +461,13 @@ def write_markdown(path, data):
              "rendezvous (its ring proven), state broadcast (training resumed from the step), first "
              "step (completed on every member).")
     L.append("")
-    names = []
+    order = ["restart (script)", "coordinator up", "generation formed", "detection",
+             "abort (left old generation)", "re-form (joined new generation)",
+             "rendezvous (ring proven)", "state broadcast (training from step)", "first step"]
+    present = set()
     for kind in data["kinds"]:
-        for k in data["rows"][kind].get("summary", {}).get("phases", {}):
-            if k not in names and not k.startswith("coordinator formed"):
-                names.append(k)
+        present.update(data["rows"][kind].get("summary", {}).get("phases", {}))
+    names = [k for k in order if k in present]
     if names:
         L.append("| fault | " + " | ".join(names) + " |")
         L.append("| --- |" + " ---: |" * len(names))
@@ -468,6 +496,28 @@ def write_markdown(path, data):
     if not any_missed:
         L.append("None.")
     L.append("")
+    obs = []
+    for kind in data["kinds"]:
+        s_ = data["rows"][kind].get("summary") or {}
+        for victim, at, steps in s_.get("victim_steps_after_fault", []):
+            obs.append("%s at step %s: the evicted %s, once it ran again, completed step(s) %s in "
+                       "the generation its peers had already aborted and left (a metrics line of "
+                       "the old generation, after the fault): its all-reduce finished on the "
+                       "contributions the survivors had left in the shared-memory ring. The job was "
+                       "unharmed here (it rejoined as new, behind the survivors, and took a peer's "
+                       "state), but a fenced rank trained a step outside any live generation." % (
+                           kind, at, victim, steps))
+        if kind == "whole" and s_.get("n"):
+            obs.append("whole-job kill: GetStatus's `steps_lost` said at most %d while up to %d steps "
+                       "started after the checkpoint were redone: the restarted coordinator knows only "
+                       "the step it last saved, not the last one trained." % (
+                           s_["steps_lost_reported_max"], s_["steps_discarded_max"]))
+    if obs:
+        L.append("## Other observations")
+        L.append("")
+        for o in obs:
+            L.append("- " + o)
+        L.append("")
     skipped = [(k, data["rows"][k]["skipped"]) for k in data["kinds"] if data["rows"][k]["skipped"]]
     if skipped:
         L.append("Rows cut short or skipped: %s." % "; ".join("%s: %s" % x for x in skipped))

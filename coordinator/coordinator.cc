@@ -1,6 +1,6 @@
-// The Coordinator's message side: attaching workers, what they say, the
-// rendezvous store, jobs, and the status snapshot. Generations, faults and
-// recovery are in coordinator_generations.cc.
+// The Coordinator's worker side: attaching workers and what they say.
+// Generations, faults and recovery are in coordinator_generations.cc; jobs,
+// the store and the status snapshot in coordinator_jobs.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
@@ -8,21 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "google/protobuf/util/message_differencer.h"
 
 namespace ddp {
-namespace {
-
-// The first field where two specs differ, in words.
-std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
-  std::string report;
-  google::protobuf::util::MessageDifferencer differencer;
-  differencer.ReportDifferencesToString(&report);
-  differencer.Compare(a, b);
-  return report.substr(0, report.find('\n'));
-}
-
-}  // namespace
 
 Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
@@ -424,169 +411,6 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
     OnWorkerLostLocked(registry_.Find(session.worker_id), &fx);
   }
   Apply(fx);
-}
-
-absl::StatusOr<v1::JobSpec> Coordinator::SubmitJob(const v1::JobSpec& requested) {
-  v1::JobSpec spec = WithDefaults(requested);
-  if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
-      if (google::protobuf::util::MessageDifferencer::Equals(job_.spec(), spec)) {
-        return job_.spec();  // already held: a restart re-reading its --job, say
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("job \"", spec.name(), "\" already exists (",
-                       v1::JobState_Name(job_.state()), ") with another spec (",
-                       FirstDifference(job_.spec(), spec), "); give the new job another name",
-                       job_.active() ? ", or cancel this one first (CancelJob)" : ""));
-    }
-    // Refuse early, before the (slow) preflight, when a job is active.
-    if (job_.active()) return job_.Submit(spec);
-  }
-  if (options_.preflight) {
-    if (absl::Status s = options_.preflight(spec); !s.ok()) return s;
-  }
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = job_.Submit(spec); !s.ok()) return s;
-    DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
-                  << spec.dataset().kind() << ", " << spec.min_workers() << "-"
-                  << spec.max_workers() << " workers";
-    changes_ = ChangeLog(clock_);
-    last_members_.clear();
-    leaving_.clear();
-    adoption_.reset();
-    admitting_ = false;
-    quorum_since_.reset();
-    // Held states belong to the previous job.
-    for (const WorkerRecord* w : registry_.All()) registry_.Find(w->id)->held.reset();
-    dirty_ = true;
-    PersistLocked(&fx);
-    MaybeFormGenerationLocked(&fx);
-  }
-  Apply(fx);
-  return spec;
-}
-
-absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& reason) {
-  Effects fx;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = job_.Cancel(job_id, reason); !s.ok()) return s;
-    DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
-    adoption_.reset();
-    EndGenerationLocked(reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason),
-                        &fx);
-    dirty_ = true;
-    PersistLocked(&fx);
-  }
-  Apply(fx);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_id,
-                                                        uint64_t generation,
-                                                        const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("store key is empty");
-  absl::MutexLock lock(&mu_);
-  if (!job_.active() || job_id != job_.id()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", job_id, "\" is not running",
-        job_.active() ? absl::StrCat("; the current job is \"", job_.id(), "\"") : ""));
-  }
-  if (!generations_.IsCurrent(generation)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stale generation ", generation, " for job \"", job_id, "\": the current generation is ",
-        generations_.current() ? generations_.current()->number : 0));
-  }
-  return absl::StrCat(job_id, "/", generation, "/");
-}
-
-absl::Status Coordinator::StoreSet(const v1::StoreSetRequest& request) {
-  absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
-  if (!ns.ok()) return ns.status();
-  store_.Set(*ns, request.key(), request.value());
-  return absl::OkStatus();
-}
-
-void Coordinator::StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done) {
-  absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
-  if (!ns.ok()) return done(ns.status());
-  if (request.timeout_seconds() < 0) {
-    return done(absl::InvalidArgumentError("timeout_seconds must not be negative"));
-  }
-  absl::Duration wait = request.timeout_seconds() == 0 ? options_.default_store_wait
-                                                       : absl::Seconds(request.timeout_seconds());
-  wait = std::min(wait, options_.max_store_wait);
-  store_.Get(*ns, request.key(), clock_->Now() + wait, std::move(done));
-}
-
-absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request) {
-  absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
-  if (!ns.ok()) return ns.status();
-  return store_.Add(*ns, request.key(), request.delta());
-}
-
-void Coordinator::PublishLocked() {
-  job_.SampleProgress();
-  auto status = std::make_shared<v1::JobStatus>();
-  job_.FillStatus(status.get());
-  changes_.Fill(status->mutable_generation_changes());
-  const Generation* g = generations_.last();
-  status->set_generation(generations_.latest());
-  if (g) status->set_world_size(static_cast<uint32_t>(g->members.size()));
-  if (const Generation* current = generations_.current()) {
-    for (const RankCandidate& m : current->members) status->add_members(m.worker_id);
-  }
-  const absl::Time now = clock_->Now();
-  uint32_t attached = 0;
-  for (const WorkerRecord* w : registry_.All()) {
-    attached += w->lost ? 0 : 1;
-    v1::WorkerStatus* ws = status->add_workers();
-    ws->set_worker_id(w->id);
-    ws->set_host(w->host);
-    ws->set_device(w->device.ToString());
-    ws->set_pid(w->pid);
-    ws->set_version(w->version);
-    ws->set_rank(g ? g->RankOf(w->id) : -1);
-    ws->set_state(w->state);
-    ws->set_detail(w->detail);
-    ws->set_generation(w->generation);
-    ws->set_epoch(w->epoch);
-    ws->set_step(w->step);
-    ws->set_last_loss(w->last_loss);
-    ws->set_samples_per_sec(w->samples_per_sec);
-    *ws->mutable_reduction() = w->reduction;
-    for (const auto& name : w->unused_parameters) ws->add_unused_parameters(name);
-    ws->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - w->last_seen));
-    ws->set_phase(w->phase);
-    ws->set_reports_dropped(w->reports_dropped);
-    *ws->mutable_probe() = w->probe;
-    ws->set_stale_messages(w->stale_messages);
-    ws->set_parameter_digest(w->parameter_digest);
-    ws->set_digest_step(w->digest_step);
-    if (w->held) *ws->mutable_held() = *w->held;
-  }
-  status->set_attached_workers(attached);
-  dirty_ = false;
-  published_at_ = now;
-  absl::MutexLock lock(&snapshot_mu_);
-  snapshot_ = std::move(status);
-}
-
-std::shared_ptr<const v1::JobStatus> Coordinator::Snapshot() const {
-  absl::MutexLock lock(&snapshot_mu_);
-  return snapshot_;
-}
-
-v1::JobState Coordinator::job_state() const {
-  absl::MutexLock lock(&mu_);
-  return job_.state();
 }
 
 void Coordinator::BeginShutdown() {

@@ -9,11 +9,13 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/gloo_workarounds.h"
 
 namespace ddp {
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     gloo::rendezvous::Store& store, const Options& options) {
+  PrepareProcessForGloo();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.host;

@@ -315,7 +315,11 @@ class Records:
     def __init__(self, run, workers=3):
         self.names = ["w%d" % i for i in range(workers)]
         self.metrics = {n: run.metrics(n) for n in self.names}
-        self.lines = run.index_lines()
+        self.lines = []  # every index line, tagged with its worker's name
+        for n in self.names:
+            for line in coverage.read_lines(os.path.join(run.dir, n + ".idx.jsonl")):
+                line["_worker"] = n
+                self.lines.append(line)
         self.coordinator_log = read_log(os.path.join(run.dir, "coordinator.log"))
         self.worker_logs = {n: read_log(os.path.join(run.dir, n + ".log")) for n in self.names}
         self.by_generation = collections.defaultdict(list)  # gen -> [(name, line)]
@@ -328,9 +332,17 @@ class Records:
         return {n: sorted((m["time"], m["step"], m["epoch"], m["generation"]) for m in lines)
                 for n, lines in self.metrics.items()}
 
-    def last_step_before(self, t):
+    def last_step_before(self, t, generation=None):
+        """The last step completed before t: from the metrics lines, or, as
+        a killed worker's unflushed metrics are lost, one less than the last
+        step started in `generation` (index lines carry no time) if more."""
         done = [m["step"] for lines in self.metrics.values() for m in lines if m["time"] < t]
-        return max(done) if done else 0
+        last = max(done) if done else 0
+        if generation is not None:
+            started = [l["step"] for l in self.lines if l["generation"] == generation]
+            if started:
+                last = max(last, max(started) - 1)
+        return last
 
 
 def _first_after(entries, t, pattern, after=None):
@@ -344,7 +356,8 @@ def _first_after(entries, t, pattern, after=None):
 def analyze_injection(rec, inj, changes):
     """What one fault (other than a coordinator restart) cost."""
     out = {"kind": inj.kind, "victim": inj.victim, "t_fault": inj.t_fault,
-           "generation_before": inj.generation, "at_step": rec.last_step_before(inj.t_fault),
+           "generation_before": inj.generation,
+           "at_step": rec.last_step_before(inj.t_fault, inj.generation if inj.victim == "all" else None),
            "error": inj.error, "notes": list(inj.notes)}
     later = sorted(g for g, rows in rec.by_generation.items()
                    if g > inj.generation and any(m["time"] > inj.t_fault for _, m in rows))
@@ -362,10 +375,20 @@ def analyze_injection(rec, inj, changes):
     to_new = [c for c in mine if int(c.get("to_generation", 0)) == g_new]
     resume = int(to_new[0].get("resume_step", 0)) if to_new else min(m["step"] for _, m in rows) - 1
     reported = sum(int(c.get("steps_lost", 0)) for c in mine)
+    # The victim's own records after the fault are not the job's: a stopped
+    # worker continued after it was fenced may finish (and log) the step it
+    # was stopped in, in the generation its peers had already left. Count
+    # the steps in flight and the committed work from everyone else (from
+    # every worker when all of them were killed).
+    others = (lambda n: True) if inj.victim == "all" else (lambda n: n != inj.victim)
     started = {l["step"] for l in rec.lines
-               if inj.generation <= l["generation"] < g_new and l["step"] > resume}
+               if inj.generation <= l["generation"] < g_new and l["step"] > resume and
+               others(l["_worker"])}
     completed = [m["step"] for g in range(inj.generation, g_new)
-                 for _, m in rec.by_generation.get(g, [])]
+                 for n, m in rec.by_generation.get(g, []) if others(n)]
+    victim_after = sorted({m["step"] for g in range(inj.generation, g_new)
+                           for n, m in rec.by_generation.get(g, [])
+                           if n == inj.victim and m["time"] > inj.t_fault})
     left = [n for c in mine for n in c.get("left", [])]
     out.update({
         "generation_new": g_new,
@@ -387,6 +410,8 @@ def analyze_injection(rec, inj, changes):
         "steps_lost_total": reported + max(0, len(started) - reported),
         # Committed work redone: completed somewhere, yet past the resume step.
         "completed_past_resume": max(0, (max(completed) if completed else resume) - resume),
+        # Steps the fenced victim completed in its old generation after the fault.
+        "victim_steps_after_fault": victim_after,
         "pause_seconds_reported": [round(float(c.get("pause_seconds", 0)), 4) for c in mine],
     })
     out["phases"] = phases(rec, inj, g_new, t_first, out)
