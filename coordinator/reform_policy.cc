@@ -146,13 +146,16 @@ HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Du
     if (now - m.advanced_at > threshold) stuck.push_back(&m);
   }
   if (stuck.empty()) return verdict;
-  uint64_t lowest = stuck.front()->step;
-  for (const MemberActivity* m : stuck) lowest = std::min(lowest, m->step);
+  // Someone waits too long: look at everyone. The one it waits for may not
+  // have crossed the threshold itself yet (its last step came a moment
+  // later), but it is behind, or outside the collective the others wait in.
+  uint64_t lowest = members.front().step;
+  for (const MemberActivity& m : members) lowest = std::min(lowest, m.step);
   std::vector<const MemberActivity*> behind, computing;
-  for (const MemberActivity* m : stuck) {
-    if (m->step != lowest) continue;
-    behind.push_back(m);
-    if (!InCollective(m->phase)) computing.push_back(m);
+  for (const MemberActivity& m : members) {
+    if (m.step != lowest) continue;
+    behind.push_back(&m);
+    if (!InCollective(m.phase)) computing.push_back(&m);
   }
   std::vector<const MemberActivity*> culprits = computing;
   if (culprits.empty() && behind.size() < members.size()) culprits = behind;

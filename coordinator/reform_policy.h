@@ -137,10 +137,13 @@ struct HangVerdict {
 // max(hang_timeout, 10 × the median step time).
 absl::Duration HangThreshold(absl::Duration hang_timeout, absl::Duration median_step);
 
-// Members stuck longer than `threshold`. In synchronous training a stuck rank
-// stalls every other in its next collective, so the culprits are the stuck
-// members that are furthest behind, and among those the ones outside a
-// collective (forward, data, optimizer); the rest only wait for them.
+// Once a member has not advanced for longer than `threshold`: in
+// synchronous training a stuck rank stalls every other in its next
+// collective, so the culprits are the members (stuck past the threshold
+// themselves or not yet) that are furthest behind and outside a collective
+// (data, forward, optimizer); the rest only wait for them. With nobody
+// outside a collective, the ones behind the others; with everyone level
+// and waiting, nobody can be named.
 HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Duration threshold,
                             absl::Time now);
 
