@@ -26,6 +26,7 @@ measurements on a small shared machine, not tests: nothing fails on a
 number.
 """
 import argparse
+import atexit
 import datetime
 import json
 import os
@@ -39,6 +40,33 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def snapshot_binaries():
+    """Copies build/bin's ddp-coordinator and ddp-worker to a folder of this
+    run's own (DDP_BIN, which tests/py/cluster.py reads), so a rebuild in the
+    shared tree mid-run can't mix versions; what was measured is recorded."""
+    import hashlib
+    src = os.environ.get("DDP_BIN", os.path.join(ROOT, "build", "bin"))
+    dst = tempfile.mkdtemp(prefix="ddp-resilience-bin-")
+    info = {"from": src}
+    for name in ("ddp-coordinator", "ddp-worker"):
+        shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+        with open(os.path.join(dst, name), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        built = datetime.datetime.utcfromtimestamp(os.path.getmtime(os.path.join(src, name)))
+        info[name] = {"sha256": digest, "built": built.strftime("%Y-%m-%d %H:%M:%S UTC")}
+    git = lambda *a: subprocess.run(["git", "-C", ROOT] + list(a), capture_output=True,
+                                    text=True).stdout.strip()
+    info["head"] = git("log", "-1", "--format=%h %cd %s", "--date=format:%Y-%m-%d %H:%M:%S")
+    info["uncommitted"] = [l[3:] for l in git("status", "--porcelain").splitlines()
+                           if l[3:].endswith((".cc", ".h", ".proto", "CMakeLists.txt"))]
+    os.environ["DDP_BIN"] = dst
+    atexit.register(shutil.rmtree, dst, True)
+    return info
+
+
+BINARIES = snapshot_binaries()
 sys.path.insert(0, os.path.join(ROOT, "tests", "chaos"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
@@ -233,7 +261,7 @@ def summarize_row(row, baselines, hb, hang_timeout):
         s["wrongly_evicted"] = [(i["victim"], i["wrongly_evicted"], i["reasons"][:1])
                                 for i in injections if i.get("wrongly_evicted")]
         s["extra_generations"] = sum(i.get("generations_between", 0) for i in injections)
-        s["victim_steps_after_fault"] = [(i["victim"], i["at_step"], i["victim_steps_after_fault"])
+        s["victim_steps_after_fault"] = [(i["victim"], i["at_step"], i["victim_steps_detail"])
                                          for i in injections if i.get("victim_steps_after_fault")]
         s["steps_discarded_max"] = max((i.get("steps_discarded", 0) for i in injections), default=0)
         phase_names = []
@@ -254,6 +282,9 @@ def summarize_row(row, baselines, hb, hang_timeout):
     s["left_behind"] = [(r["processes_left"], r["shm_left"]) for r in row["runs"]
                         if r["processes_left"] or r["shm_left"]]
     s["rejoin_pause"] = faults.summarize([p for r in row["runs"] for p in r["rejoins"]["pause_seconds"]])
+    s["rejoin_setup"] = faults.summarize([d["joiner_join_to_ring"] for r in row["runs"]
+                                          for d in r["rejoins"].get("detail", [])])
+    s["first_world"] = [i.get("world_size_new") for i in injections if kind == "whole"]
     # Targets.
     target = {"kill9": 2.0, "sigstop": hb + 2, "partition": hb + 2, "hang": hang_timeout + 2}.get(kind)
     s["target_seconds"] = target
@@ -284,7 +315,14 @@ def summarize_row(row, baselines, hb, hang_timeout):
     if s["duplicated"] or s["skipped"]:
         missed.append("samples (%d duplicated, %d skipped)" % (s["duplicated"], s["skipped"]))
     if any(abs(a - b) >= 0.01 for a, b in s["accuracy"] if a is not None and b is not None):
-        missed.append("accuracy off by a point or more")
+        worst = max((a - b for a, b in s["accuracy"] if a is not None and b is not None), key=abs)
+        tail = []
+        for r in row["runs"]:
+            tail = baselines[r["baseline"]].get("epoch_accuracy", [])[-5:]
+        missed.append("accuracy off by a point or more (%+.2f pt, %s than undisturbed, whose own "
+                      "last five epochs span %.4f-%.4f)" % (
+                          100 * worst, "higher" if worst > 0 else "lower",
+                          min(tail or [0]), max(tail or [0])))
     if any(st != "JOB_STATE_SUCCEEDED" for st in s["states"]):
         missed.append("job did not succeed: %s" % s["states"])
     if s["crashed"] or s["left_behind"]:
@@ -309,10 +347,14 @@ def table_row(kind, s, row):
     samples = "%d / %d (padding %d, apart)" % (s["duplicated"], s["skipped"], s["padding"])
     verdict = "**met**" if not s["missed"] else "**missed**: " + "; ".join(s["missed"])
     if kind == "coordinator":
-        time_cell = ("no new generation: %s of %d adopted; median %d steps (min %d) completed during "
-                     "the %.1f s outage; longest gap between steps %s s (median step %s s; pause "
-                     "threshold %s s)" % (
-                         s["adopted"], s["n"], s["steps_during_outage"].get("median", 0),
+        time_cell = ("no new generation: %s of %d adopted (every member back %s s median, %s s "
+                     "max after the kill; a worker retries the coordinator with a backoff doubling from 100 ms "
+                     "to 5 s, jittered, worker/agent.cc); median %d steps "
+                     "(min %d) completed during the %.1f s outage; longest gap between steps %s s "
+                     "(median step %s s; pause threshold %s s)" % (
+                         s["adopted"], s["n"], fmt(s["adopted_after"].get("median"), 1),
+                         fmt(s["adopted_after"].get("max"), 1),
+                         s["steps_during_outage"].get("median", 0),
                          s["steps_during_outage"].get("min", 0),
                          s["outage_seconds"].get("median", 0), fmt(s["longest_gap"].get("max"), 3),
                          fmt(row["runs"][0]["median_step_seconds"] if row["runs"] else None, 4),
@@ -342,8 +384,10 @@ def write_markdown(path, data):
     L.append("Written by `bench/resilience.py` on %s in %.0f minutes; do not edit by hand. Re-run "
              "with `/usr/bin/python3 bench/resilience.py` (about 15 minutes; `--quick` for a smoke "
              "run of 2 faults each; `--kinds kill9,hang --injections N` for some rows). Raw numbers: "
-             "`docs/resilience.json`. These are measurements, not tests: nothing fails on a number." % (
-                 data["date"], data["minutes"]))
+             "`docs/resilience.json`. These are measurements, not tests: nothing fails on a number.%s" % (
+                 data["date"], data["minutes"],
+                 (" Analysis redone from the same runs' records on %s (`--reanalyze`)." %
+                  data["reanalyzed"]) if data.get("reanalyzed") else ""))
     L.append("")
     L.append("**Machine:** %s, `nproc` %d, %d GiB, Linux %s. Load average %.2f at the start, %.2f at "
              "the end: this machine is shared (another engineer's builds and tests may run beside "
@@ -352,6 +396,14 @@ def write_markdown(path, data):
                  m["loadavg_end"][0]))
     L.append("")
     job = data["job"]
+    bi = data["binaries"]
+    L.append("**Measured:** `ddp-coordinator` (sha256 %s…, built %s) and `ddp-worker` (sha256 %s…, "
+             "built %s), copied from `build/bin` when the run started; the tree's HEAD was %s%s." % (
+                 bi["ddp-coordinator"]["sha256"], bi["ddp-coordinator"]["built"],
+                 bi["ddp-worker"]["sha256"], bi["ddp-worker"]["built"], bi["head"],
+                 (", with uncommitted changes to %s (the binaries may include them)" %
+                  ", ".join("`%s`" % f for f in bi["uncommitted"])) if bi["uncommitted"] else ""))
+    L.append("")
     L.append("**Job:** `tests/chaos/chaos.py`'s `chaos_job` (MLP on Fashion-MNIST, 60,000 samples, "
              "batch 64 per worker, SGD lr 0.05 momentum 0.9, seed %s, backend auto), with %d epochs "
              "(%d in network namespaces, where Gloo over TCP is slower), min 2 / max 3 workers, "
@@ -402,18 +454,28 @@ def write_markdown(path, data):
         L.append(table_row(kind, row["summary"], row))
     L.append("")
     b = data["baselines"]
-    L.append("Undisturbed: %s." % "; ".join(
-        "%s %.4f (%d steps in %.0f s, median step %.4f s)" % (
+    L.append("Undisturbed: %s. A final accuracy is one noisy sample: an undisturbed run's test "
+             "accuracy moves by most of a point from one epoch to the next, and a disturbed run "
+             "trains some steps at world size 2 (a smaller global batch), so it ends on a different "
+             "point of that noise." % "; ".join(
+        "%s %.4f (%d steps in %.0f s, median step %.4f s; its last five epochs %s)" % (
             k, v["test_accuracy"], v["global_step"], float(v["elapsed_seconds"] or 0),
-            v["median_step_seconds"]) for k, v in b.items()))
+            v["median_step_seconds"], ", ".join("%.4f" % a for a in v.get("epoch_accuracy", [])[-5:]))
+        for k, v in b.items()))
     L.append("")
     rejoin = [(k, data["rows"][k]["summary"]["rejoin_pause"]) for k in data["kinds"]
               if data["rows"][k].get("summary", {}).get("rejoin_pause", {}).get("n")]
     if rejoin:
         L.append("Putting the world back (not part of the fault's row): a returning worker is admitted "
                  "at a step boundary (`CHANGE_CAUSE_JOINED`, nothing lost), which pauses training "
-                 "for its rendezvous and state broadcast: %s." % "; ".join(
-                     "%s median %.2f s, max %.2f s (n=%d)" % (k, r["median"], r["max"], r["n"])
+                 "for its rendezvous and state broadcast: %s. In brackets, the joiner's own time "
+                 "from \"joined generation\" to its ring proven, which the members spend waiting at "
+                 "the rendezvous: a restarted process (kill -9, whole job) builds its training state "
+                 "(model, dataset) there, a worker that only left (SIGSTOP, hang, partition) "
+                 "already has it." % "; ".join(
+                     "%s median %.2f s, max %.2f s (n=%d) [%s s]" % (
+                         k, r["median"], r["max"], r["n"],
+                         fmt(data["rows"][k]["summary"]["rejoin_setup"].get("median")))
                      for k, r in rejoin))
         L.append("")
     L.append("Each fault, in order (seconds to the first new step; for the coordinator, steps "
@@ -498,15 +560,33 @@ def write_markdown(path, data):
     L.append("")
     obs = []
     for kind in data["kinds"]:
+        for r in data["rows"][kind]["runs"]:
+            base = data["baselines"].get(r.get("baseline"), {})
+            if r.get("epoch_accuracy") and r["epoch_accuracy"] == base.get("epoch_accuracy"):
+                obs.append("%s: every epoch's test accuracy (%d epochs) equals the undisturbed run's, "
+                           "to the last digit: the job trained exactly as if nothing had happened." % (
+                               kind, len(r["epoch_accuracy"])))
+    for kind in data["kinds"]:
         s_ = data["rows"][kind].get("summary") or {}
-        for victim, at, steps in s_.get("victim_steps_after_fault", []):
-            obs.append("%s at step %s: the evicted %s, once it ran again, completed step(s) %s in "
-                       "the generation its peers had already aborted and left (a metrics line of "
-                       "the old generation, after the fault): its all-reduce finished on the "
-                       "contributions the survivors had left in the shared-memory ring. The job was "
-                       "unharmed here (it rejoined as new, behind the survivors, and took a peer's "
-                       "state), but a fenced rank trained a step outside any live generation." % (
-                           kind, at, victim, steps))
+        fenced = s_.get("victim_steps_after_fault", [])
+        if fenced:
+            ex = fenced[0]
+            obs.append("%s: in %d of %d faults the evicted worker, once it ran again, completed "
+                       "step(s) past the resume step in the generation its peers had already aborted "
+                       "and left (a metrics line of the old generation after the fault), e.g. %s at "
+                       "step %s completed step %s %.2f s after the fault with an all-reduce wait of "
+                       "%.0f ms. The job was unharmed (it rejoined as new, behind the survivors, and "
+                       "took a peer's state), but a fenced rank finished a collective its peers had "
+                       "abandoned and trained a step outside any live generation." % (
+                           kind, len(fenced), s_["n"], ex[0], ex[1], ex[2][0]["step"],
+                           ex[2][0]["after_fault_seconds"], ex[2][0]["wait_ms"] or 0))
+        if kind == "whole" and s_.get("first_world") and all(w == 2 for w in s_["first_world"] if w):
+            obs.append("whole-job kill: the restarted coordinator formed the resumed generation with "
+                       "the first two workers to attach (min_workers; `settleSeconds` applies only "
+                       "at the job's first start), although all three were started together; the "
+                       "third, a fraction of a second behind, waited out `reformMinIntervalSeconds` "
+                       "and was admitted with another pause (the whole row's rejoin pause above): "
+                       "two re-forms where one would do.")
         if kind == "whole" and s_.get("n"):
             obs.append("whole-job kill: GetStatus's `steps_lost` said at most %d while up to %d steps "
                        "started after the checkpoint were redone: the restarted coordinator knows only "
@@ -539,16 +619,42 @@ def explain(kind, row, data):
     if kind == "coordinator":
         for i in injections:
             if i["longest_gap_seconds"] > s["gap_threshold"] or not i["adopted"]:
-                out.append("outage at step %s: longest gap %.3f s, adopted %s (after %s s), "
-                           "causes %s, notes %s" % (i["at_step"], i["longest_gap_seconds"],
-                                                    i["adopted"], fmt(i["adopted_after_seconds"]),
-                                                    i["causes"], i["notes"]))
+                det = i.get("longest_gap_detail") or {}
+                ranks = det.get("ranks", {})
+                slow = max(ranks, key=lambda n: sum((ranks[n].get(k) or 0) for k in
+                                                    ("data_ms", "forward_ms", "backward_ms",
+                                                     "optimizer_ms")), default=None)
+                out.append("Outage at step %s: %d steps completed while the coordinator was down, "
+                           "members adopted %s s after the kill; the longest gap, %.3f s, began "
+                           "%.2f s after the kill (%s); in the step that ended it %s" % (
+                               i["at_step"], i["steps_during_outage"], fmt(i["adopted_after_seconds"]),
+                               i["longest_gap_seconds"], det.get("began_after_fault_seconds", 0),
+                               "the restarted coordinator serving" if det.get("coordinator_serving")
+                               else "no coordinator running",
+                               "; ".join("%s data %.1f / forward %.1f / backward %.1f / all-reduce "
+                                         "wait %.1f / optimizer %.1f ms" % (
+                                             n, r.get("data_ms") or 0, r.get("forward_ms") or 0,
+                                             r.get("backward_ms") or 0, r.get("wait_ms") or 0,
+                                             r.get("optimizer_ms") or 0)
+                                         for n, r in sorted(ranks.items()))))
+                if slow:
+                    out.append("So the gap is %s's own compute in that step (the others' time is "
+                               "all-reduce wait for it), not a wait on the coordinator; whether the "
+                               "process was descheduled (three single-threaded workers on %d cores) "
+                               "or its reconnect attempt (about 1 s into the outage) competed for "
+                               "the CPU, these logs can't tell. The undisturbed run's longest gap "
+                               "was %.3f s; an epoch-end evaluation takes about 0.06 s." % (
+                                   slow, data["machine"]["nproc"],
+                                   data["baselines"].get("loopback", {}).get(
+                                       "longest_gap_within_generation", 0)))
         return out
     ph = s.get("phases", {})
-    if ph:
-        parts = ["%s %s s" % (k, fmt(v.get("median"), 3)) for k, v in ph.items() if v.get("n")]
-        out.append("Median phases: " + ", ".join(parts) + ".")
     target = s.get("target_seconds")
+    time_missed = target and s["recovery"].get("n") and s["recovery"]["max"] > target
+    if ph and time_missed:
+        parts = ["%s %s s" % (k, fmt(v.get("median"), 3)) for k, v in ph.items()
+                 if v.get("n") and not k.startswith("coordinator formed")]
+        out.append("Median phases: " + ", ".join(parts) + ".")
     slow = sorted((i for i in injections if target and i.get("recovery_seconds", 0) > target),
                   key=lambda i: -i["recovery_seconds"])
     for i in slow[:4]:
@@ -572,7 +678,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--injections", type=int, default=10)
     p.add_argument("--epochs", type=int, default=60, help="epochs of the loopback job")
-    p.add_argument("--netns-epochs", type=int, default=20, help="epochs of the partition job")
+    p.add_argument("--netns-epochs", type=int, default=25, help="epochs of the partition job")
     p.add_argument("--kinds", default=",".join(faults.KINDS))
     p.add_argument("--seed", type=int, default=1, help="picks victims and spacing")
     p.add_argument("--outage", type=float, default=1.5, help="seconds the coordinator is down")
@@ -580,7 +686,16 @@ def main():
     p.add_argument("--job-timeout", type=float, default=600)
     p.add_argument("--quick", action="store_true", help="2 faults each, short jobs")
     p.add_argument("--out", default=os.path.join(ROOT, "docs"))
+    p.add_argument("--reanalyze", metavar="JSON",
+                   help="no runs: read a resilience.json this script wrote and the run folders it "
+                        "names (still in /tmp), analyze again and rewrite the two files")
     args = p.parse_args()
+    if args.reanalyze:
+        with open(args.reanalyze) as f:
+            data = json.load(f)
+        reanalyze(data)
+        render(data, args)
+        return
     if args.quick:
         args.injections, args.epochs, args.netns_epochs = 2, 12, 6
     kinds = [k for k in args.kinds.split(",") if k]
@@ -589,7 +704,7 @@ def main():
             p.error("unknown kind %r (of %s)" % (k, ", ".join(faults.KINDS)))
     started = time.time()
     rng = random.Random(args.seed)
-    data = {"machine": machine(), "date": datetime.date.today().isoformat(),
+    data = {"machine": machine(), "date": datetime.date.today().isoformat(), "binaries": BINARIES,
             "injections": args.injections, "epochs": args.epochs, "netns_epochs": args.netns_epochs,
             "kinds": kinds, "seed": args.seed, "outage": args.outage, "rows": {}, "baselines": {},
             "sources": SOURCES}
@@ -609,13 +724,35 @@ def main():
     for kind in kinds:
         row = measure_kind(kind, args, rng, baselines, started)
         data["rows"][kind] = row
+    data["machine"]["loadavg_end"] = os.getloadavg()
+    data["minutes"] = (time.time() - started) / 60
+    render(data, args)
+
+
+def reanalyze(data):
+    """Analysis again from the run folders (after a change to the analysis)."""
+    def again(r):
+        run = faults.RunFiles(r["dir"], r["job"])
+        res = faults.analyze(run, [faults.injection_from(d) for d in r["raw_injections"]],
+                             r["final"])
+        for k in ("crashed", "processes_left", "shm_left", "baseline"):
+            if k in r:
+                res[k] = r[k]
+        return res
+    data["baselines"] = {k: again(v) for k, v in data["baselines"].items()}
+    for row in data["rows"].values():
+        row["runs"] = [again(r) for r in row["runs"]]
+    data["reanalyzed"] = datetime.date.today().isoformat()
+
+
+def render(data, args):
+    kinds = data["kinds"]
+    baselines = data["baselines"]
     for kind in kinds:
         row = data["rows"][kind]
         if row["runs"]:
             row["summary"] = summarize_row(row, baselines, data["hb"], data["hang_timeout"])
             row["analysis"] = explain(kind, row, data) if row["summary"]["missed"] else []
-    data["machine"]["loadavg_end"] = os.getloadavg()
-    data["minutes"] = (time.time() - started) / 60
     os.makedirs(args.out, exist_ok=True)
     faults.dump(data, os.path.join(args.out, "resilience.json"))
     write_markdown(os.path.join(args.out, "RESILIENCE.md"), data)

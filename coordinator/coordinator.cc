@@ -57,6 +57,8 @@ void Coordinator::Restore(const v1::DurableState& state) {
 
 void Coordinator::PersistLocked(Effects* fx) {
   if (state_writer_ == nullptr) return;
+  persisted_at_ = clock_->Now();
+  persisted_step_ = job_.committed_step();
   v1::DurableState state;
   job_.FillDurable(&state);
   state.set_latest_generation(generations_.latest());
@@ -108,6 +110,12 @@ void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held
   if (held.job_id() == job_.id() && held.spec_digest() == job_.spec_digest()) {
     worker->held = held;
     job_.OnHeldState(held);
+    // Its generation was numbered by an earlier coordinator (one without a
+    // --state-dir, say): ours must come after it to count as newer.
+    if (held.generation() > generations_.latest() &&
+        held.generation() - generations_.latest() < (uint64_t{1} << 32)) {
+      generations_.RestoreLatest(held.generation());
+    }
   } else {
     worker->held.reset();  // another job's, or another spec's: of no use here
   }

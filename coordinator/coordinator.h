@@ -248,6 +248,10 @@ class Coordinator {
   std::vector<std::string> last_members_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // The latest save, and the step it held: progress is saved every few
+  // seconds too, so a whole-job restart knows how far the job had come.
+  absl::Time persisted_at_ ABSL_GUARDED_BY(mu_);
+  uint64_t persisted_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time published_at_ ABSL_GUARDED_BY(mu_);

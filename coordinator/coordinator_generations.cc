@@ -53,6 +53,10 @@ void Coordinator::Tick() {
     CheckLeavingLocked(&fx);
     CheckHungLocked(&fx);
     MaybeFormGenerationLocked(&fx);
+    if (job_.active() && job_.committed_step() != persisted_step_ &&
+        clock_->Now() - persisted_at_ >= absl::Seconds(5)) {
+      PersistLocked(&fx);
+    }
     const absl::Duration age = clock_->Now() - published_at_;
     if ((dirty_ && age >= options_.snapshot_min_interval) || age >= options_.snapshot_max_age) {
       PublishLocked();
@@ -312,6 +316,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
   SourceInput source_in;
   source_in.members = &members;
   source_in.checkpoint_step = job_.checkpoint_step();
+  source_in.checkpoint_generation = job_.checkpoint_generation();
   source_in.committed_step = job_.committed_step();
   const SourceChoice source = ChooseSource(source_in);
   const uint32_t world = static_cast<uint32_t>(members.size());

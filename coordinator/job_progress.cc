@@ -117,8 +117,13 @@ void JobProgress::OnCheckpoint(const v1::CheckpointResult& result) {
     return;
   }
   checkpoint_error_.clear();
-  if (result.step() >= last_checkpoint_step_) {
+  // The newest by (generation, step): after a restart from an older
+  // checkpoint, the job's new ones count even at lower steps.
+  if (result.generation() > last_checkpoint_generation_ ||
+      (result.generation() == last_checkpoint_generation_ &&
+       result.step() >= last_checkpoint_step_)) {
     last_checkpoint_step_ = result.step();
+    last_checkpoint_generation_ = result.generation();
     last_checkpoint_path_ = result.path();
   }
 }
@@ -186,6 +191,7 @@ void JobProgress::Restore(const v1::DurableState& state) {
   start_step_ = committed_step_;
   last_checkpoint_step_ = state.last_checkpoint_step();
   last_checkpoint_path_ = state.last_checkpoint_path();
+  last_checkpoint_generation_ = state.last_checkpoint_generation();
   faults_ = state.faults();
   if (!active()) return;
   if (state.has_generation()) {
@@ -212,6 +218,7 @@ void JobProgress::FillDurable(v1::DurableState* state) const {
   state->set_global_step(committed_step_);
   state->set_last_checkpoint_step(last_checkpoint_step_);
   state->set_last_checkpoint_path(last_checkpoint_path_);
+  state->set_last_checkpoint_generation(last_checkpoint_generation_);
   state->set_faults(faults_);
 }
 

@@ -79,8 +79,10 @@ class JobProgress {
 
   // The most advanced step any rank committed.
   uint64_t committed_step() const { return committed_step_; }
-  // The newest good checkpoint's step, if one was written.
+  // The newest good checkpoint's step, if one was written, and the
+  // generation that wrote it.
   std::optional<uint64_t> checkpoint_step() const;
+  uint64_t checkpoint_generation() const { return last_checkpoint_generation_; }
   // Median wall time of recent steps (zero before any).
   absl::Duration median_step_time() const;
 
@@ -123,6 +125,7 @@ class JobProgress {
   uint32_t world_size_ = 0;
   double lr_ = 0;
   uint64_t last_checkpoint_step_ = 0;
+  uint64_t last_checkpoint_generation_ = 0;
   std::string last_checkpoint_path_;
   std::string checkpoint_error_;
   std::vector<v1::EpochResult> epochs_;

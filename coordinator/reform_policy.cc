@@ -19,6 +19,12 @@ bool InCollective(v1::StepPhase phase) {
          phase == v1::STEP_PHASE_SYNC;
 }
 
+// Whether state `a` is newer than `b`: by generation, then step.
+bool Newer(const v1::HeldState& a, const v1::HeldState& b) {
+  if (a.generation() != b.generation()) return a.generation() > b.generation();
+  return a.step() > b.step();
+}
+
 std::string PhaseName(v1::StepPhase phase) {
   std::string name = v1::StepPhase_Name(phase);
   if (absl::StartsWith(name, "STEP_PHASE_")) name = name.substr(11);
@@ -97,7 +103,8 @@ std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t
     // away. Then rank order.
     std::sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
       if (a.held.has_value() != b.held.has_value()) return a.held.has_value();
-      if (a.held && a.held->step() != b.held->step()) return a.held->step() > b.held->step();
+      if (a.held && Newer(*a.held, *b.held)) return true;
+      if (a.held && Newer(*b.held, *a.held)) return false;
       return rank_order(a, b);
     });
     candidates.resize(max_workers);
@@ -111,11 +118,14 @@ SourceChoice ChooseSource(const SourceInput& in) {
   int best = -1;
   const std::vector<Candidate>& members = *in.members;
   for (size_t r = 0; r < members.size(); ++r) {
-    if (members[r].held && (best < 0 || members[r].held->step() > members[best].held->step())) {
+    if (members[r].held && (best < 0 || Newer(*members[r].held, *members[best].held))) {
       best = static_cast<int>(r);
     }
   }
-  if (best >= 0 && (!in.checkpoint_step || members[best].held->step() >= *in.checkpoint_step)) {
+  v1::HeldState checkpoint;
+  checkpoint.set_generation(in.checkpoint_generation);
+  checkpoint.set_step(in.checkpoint_step.value_or(0));
+  if (best >= 0 && (!in.checkpoint_step || !Newer(checkpoint, *members[best].held))) {
     const v1::HeldState& held = *members[best].held;
     choice.rank = static_cast<uint32_t>(best);
     choice.source = v1::STATE_SOURCE_MEMORY;

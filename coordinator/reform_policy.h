@@ -80,16 +80,18 @@ struct Candidate {
 };
 
 // Up to `max_workers` candidates in rank order. When there are more, those
-// holding the job's state are taken first (the most advanced first, so no
-// progress is thrown away and no running member gives way to a joiner),
-// then the rest in rank order.
+// holding the job's state are taken first (the newest first, by generation
+// then step, so no progress is thrown away and no running member gives way
+// to a joiner), then the rest in rank order.
 std::vector<Candidate> ChooseMembers(std::vector<Candidate> candidates, uint32_t max_workers);
 
 struct SourceInput {
   // The new generation's members, in rank order.
   const std::vector<Candidate>* members = nullptr;
-  // The newest checkpoint rank 0 reported, if any: its step.
+  // The newest checkpoint rank 0 reported, if any: its step, and the
+  // generation that wrote it.
   std::optional<uint64_t> checkpoint_step;
+  uint64_t checkpoint_generation = 0;
   // The most advanced step any rank committed in the job so far.
   uint64_t committed_step = 0;
 };
@@ -106,9 +108,9 @@ struct SourceChoice {
   uint64_t steps_lost = 0;
 };
 
-// The most advanced state wins: a member's memory (ties: the lowest rank),
-// unless the newest checkpoint is further along, in which case rank 0 loads
-// it; with neither, fresh weights at step 0.
+// The newest state wins, by (generation, step): a member's memory (ties:
+// the lowest rank), unless the newest checkpoint is newer, in which case
+// rank 0 loads it; with neither, fresh weights at step 0.
 SourceChoice ChooseSource(const SourceInput& in);
 
 // ---- Hung members ---------------------------------------------------------

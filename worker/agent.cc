@@ -75,6 +75,7 @@ v1::RegisterRequest WorkerAgent::MakeRegister() {
     held->set_step(board_.step);
     held->set_epoch(board_.epoch);
     held->set_cursor(board_.cursor);
+    held->set_generation(a.generation());
     return r;
   }
   absl::MutexLock slot_lock(&slot_.mu);

@@ -281,6 +281,16 @@ absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
     if (absl::Status s = Barrier(1); !s.ok()) return s;
     std::memcpy(data + offset, result(), len * sizeof(float));
   }
+  return CheckNotAborted();
+}
+
+absl::Status ShmCommunicator::CheckNotAborted() const {
+  // Peers that gave up after adding their part (a rank stopped mid-way, and
+  // the coordinator aborted the others) leave everything this rank needs to
+  // finish: the collective completes here but not there, and must not count.
+  if (segment_->aborted.load(std::memory_order_acquire) != 0) {
+    return absl::AbortedError("a peer aborted the shared-memory collective");
+  }
   return absl::OkStatus();
 }
 
@@ -296,7 +306,7 @@ absl::Status ShmCommunicator::Broadcast(void* data, size_t bytes, int root) {
     if (options_.rank != root) std::memcpy(bytes_ptr + offset, slot(root), len);
     if (absl::Status s = Barrier(1); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return CheckNotAborted();
 }
 
 void ShmCommunicator::Abort() {

@@ -59,6 +59,8 @@ class ShmCommunicator final : public Communicator {
   struct Segment;
   // Where the slots start, past the header.
   static size_t DataOffset();
+  // ABORTED once any rank aborted the communicator.
+  absl::Status CheckNotAborted() const;
   // Unlinks segments whose creator process is gone.
   static void RemoveStaleSegments();
   ShmCommunicator(Segment* segment, size_t mapped_bytes, const Options& options);

@@ -213,6 +213,7 @@ absl::Status GenerationTrainer::SyncState() {
     }
     detail = absl::StrCat("received from rank ", source, " at step ", header->step());
   }
+  state_.SetGeneration(a_.generation());
   observer_->OnStarted(state_.Held(), detail);
   return absl::OkStatus();
 }
@@ -338,6 +339,8 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
           before.step + 1, stats->token_sum, token, world));
     }
     timings.set_allreduce_wait_ms(stats->wait_ms);
+    // Told to leave at once while the step completed: the others discard it.
+    if (aborted()) return absl::AbortedError("aborted");
     observer_->OnPhase(v1::STEP_PHASE_OPTIMIZER, before.step);
     const absl::Time optimizer_start = absl::Now();
     state_.optimizer().step();

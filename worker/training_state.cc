@@ -84,6 +84,7 @@ v1::HeldState TrainingState::Held() const {
   held.set_step(progress_.step);
   held.set_epoch(progress_.epoch);
   held.set_cursor(progress_.cursor);
+  held.set_generation(generation_);
   return held;
 }
 

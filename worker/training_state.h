@@ -66,6 +66,8 @@ class TrainingState {
 
   // A step completed on every rank and was applied here.
   void Commit(const TrainingProgress& progress) { progress_ = progress; }
+  // The state is now generation `g`'s (every member of it holds the same).
+  void SetGeneration(uint64_t g) { generation_ = g; }
   void SetLearningRate(double lr);
   double learning_rate() const;
 
@@ -97,6 +99,7 @@ class TrainingState {
   std::unique_ptr<Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   TrainingProgress progress_;
+  uint64_t generation_ = 0;
   bool usable_ = true;
   std::unique_ptr<CheckpointWriter> checkpoints_;
 };

@@ -244,6 +244,8 @@ def check_run(test, run, final, baseline_accuracy, dataset_size=FASHION_MNIST_TR
     for change in final.get("generation_changes", []):
         test.assertLessEqual(int(change.get("steps_lost", 0)), max_steps_lost, change)
     accuracy = final.get("test_accuracy", 0)
+    print("accuracy %.4f (undisturbed %.4f), %d generation(s)" % (
+        accuracy, baseline_accuracy, len(final.get("generation_changes", []))), flush=True)
     test.assertLess(abs(accuracy - baseline_accuracy), 0.01,
                     "accuracy %.4f, undisturbed %.4f" % (accuracy, baseline_accuracy))
     run.close()

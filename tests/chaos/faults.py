@@ -36,7 +36,6 @@ the next fault.
 """
 import collections
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -75,6 +74,11 @@ class Injection:
     t_back: float = 0.0    # the world full again (victim admitted or adopted)
     error: str = ""        # a recovery that never came, in words
     notes: list = dataclasses.field(default_factory=list)
+
+
+class JobEnded(Exception):
+    """The job ended before the fault's recovery could be seen: a fault
+    caused in the job's last steps, not counted."""
 
 
 class Driver:
@@ -166,6 +170,11 @@ class Driver:
         inj = Injection(kind, "", 0.0, int(s.get("generation", 0)), int(s.get("global_step", 0)))
         try:
             getattr(self, "_" + kind)(inj, members)
+        except JobEnded:
+            self.log("  %s of %s: the job ended before training went on without it; not counted"
+                     % (kind, inj.victim))
+            self.repair()
+            return None
         except TimeoutError as e:
             inj.error = "%s (run folder %s)" % (e, self.run.dir)
             self.log("  %s: RECOVERY NEVER CAME: %s" % (kind, inj.error))
@@ -179,6 +188,8 @@ class Driver:
         s = self._wait(lambda s: (self._ended(s) or (
             int(s.get("generation", 0)) > inj.generation and self._trained(s) and
             (absent is None or absent not in s.get("members", [])))), what)
+        if self._ended(s) and int(s.get("generation", 0)) <= inj.generation:
+            raise JobEnded()
         inj.t_seen = time.time()
         return s
 
@@ -241,9 +252,14 @@ class Driver:
         inj.notes.append("listening %.3fs after the restart" % (time.time() - inj.t_heal))
         s = self._wait(lambda s: self._ended(s) or s.get("state") == "JOB_STATE_RUNNING",
                        "the restarted coordinator to run the job")
+        if self._ended(s):
+            raise JobEnded()
         inj.t_seen = time.time()
-        if not self._ended(s):
-            self._back(inj, "every member back with the restarted coordinator")
+        s = self._wait(lambda s: self._ended(s) or self._full(s),
+                       "every member back with the restarted coordinator")
+        if self._ended(s):
+            raise JobEnded()
+        inj.t_back = time.time()
 
     def _whole(self, inj, members):
         inj.victim = "all"
@@ -261,8 +277,9 @@ class Driver:
         self._back(inj)
 
     def repair(self):
-        """After a recovery that did not come: every worker running and
-        neither stopped nor hung, links up, the coordinator up."""
+        """After a recovery that did not come (or a fault at the job's end):
+        every worker running and neither stopped nor hung, links up, the
+        coordinator up."""
         for i in range(self.workers):
             name = "w%d" % i
             try:
@@ -279,9 +296,12 @@ class Driver:
         if self.run.procs["coordinator"].poll() is not None:
             self.run.start_coordinator()
         try:
-            self._wait(lambda s: self._ended(s) or self._full(s), "the world to be full again")
+            s = self._wait(lambda s: self._ended(s) or self._full(s), "the world to be full again")
         except TimeoutError as e:
             self.log("  repair: %s" % e)
+            return
+        if self._ended(s):
+            return
 
 
 def _seconds(text):
@@ -388,7 +408,7 @@ def analyze_injection(rec, inj, changes):
                  for n, m in rec.by_generation.get(g, []) if others(n)]
     victim_after = sorted({m["step"] for g in range(inj.generation, g_new)
                            for n, m in rec.by_generation.get(g, [])
-                           if n == inj.victim and m["time"] > inj.t_fault})
+                           if n == inj.victim and m["time"] > inj.t_fault and m["step"] > resume})
     left = [n for c in mine for n in c.get("left", [])]
     out.update({
         "generation_new": g_new,
@@ -410,8 +430,14 @@ def analyze_injection(rec, inj, changes):
         "steps_lost_total": reported + max(0, len(started) - reported),
         # Committed work redone: completed somewhere, yet past the resume step.
         "completed_past_resume": max(0, (max(completed) if completed else resume) - resume),
-        # Steps the fenced victim completed in its old generation after the fault.
+        # Steps past the resume step that the fenced victim completed in its
+        # old generation after the fault (trained outside any live generation).
         "victim_steps_after_fault": victim_after,
+        "victim_steps_detail": [
+            {k: m.get(k) for k in ("step", "step_seconds", "allreduce_ms", "wait_ms")} |
+            {"after_fault_seconds": round(m["time"] - inj.t_fault, 4)}
+            for g in range(inj.generation, g_new) for n, m in rec.by_generation.get(g, [])
+            if n == inj.victim and m["step"] in victim_after],
         "pause_seconds_reported": [round(float(c.get("pause_seconds", 0)), 4) for c in mine],
     })
     out["phases"] = phases(rec, inj, g_new, t_first, out)
@@ -486,9 +512,11 @@ def analyze_coordinator(rec, inj, changes, median_step):
     out["t_serving"] = t_serving
     out["adopted"] = bool(adopted) and (gave_up is None or gave_up[0] > adopted[0])
     out["adopted_after_seconds"] = (adopted[0] - inj.t_fault) if adopted else None
-    mine = [c for c in changes if float(c.get("at_unix_seconds", 0)) >= inj.t_fault - 0.01 and
-            int(c.get("from_generation", 0)) >= inj.generation and
-            float(c.get("at_unix_seconds", 0)) <= (adopted[0] + 0.5 if adopted else 1e18)]
+    # The restart's outcome: adopted, or given up (a new generation), by
+    # then; later changes belong to later faults.
+    t_end = adopted[0] if adopted else (gave_up[0] if gave_up else t_serving + 12.0)
+    mine = [c for c in changes if inj.t_fault - 0.01 <= float(c.get("at_unix_seconds", 0)) <= t_end + 0.5
+            and int(c.get("from_generation", 0)) >= inj.generation]
     out["causes"] = [c.get("cause", "").replace("CHANGE_CAUSE_", "") for c in mine]
     out["steps_lost_reported"] = sum(int(c.get("steps_lost", 0)) for c in mine)
     # Steps completed while no coordinator was serving.
@@ -498,22 +526,34 @@ def analyze_coordinator(rec, inj, changes, median_step):
     # The longest gap between consecutive completed steps of a rank, from
     # just before the fault until the members were adopted (or 2 s after the
     # restart), skipping gaps that span an epoch's end (its evaluation).
-    end = max(adopted[0] if adopted else 0, t_serving) + 1.0
-    longest, longest_any = 0.0, 0.0
-    for lines in times.values():
+    end = max(t_end, t_serving) + 1.0
+    longest, longest_any, where = 0.0, 0.0, None
+    for name, lines in times.items():
         for (t1, s1, e1, g1), (t2, s2, e2, g2) in zip(lines, lines[1:]):
             if t2 < inj.t_fault - 0.2 or t1 > end:
                 continue
             gap = t2 - t1
             longest_any = max(longest_any, gap)
-            if e1 == e2 and g1 == g2:
-                longest = max(longest, gap)
+            if e1 == e2 and g1 == g2 and gap > longest:
+                longest, where = gap, (name, s2, g2, t1)
     out["longest_gap_seconds"] = longest
+    if where is not None:
+        # Where that gap's time went: every rank's timers for the step that
+        # ended it.
+        name, step, gen, t1 = where
+        out["longest_gap_detail"] = {
+            "worker": name, "step": step, "began_after_fault_seconds": round(t1 - inj.t_fault, 4),
+            "coordinator_serving": t1 >= t_serving,
+            "ranks": {n: {k: m.get(k) for k in ("data_ms", "forward_ms", "backward_ms",
+                                                 "allreduce_ms", "wait_ms", "optimizer_ms")}
+                      for n, lines in rec.metrics.items() for m in lines
+                      if m["step"] == step and m["generation"] == gen}}
     out["longest_gap_with_epoch_ends"] = longest_any
     out["median_step_seconds"] = median_step
-    out["generation_after"] = max((g for g, rows in rec.by_generation.items()
-                                   if any(m["time"] > inj.t_fault for _, m in rows)),
-                                  default=inj.generation)
+    # The generation training once the restarted coordinator had its members
+    # back (not a later fault's).
+    out["generation_after"] = max((m["generation"] for lines in rec.metrics.values() for m in lines
+                                   if inj.t_fault < m["time"] <= end), default=inj.generation)
     out["steps_lost_total"] = out["steps_lost_reported"]
     if out["generation_after"] != inj.generation:
         # Not adopted: a new generation was formed; count what it discarded.
@@ -521,6 +561,27 @@ def analyze_coordinator(rec, inj, changes, median_step):
                    l["step"] > min((int(c.get("resume_step", 0)) for c in mine), default=10**12)}
         out["steps_lost_total"] += len(started)
     return out
+
+
+def rejoin_phases(rec, change):
+    """A JOINED change: how long its joiners took from "joined generation G"
+    to their ring proven (their own set-up, which the members wait for at the
+    rendezvous), against the members' wait for the same."""
+    g = int(change.get("to_generation", 0))
+    joiners = set(change.get("joined", []))
+    own, wait = [], []
+    for n, entries in rec.worker_logs.items():
+        j = next((e for e in entries if re.search(r"joined generation %d of" % g, e[3])), None)
+        if j is None:
+            continue
+        r = _first_after(entries, j[0], r"ring of \d+ proven")
+        if r is None:
+            continue
+        (own if n in joiners else wait).append(r[0] - j[0])
+    return {"generation": g, "joined": sorted(joiners),
+            "pause_seconds": float(change.get("pause_seconds", 0)),
+            "joiner_join_to_ring": max(own) if own else None,
+            "members_join_to_ring": max(wait) if wait else None}
 
 
 def median_step_seconds(rec):
@@ -582,12 +643,25 @@ def analyze(run, injections, final, dataset_size=chaos.FASHION_MNIST_TRAIN, work
             results.append(analyze_injection(rec, inj, changes))
     epochs = int(run.job["epochs"])
     per_epoch = samples(rec, dataset_size, epochs)
+    # Test accuracy per epoch, from the coordinator's log (the last line per
+    # epoch: a whole-job restart may train an epoch's end twice).
+    epoch_accuracy = {}
+    for _, _, _, msg in rec.coordinator_log:
+        m = re.match(r"epoch (\d+) done: test accuracy ([\d.]+)", msg)
+        if m:
+            epoch_accuracy[int(m.group(1))] = float(m.group(2))
     joins = [c for c in changes if c.get("cause") == "CHANGE_CAUSE_JOINED"]
+    join_detail = [rejoin_phases(rec, c) for c in joins]
     return {
         "dir": run.dir,
+        "job": run.job,
+        "raw_injections": [dataclasses.asdict(i) for i in injections],
+        "final": {k: final.get(k) for k in ("state", "message", "test_accuracy", "elapsed_seconds",
+                                            "global_step", "generation_changes")},
         "state": final.get("state"),
         "message": final.get("message"),
         "test_accuracy": final.get("test_accuracy"),
+        "epoch_accuracy": [epoch_accuracy[e] for e in sorted(epoch_accuracy)],
         "elapsed_seconds": final.get("elapsed_seconds"),
         "global_step": int(final.get("global_step", 0)),
         "median_step_seconds": median,
@@ -600,9 +674,32 @@ def analyze(run, injections, final, dataset_size=chaos.FASHION_MNIST_TRAIN, work
             "per_epoch": per_epoch,
         },
         "rejoins": {"count": len(joins),
-                    "pause_seconds": [round(float(c.get("pause_seconds", 0)), 4) for c in joins]},
-        "generation_changes": changes,
+                    "pause_seconds": [round(float(c.get("pause_seconds", 0)), 4) for c in joins],
+                    "detail": join_detail},
     }
+
+
+class RunFiles:
+    """A finished run's folder, read again later (bench/resilience.py
+    --reanalyze): what analyze() needs of a ChaosRun."""
+
+    def __init__(self, folder, job):
+        self.dir = folder
+        self.job = job
+
+    def metrics(self, name):
+        path = os.path.join(self.dir, name + ".jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def index_lines(self):
+        return coverage.read_lines(os.path.join(self.dir, "*.idx.jsonl"))
+
+
+def injection_from(d):
+    return Injection(**{f.name: d[f.name] for f in dataclasses.fields(Injection) if f.name in d})
 
 
 def finish_checks(run):
@@ -617,25 +714,6 @@ def summarize(values):
         return {"n": 0}
     return {"n": len(values), "median": statistics.median(values), "max": max(values),
             "min": min(values)}
-
-
-def baseline_run(job, workers=3, log=print, timeout=600):
-    """An undisturbed run of `job`: (its analysis, its ChaosRun, closed)."""
-    run = chaos.ChaosRun(job, workers)
-    try:
-        final = run.finish(timeout)
-        result = analyze(run, [], final, workers=workers)
-    finally:
-        run.close()
-    result.update(finish_checks(run))
-    log("undisturbed %s: %s, accuracy %s in %.0fs" % (job["name"], final.get("state"),
-                                                      final.get("test_accuracy"),
-                                                      float(final.get("elapsed_seconds", 0))))
-    return result
-
-
-def glob_dirs(pattern):
-    return sorted(glob.glob(pattern))
 
 
 def dump(obj, path):

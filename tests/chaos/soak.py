@@ -18,11 +18,13 @@ workers restarted, stopped ones continued, links back up) before the next.
 Prints one line per fault (fault, victim, at step, recovery seconds, steps
 lost), then the checks: the job succeeded, every epoch trained each sample
 once (padding apart), no fault lost more than the step in flight (the
-checkpoint interval for a whole-job kill), final accuracy within a point of
+checkpoint interval for a whole-job kill), no healthy worker was evicted in
+a fault's place, final accuracy within a point of
 an undisturbed run of the same job and seed, no crash, no process or
 /dev/shm segment left behind. Exit status 0 when all hold.
 """
 import argparse
+import atexit
 import os
 import random
 import shutil
@@ -32,6 +34,21 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def snapshot_binaries():
+    """A long soak runs its own copy of ddp-coordinator and ddp-worker
+    (DDP_BIN, read by tests/py/cluster.py): a rebuild meanwhile can't mix
+    versions into one job."""
+    src = os.environ.get("DDP_BIN", os.path.join(HERE, "..", "..", "build", "bin"))
+    dst = tempfile.mkdtemp(prefix="ddp-soak-bin-")
+    for name in ("ddp-coordinator", "ddp-worker"):
+        shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+    os.environ["DDP_BIN"] = dst
+    atexit.register(shutil.rmtree, dst, True)
+
+
+snapshot_binaries()
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "py"))
 
@@ -92,7 +109,7 @@ def main():
         # Gloo over TCP between namespaces trains about 3x slower than the
         # shared-memory ring on loopback.
         args.epochs = (2 * args.faults + 6) if use_netns else (4 * args.faults + 8)
-    log("soak: %d faults of %s, seed %d (repeat with the same seed), %d epochs, %s" % (
+    log("soak: %d faults of %s, seed %d (the same seed draws the same faults), %d epochs, %s" % (
         args.faults, ", ".join(kinds), seed, args.epochs,
         "network namespaces" if use_netns else "loopback"))
     folders = [tempfile.mkdtemp(prefix="ddp-soak-ckpt-") for _ in range(2)]
@@ -112,6 +129,9 @@ def main():
         for f in folders:
             shutil.rmtree(f, True)
     ok = report(result, base, seed)
+    faults.dump({"seed": seed, "kinds": kinds, "epochs": args.epochs, "netns": use_netns,
+                 "result": result, "undisturbed": base}, os.path.join(result["dir"], "soak.json"))
+    print("everything measured: %s" % os.path.join(result["dir"], "soak.json"))
     sys.exit(0 if ok else 1)
 
 
@@ -119,7 +139,7 @@ def report(result, base, seed):
     print()
     print("%-3s %-12s %-11s %8s %10s  %-16s %s" % ("#", "fault", "victim", "at step", "recovery s",
                                                    "steps lost", "notes"))
-    failures = []
+    failures, wrong = [], []
     for i, r in enumerate(result["injections"], 1):
         notes = []
         if r["kind"] == "coordinator":
@@ -132,10 +152,15 @@ def report(result, base, seed):
                 failures.append("fault %d: a coordinator restart stopped training" % i)
         else:
             recovery = "%.2f" % r["recovery_seconds"] if "recovery_seconds" in r else "never"
-            lost = "%d+%d in flight" % (r.get("steps_lost_reported", 0), r.get("in_flight", 0))
+            if r["kind"] == "whole":
+                lost = "%d since ckpt" % r.get("steps_discarded", 0)
+            else:
+                lost = "%d+%d in flight" % (r.get("steps_lost_reported", 0), r.get("in_flight", 0))
             notes.append(",".join(r.get("causes", [])))
             if r.get("wrongly_evicted"):
                 notes.append("also evicted %s" % ",".join(r["wrongly_evicted"]))
+                wrong.append("fault %d (%s of %s): evicted %s" % (i, r["kind"], r["victim"],
+                                                                 ",".join(r["wrongly_evicted"])))
             if r.get("victim_steps_after_fault"):
                 notes.append("fenced %s finished step(s) %s after the fault" % (
                     r["victim"], r["victim_steps_after_fault"]))
@@ -161,6 +186,7 @@ def report(result, base, seed):
          acc is not None and base_acc is not None and abs(acc - base_acc) < 0.01,
          "%s vs %s" % (acc, base_acc)),
         ("faults lost at most the step in flight", not failures, "; ".join(failures) or "yes"),
+        ("only the faulty worker evicted", not wrong, "; ".join(wrong) or "yes"),
         ("no crash", not result["crashed"] and not base["crashed"],
          "; ".join(result["crashed"] + base["crashed"]) or "none"),
         ("nothing left behind", not (result["processes_left"] or result["shm_left"] or

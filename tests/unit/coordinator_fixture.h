@@ -123,13 +123,16 @@ class CoordinatorTest : public testing::Test {
   }
 
   // State of test-job held by a worker.
-  static v1::HeldState Held(uint64_t step, uint64_t epoch = 0, uint64_t cursor = 0) {
+  // A state trained in `generation` (the first, unless said otherwise).
+  static v1::HeldState Held(uint64_t step, uint64_t epoch = 0, uint64_t cursor = 0,
+                            uint64_t generation = 1) {
     v1::HeldState held;
     held.set_job_id("test-job");
     held.set_spec_digest(SpecDigest(WithDefaults(Job(1))));
     held.set_step(step);
     held.set_epoch(epoch);
     held.set_cursor(cursor);
+    held.set_generation(generation);
     return held;
   }
 
@@ -166,7 +169,8 @@ class CoordinatorTest : public testing::Test {
 
   // The worker left `generation` holding the job's state at `step`.
   void Leave(const TestWorker& w, uint64_t generation, uint64_t step) {
-    SendState(w, generation, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, Held(step));
+    SendState(w, generation, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk,
+              Held(step, 0, 0, generation));
   }
 
   void Heartbeat(const TestWorker& w, uint64_t generation, uint64_t step,

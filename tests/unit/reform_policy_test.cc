@@ -322,6 +322,42 @@ TEST(ReformPolicy, ChooseSource_Table_MostAdvancedStateWins) {
   }
 }
 
+Candidate InGeneration(Candidate c, uint64_t generation) {
+  c.held->set_generation(generation);
+  return c;
+}
+
+// A worker cut off from the job may have gone on alone on a branch the job
+// has left: the newest generation's state wins, whatever the steps.
+TEST(ReformPolicy, ChooseSource_NewerGenerationWinsOverMoreSteps) {
+  const std::vector<Candidate> members = {InGeneration(Cand(0, 314), 1),
+                                          InGeneration(Cand(1, 313), 2)};
+  SourceInput in;
+  in.members = &members;
+  SourceChoice got = ChooseSource(in);
+  EXPECT_EQ(got.source, v1::STATE_SOURCE_MEMORY);
+  EXPECT_EQ(got.rank, 1u);
+  EXPECT_EQ(got.step, 313u);
+  // A checkpoint written by a later generation than the members' states.
+  in.checkpoint_step = 300;
+  in.checkpoint_generation = 3;
+  got = ChooseSource(in);
+  EXPECT_EQ(got.source, v1::STATE_SOURCE_CHECKPOINT);
+  EXPECT_EQ(got.step, 300u);
+  // The same checkpoint against a member that trained in a later one.
+  const std::vector<Candidate> newer = {InGeneration(Cand(0, 290), 4)};
+  in.members = &newer;
+  EXPECT_EQ(ChooseSource(in).source, v1::STATE_SOURCE_MEMORY);
+}
+
+TEST(ReformPolicy, ChooseMembers_MoreThanMax_NewestGenerationsHeldFirst) {
+  const std::vector<Candidate> members =
+      ChooseMembers({InGeneration(Cand(0, 500), 1), InGeneration(Cand(1, 20), 3), Cand(2),
+                     InGeneration(Cand(3, 21), 3)},
+                    2);
+  EXPECT_EQ(Ids(members), (std::vector<std::string>{"w1", "w3"}));
+}
+
 TEST(ReformPolicy, ChooseSource_Memory_CarriesEpochAndCursor) {
   const std::vector<Candidate> members = {Cand(0), Holder(1, 30, 2, 640)};
   SourceInput in;
