@@ -7,11 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/torch_error.h"
 
 namespace ddp {
 namespace {
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 absl::Status WriteFile(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -115,8 +114,8 @@ class ScriptModel final : public Model {
     try {
       module_.save(path);
     } catch (const std::exception& e) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("output_path: can't write ", path, ": ", FirstLine(e.what())));
+      return TorchErrorStatus(absl::StatusCode::kFailedPrecondition,
+                              absl::StrCat("output_path: can't write ", path), e);
     }
     return absl::OkStatus();
   }
@@ -138,10 +137,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
     try {
       return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(spec.path())));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat("model.path: ", spec.path(),
-                                                     " is not a TorchScript module saved with "
-                                                     "torch.jit.save: ",
-                                                     FirstLine(e.what())));
+      return TorchErrorStatus(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat("model.path: ", spec.path(),
+                       " is not a TorchScript module saved with torch.jit.save"),
+          e);
     }
   }
   torch::manual_seed(seed);
@@ -173,9 +173,10 @@ absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
     out = model.Forward(torch::zeros(batch_shape));
     model.SetTraining(true);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": forward fails on a batch of shape ",
-                                                   ShapeString(batch_shape),
-                                                   " from the dataset: ", FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
+                            absl::StrCat(field, ": forward fails on a batch of shape ",
+                                         ShapeString(batch_shape), " from the dataset"),
+                            e);
   }
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) < num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(
