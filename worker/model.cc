@@ -1,5 +1,11 @@
 #include "worker/model.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <fstream>
 
 #include <torch/script.h>
@@ -159,6 +165,31 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
     return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
   }
   return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown \"", spec.kind(), "\""));
+}
+
+absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite) {
+  const std::string temporary = absl::StrCat(path, ".tmp-", ::getpid());
+  if (absl::Status s = model.Save(temporary); !s.ok()) {
+    std::remove(temporary.c_str());
+    return s;
+  }
+  int failed = ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(),
+                           overwrite ? 0 : RENAME_NOREPLACE);
+  if (failed != 0 && errno == EINVAL && !overwrite) {
+    // A filesystem without RENAME_NOREPLACE: link() never replaces either.
+    failed = ::link(temporary.c_str(), path.c_str());
+  }
+  const int error = errno;
+  std::remove(temporary.c_str());
+  if (failed == 0) return absl::OkStatus();
+  if (error == EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output_path: ", path,
+                     " appeared during training and the job does not set "
+                     "overwrite_output; it was left alone"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("output_path: can't write ", path, ": ", ::strerror(error)));
 }
 
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,

@@ -464,7 +464,10 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   }
   if (left && !state_.finished()) return GenerationEnd::kLeft;
   if (a_.rank() == 0 && !spec_.output_path().empty()) {
-    if (absl::Status s = state_.model().Save(spec_.output_path()); !s.ok()) return s;
+    if (absl::Status s = SaveOutput(state_.model(), spec_.output_path(), spec_.overwrite_output());
+        !s.ok()) {
+      return s;
+    }
     DDP_LOG(Info) << "wrote the trained model to " << spec_.output_path();
   }
   return GenerationEnd::kFinished;
