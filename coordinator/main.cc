@@ -273,6 +273,9 @@ int Run() {
     // Give workers a moment to take the stop and hang up.
     if (snapshot->attached_workers() == 0 || absl::Now() - ended_at > absl::Seconds(3)) break;
   }
+  // A check in progress is stopped and its submission answered UNAVAILABLE,
+  // before the core stops deciding: no job is accepted that is not saved.
+  validator.Shutdown();
   if (const std::string file = absl::GetFlag(FLAGS_status_file); !file.empty()) {
     core.Tick();  // publish the latest state
     std::string json;
@@ -285,8 +288,6 @@ int Run() {
   // the generation they train in must survive for the next start to adopt.
   core.BeginShutdown();
   core.FlushState();
-  // A check in progress is stopped and its submission answered UNAVAILABLE.
-  validator.Shutdown();
   watchers.FinishAll();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping = true;
