@@ -154,8 +154,8 @@ class Submitter:
 
 
 class SandboxTest(unittest.TestCase):
-    """One coordinator (checks as nobody, 4 s deadline, one check at a time
-    and one waiting) and two idle workers."""
+    """One coordinator (checks as nobody, 4 s deadline, two checks at a time
+    and one waiting) and two workers."""
 
     TIMEOUT_S = 4
 
@@ -185,7 +185,7 @@ class SandboxTest(unittest.TestCase):
         os.symlink("/dev/zero", cls.zero_link)
         cls.cluster = Cluster(heartbeat_timeout="2s", extra_flags=[
             "--validate_user=nobody", "--validate_timeout=%ds" % cls.TIMEOUT_S,
-            "--validate_concurrency=1", "--validate_queue=1",
+            "--validate_concurrency=2", "--validate_queue=1",
             "--data_root=" + cls.dir, "--output_root=" + cls.dir])
         cls.cluster.start_worker(0)
         cls.cluster.start_worker(1)
@@ -197,12 +197,14 @@ class SandboxTest(unittest.TestCase):
         cls.cluster.stop()
 
     def refused(self, spec, code=grpc.StatusCode.INVALID_ARGUMENT, *words):
+        before = self.cluster.status()
         with self.assertRaises(grpc.RpcError) as e:
             self.submit.now(spec)
         self.assertEqual(e.exception.code(), code, e.exception.details())
         for word in words:
             self.assertIn(word, e.exception.details())
-        self.assertEqual(self.cluster.status()["state"], "JOB_STATE_UNSPECIFIED")
+        after = self.cluster.status()
+        self.assertEqual((after["job_id"], after["state"]), (before["job_id"], before["state"]))
         return e.exception.details()
 
     def assert_no_helper_left(self):
@@ -263,14 +265,18 @@ class SandboxTest(unittest.TestCase):
         with open(self.readonly, "rb") as f:
             self.assertEqual(f.read(), self.readonly_bytes)
 
-    def test_7_forward_that_never_returns_while_everything_else_works(self):
+    def test_7_forward_that_never_returns_while_a_job_trains(self):
         c = self.cluster
         start = time.time()
         pending = self.submit.later(job("forever", self.models["forever"]))
-        wait_for(lambda: helper_pids(c.coordinator.pid), 10, "the helper to start")
+        wait_for(lambda: helper_pids(c.coordinator.pid), 10, "the hung check to start")
+        # The other check slot takes a job, which trains meanwhile.
+        self.submit.now(job("steady", epochs=1000))
+        c.wait_state("JOB_STATE_RUNNING", timeout=30)
+        self.assertFalse(pending.done())
         # Status reads, a status stream, health: all answer at once while the
         # check runs past the workers' heartbeat timeout (2 s).
-        watch, request, _ = c.client.stub("ddp.v1.Coordinator/WatchStatus")
+        watch, _, _ = c.client.stub("ddp.v1.Coordinator/WatchStatus")
         stream = watch(c.client.message("ddp.v1.WatchStatusRequest", {"intervalSeconds": 0.2}),
                        timeout=30)
         updates = []
@@ -283,20 +289,22 @@ class SandboxTest(unittest.TestCase):
                 pass  # cancelled below
 
         threading.Thread(target=follow, daemon=True).start()
-        slowest = 0
+        slowest, steps = 0, []
         while not pending.done():
             t = time.time()
             status = c.status()
-            workers = c.client.call("ddp.v1.Coordinator/ListWorkers")["workers"]
+            c.client.call("ddp.v1.Coordinator/ListWorkers")
             health = c.client.call("grpc.health.v1.Health/Check")
             slowest = max(slowest, time.time() - t)
+            self.assertEqual(status["state"], "JOB_STATE_RUNNING", status.get("message"))
             self.assertEqual(status["attached_workers"], 2)
-            self.assertEqual({w["state"] for w in workers}, {"WORKER_STATE_IDLE"})
             self.assertEqual(health["status"], "SERVING")
+            steps.append(int(status.get("global_step", 0)))
             time.sleep(0.2)
         stream.cancel()
         self.assertLess(slowest, 1.0)
         self.assertGreaterEqual(len(updates), 2)  # the stream goes on, too
+        self.assertGreater(steps[-1], steps[0])  # and so does training
         with self.assertRaises(grpc.RpcError) as e:
             pending.result()
         self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -304,18 +312,22 @@ class SandboxTest(unittest.TestCase):
         self.assertIn("--validate_timeout", e.exception.details())
         self.assertGreaterEqual(time.time() - start, self.TIMEOUT_S)
         self.assert_no_helper_left()
+        self.assertEqual(c.status()["job_id"], "steady")
+        c.client.call("ddp.v1.Coordinator/CancelJob", '{"job_id": "steady"}')
+        c.wait_state("JOB_STATE_CANCELLED", timeout=30)
 
     def test_8_too_many_checks_at_once(self):
         c = self.cluster
-        running = self.submit.later(job("forever-a", self.models["forever"]))
-        wait_for(lambda: helper_pids(c.coordinator.pid), 10, "the first check to run")
-        waiting = self.submit.later(job("forever-b", self.models["forever"]))
+        running = [self.submit.later(job("forever-%d" % i, self.models["forever"]))
+                   for i in range(2)]
+        wait_for(lambda: len(helper_pids(c.coordinator.pid)) == 2, 10, "two checks to run")
+        waiting = self.submit.later(job("forever-w", self.models["forever"]))
         time.sleep(0.3)  # for it to reach the queue
         start = time.time()
-        self.refused(job("third", self.models["good"]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+        self.refused(job("fourth", self.models["good"]), grpc.StatusCode.RESOURCE_EXHAUSTED,
                      "--validate_queue")
         self.assertLess(time.time() - start, 1.0)
-        for pending in (running, waiting):
+        for pending in running + [waiting]:
             with self.assertRaises(grpc.RpcError) as e:
                 pending.result()
             self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
