@@ -23,7 +23,8 @@ v1::JobSpec WithDefaults(v1::JobSpec spec);
 
 // Checks a spec that already has its defaults. INVALID_ARGUMENT names the
 // field: "job.batch_size: must be at least 1 (got 0)". Checks nothing on
-// disk: see worker/preflight.h for the model and data files.
+// disk: see coordinator/path_policy.h for where files may be, and
+// worker/preflight.h for their contents.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build);
 
 // Parses protobuf's JSON mapping of JobSpec, rejecting unknown fields, then

@@ -77,10 +77,15 @@ class Coordinator {
     // Where the job, its generation and its progress survive restarts. May
     // be null.
     StateStore* state_store = nullptr;
-    // Checks a job's files (the model loads and fits the data) before it is
-    // accepted; returns INVALID_ARGUMENT naming the problem. May be null.
-    std::function<absl::Status(const v1::JobSpec&)> preflight;
+    // Checks what ValidateJobSpec can't before a job is accepted (its
+    // paths; its model loads and fits its data): calls `done` exactly once,
+    // from any thread, with INVALID_ARGUMENT naming the problem (or another
+    // code: see job_validator.h, helper_check.h). Must not block: the slow
+    // part runs elsewhere. May be null.
+    std::function<void(const v1::JobSpec&, std::function<void(absl::Status)> done)> validate_job;
   };
+  // The answer to SubmitJob: the spec with its defaults, or why not.
+  using SubmitDone = std::function<void(absl::StatusOr<v1::JobSpec>)>;
 
   // One worker's stream.
   struct Session {
@@ -112,12 +117,15 @@ class Coordinator {
   // The stream ended: the worker is lost.
   void OnStreamClosed(const Session& session, const std::string& reason);
 
-  // Validates (INVALID_ARGUMENT names the field), runs the preflight, and
+  // Validates (INVALID_ARGUMENT names the field), runs validate_job, and
   // makes the spec the current job. The job the coordinator already holds,
-  // under the same name with the same spec, is a no-op (it is not run
-  // again); FAILED_PRECONDITION for the same name with another spec, and
-  // while another job is active. Returns the spec with defaults.
-  absl::StatusOr<v1::JobSpec> SubmitJob(const v1::JobSpec& spec);
+  // under the same name with the same spec, is a no-op (it is not checked
+  // or run again); FAILED_PRECONDITION for the same name with another spec,
+  // and while another job is active (also one accepted while this one was
+  // being checked). `done` gets the spec with defaults, once: on the
+  // caller's thread when no check is needed, else on the thread
+  // validate_job answers on. Never blocks.
+  void SubmitJob(const v1::JobSpec& spec, SubmitDone done);
   // NOT_FOUND for another job, FAILED_PRECONDITION if it already ended.
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
 
@@ -161,6 +169,12 @@ class Coordinator {
     uint32_t returned_idle = 0;
   };
 
+  // The answer to a submission that needs no check (the job already held,
+  // a conflict with it or with an active job), if there is one.
+  std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(const v1::JobSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a checked spec the current job.
+  absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec);
   void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)

@@ -21,30 +21,45 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> Coordinator::SubmitJob(const v1::JobSpec& requested) {
-  v1::JobSpec spec = WithDefaults(requested);
-  if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return s;
-  {
-    absl::MutexLock lock(&mu_);
-    if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
-      if (google::protobuf::util::MessageDifferencer::Equals(job_.spec(), spec)) {
-        return job_.spec();  // already held: a restart re-reading its --job, say
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("job \"", spec.name(), "\" already exists (",
-                       v1::JobState_Name(job_.state()), ") with another spec (",
-                       FirstDifference(job_.spec(), spec), "); give the new job another name",
-                       job_.active() ? ", or cancel this one first (CancelJob)" : ""));
+std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked(
+    const v1::JobSpec& spec) {
+  if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(job_.spec(), spec)) {
+      return job_.spec();  // already held: a restart re-reading its --job, say
     }
-    // Refuse early, before the (slow) preflight, when a job is active.
-    if (job_.active()) return job_.Submit(spec);
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", spec.name(), "\" already exists (", v1::JobState_Name(job_.state()),
+                     ") with another spec (", FirstDifference(job_.spec(), spec),
+                     "); give the new job another name",
+                     job_.active() ? ", or cancel this one first (CancelJob)" : ""));
   }
-  if (options_.preflight) {
-    if (absl::Status s = options_.preflight(spec); !s.ok()) return s;
+  if (job_.active()) return job_.Submit(spec);  // refused, saying which job runs
+  return std::nullopt;
+}
+
+void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
+  v1::JobSpec spec = WithDefaults(requested);
+  if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return done(s);
+  std::optional<absl::StatusOr<v1::JobSpec>> answer;
+  {
+    // Refuse early, before the (slow) check.
+    absl::MutexLock lock(&mu_);
+    answer = AnswerWithoutCheckLocked(spec);
   }
+  if (answer) return done(std::move(*answer));
+  if (!options_.validate_job) return done(AcceptJob(spec));
+  options_.validate_job(spec, [this, spec, done = std::move(done)](absl::Status checked) {
+    if (!checked.ok()) return done(checked);
+    done(AcceptJob(spec));
+  });
+}
+
+absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    // Things may have changed while the job was checked.
+    if (auto answer = AnswerWithoutCheckLocked(spec)) return *answer;
     if (absl::Status s = job_.Submit(spec); !s.ok()) return s;
     DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
                   << spec.dataset().kind() << ", " << spec.min_workers() << "-"

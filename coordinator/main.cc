@@ -1,28 +1,35 @@
 // ddp-coordinator: assigns ranks, epochs and sampler seeds to workers, serves
 // their rendezvous store, and shows operators the whole job.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/health_service.h"
+#include "coordinator/helper_check.h"
+#include "coordinator/helper_process.h"
+#include "coordinator/job_validator.h"
+#include "coordinator/path_policy.h"
 #include "coordinator/service.h"
 #include "coordinator/state_store.h"
 #include "coordinator/status_watchers.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "worker/preflight.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29400",
           "address:port to serve on; port 0 picks a free port (see --port_file)");
@@ -41,6 +48,28 @@ ABSL_FLAG(bool, exit_when_done, false,
 ABSL_FLAG(std::string, port_file, "", "write the port served on to this file once serving");
 ABSL_FLAG(std::string, status_file, "",
           "on exit, write the final GetStatus answer to this file (protobuf JSON)");
+ABSL_FLAG(std::string, data_root, "/usr/share/datasets,/var/lib/ddp/data",
+          "comma-separated folders a job's model and data files may come from (every symlink "
+          "resolved); others are refused at submission");
+ABSL_FLAG(std::string, output_root, "/var/lib/ddp/output",
+          "comma-separated folders a job's output_path may be in");
+ABSL_FLAG(uint64_t, max_input_size, uint64_t{1} << 30,
+          "largest model or data file a job may name, in bytes");
+ABSL_FLAG(std::string, validate_helper, "",
+          "the program that checks a submitted job's model and data (default: ddp-validate "
+          "beside this binary)");
+ABSL_FLAG(std::string, validate_user, "nobody",
+          "when running as root, the user the job check runs as (it runs the job's own code); "
+          "the job's files must be readable by it");
+ABSL_FLAG(absl::Duration, validate_timeout, absl::Seconds(60),
+          "a job check still running after this long is stopped and the submission refused "
+          "with DEADLINE_EXCEEDED; its CPU time limit is this plus 10 seconds");
+ABSL_FLAG(uint64_t, validate_memory, uint64_t{4} << 30,
+          "address space a job check may use, in bytes");
+ABSL_FLAG(int32_t, validate_concurrency, 2, "job checks run at once");
+ABSL_FLAG(int32_t, validate_queue, 4,
+          "job checks waiting for their turn; a submission beyond them is refused with "
+          "RESOURCE_EXHAUSTED");
 
 namespace ddp {
 namespace {
@@ -61,8 +90,81 @@ int ExitCodeFor(v1::JobState state) {
   }
 }
 
+std::string BinDir() {
+  char path[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  std::string exe(path, n > 0 ? n : 0);
+  return exe.substr(0, exe.rfind('/'));
+}
+
+absl::StatusOr<PathRoots> RootsFromFlags() {
+  PathRoots roots;
+  auto data = ParseRootList("--data_root", absl::GetFlag(FLAGS_data_root));
+  if (!data.ok()) return data.status();
+  auto output = ParseRootList("--output_root", absl::GetFlag(FLAGS_output_root));
+  if (!output.ok()) return output.status();
+  roots.data = std::move(*data);
+  roots.output = std::move(*output);
+  roots.max_input_bytes = absl::GetFlag(FLAGS_max_input_size);
+  return roots;
+}
+
+absl::StatusOr<std::unique_ptr<HelperProcess>> HelperFromFlags() {
+  const absl::Duration timeout = absl::GetFlag(FLAGS_validate_timeout);
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--validate_timeout must be positive");
+  }
+  HelperProcess::Options helper;
+  helper.program = absl::GetFlag(FLAGS_validate_helper);
+  if (helper.program.empty()) helper.program = BinDir() + "/ddp-validate";
+  // Nothing of the coordinator's environment; one thread for a batch of two.
+  helper.env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
+                "MKL_NUM_THREADS=1"};
+  helper.user = absl::GetFlag(FLAGS_validate_user);
+  helper.max_address_space_bytes = absl::GetFlag(FLAGS_validate_memory);
+  // The wall-clock deadline normally ends a check; the CPU limit catches one
+  // that burns many threads at once.
+  helper.max_cpu_seconds = static_cast<uint64_t>(std::ceil(absl::ToDoubleSeconds(timeout))) + 10;
+  return HelperProcess::Create(std::move(helper));
+}
+
+// Submits at start-up and waits for the answer (the check may take a while).
+absl::StatusOr<v1::JobSpec> SubmitAndWait(Coordinator& core, const v1::JobSpec& spec) {
+  absl::Notification answered;
+  absl::StatusOr<v1::JobSpec> answer;
+  core.SubmitJob(spec, [&](absl::StatusOr<v1::JobSpec> s) {
+    answer = std::move(s);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return answer;
+}
+
 int Run() {
   SetLogIdentity("coordinator");
+  absl::StatusOr<PathRoots> roots = RootsFromFlags();
+  if (!roots.ok()) {
+    DDP_LOG(Error) << roots.status().message();
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_validate_concurrency) < 1 || absl::GetFlag(FLAGS_validate_queue) < 0) {
+    DDP_LOG(Error) << "--validate_concurrency must be at least 1, --validate_queue at least 0";
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<HelperProcess>> helper = HelperFromFlags();
+  if (!helper.ok()) {
+    DDP_LOG(Error) << "job checks: " << helper.status().message()
+                   << " (see --validate_helper, --validate_user)";
+    return 2;
+  }
+  // User code and user files are looked at only in the helper: the
+  // coordinator itself only stats paths.
+  JobValidator validator(
+      {absl::GetFlag(FLAGS_validate_concurrency), absl::GetFlag(FLAGS_validate_queue)},
+      HelperCheck(helper->get(), absl::GetFlag(FLAGS_validate_timeout)));
+  DDP_LOG(Info) << "jobs are checked by " << (*helper)->options().program << " as "
+                << (*helper)->user_description() << "; data from " << absl::GetFlag(FLAGS_data_root)
+                << ", outputs to " << absl::GetFlag(FLAGS_output_root);
   Coordinator::Options options;
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
@@ -73,7 +175,12 @@ int Run() {
     return 2;
   }
   options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
-  options.preflight = PreflightJob;
+  options.validate_job = [&roots, &validator](const v1::JobSpec& spec,
+                                              std::function<void(absl::Status)> done) {
+    // The paths first: a stat each, quick, and it needs no queue.
+    if (absl::Status s = CheckJobPaths(spec, *roots); !s.ok()) return done(s);
+    validator.Validate(spec, std::move(done));
+  };
   std::unique_ptr<StateStore> state_store;
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
     auto opened = StateStore::Open(dir);
@@ -85,6 +192,8 @@ int Run() {
     options.state_store = state_store.get();
   }
   Coordinator core(RealClock::Get(), options);
+  // Checks still running call into the core: they end before it goes.
+  absl::Cleanup stop_checks = [&validator] { validator.Shutdown(); };
   if (state_store) {
     auto saved = state_store->Load();
     if (!saved.ok()) {
@@ -98,7 +207,7 @@ int Run() {
   }
   if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
     auto spec = LoadJobSpecFile(path, options.build);
-    if (spec.ok()) spec = core.SubmitJob(*spec);
+    if (spec.ok()) spec = SubmitAndWait(core, *spec);
     if (!spec.ok()) {
       DDP_LOG(Error) << "--job " << path << ": " << spec.status().message();
       return 2;
@@ -164,6 +273,9 @@ int Run() {
     // Give workers a moment to take the stop and hang up.
     if (snapshot->attached_workers() == 0 || absl::Now() - ended_at > absl::Seconds(3)) break;
   }
+  // A check in progress is stopped and its submission answered UNAVAILABLE,
+  // before the core stops deciding: no job is accepted that is not saved.
+  validator.Shutdown();
   if (const std::string file = absl::GetFlag(FLAGS_status_file); !file.empty()) {
     core.Tick();  // publish the latest state
     std::string json;

@@ -69,12 +69,17 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   if (!request->has_spec()) {
     return Reply(context, absl::InvalidArgumentError("SubmitJobRequest.spec is missing"));
   }
-  absl::StatusOr<v1::JobSpec> spec = core_->SubmitJob(request->spec());
-  if (spec.ok()) {
-    response->set_job_id(spec->name());
-    *response->mutable_spec() = *spec;
-  }
-  return Reply(context, spec.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The reply comes when the job's check is done (a helper process may take
+  // a while); no thread waits for it here.
+  core_->SubmitJob(request->spec(), [reactor, response](absl::StatusOr<v1::JobSpec> spec) {
+    if (spec.ok()) {
+      response->set_job_id(spec->name());
+      *response->mutable_spec() = *spec;
+    }
+    reactor->Finish(ToGrpcStatus(spec.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/torch_error.h"
 
 namespace ddp {
 namespace {
@@ -94,9 +95,9 @@ absl::Status LoadTensorPair(const std::string& field, const std::string& path, a
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", path, " is not a file saved with torch.save: ",
-                     std::string(e.what()).substr(0, std::string(e.what()).find('\n'))));
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
+                            absl::StrCat(field, ": ", path, " is not a file saved with torch.save"),
+                            e);
   }
   std::vector<c10::IValue> items;
   if (value.isTuple()) {

@@ -1,5 +1,11 @@
 #include "worker/model.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <fstream>
 
 #include <torch/script.h>
@@ -7,11 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/torch_error.h"
 
 namespace ddp {
 namespace {
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 absl::Status WriteFile(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -115,8 +120,8 @@ class ScriptModel final : public Model {
     try {
       module_.save(path);
     } catch (const std::exception& e) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("output_path: can't write ", path, ": ", FirstLine(e.what())));
+      return TorchErrorStatus(absl::StatusCode::kFailedPrecondition,
+                              absl::StrCat("output_path: can't write ", path), e);
     }
     return absl::OkStatus();
   }
@@ -138,10 +143,11 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
     try {
       return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(spec.path())));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat("model.path: ", spec.path(),
-                                                     " is not a TorchScript module saved with "
-                                                     "torch.jit.save: ",
-                                                     FirstLine(e.what())));
+      return TorchErrorStatus(
+          absl::StatusCode::kInvalidArgument,
+          absl::StrCat("model.path: ", spec.path(),
+                       " is not a TorchScript module saved with torch.jit.save"),
+          e);
     }
   }
   torch::manual_seed(seed);
@@ -161,6 +167,31 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
   return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown \"", spec.kind(), "\""));
 }
 
+absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite) {
+  const std::string temporary = absl::StrCat(path, ".tmp-", ::getpid());
+  if (absl::Status s = model.Save(temporary); !s.ok()) {
+    std::remove(temporary.c_str());
+    return s;
+  }
+  int failed = ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(),
+                           overwrite ? 0 : RENAME_NOREPLACE);
+  if (failed != 0 && errno == EINVAL && !overwrite) {
+    // A filesystem without RENAME_NOREPLACE: link() never replaces either.
+    failed = ::link(temporary.c_str(), path.c_str());
+  }
+  const int error = errno;
+  std::remove(temporary.c_str());
+  if (failed == 0) return absl::OkStatus();
+  if (error == EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output_path: ", path,
+                     " appeared during training and the job does not set "
+                     "overwrite_output; it was left alone"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("output_path: can't write ", path, ": ", ::strerror(error)));
+}
+
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
                             const std::vector<int64_t>& sample_shape, int64_t num_classes) {
   const std::string field = spec.kind() == "torchscript" ? "model.path" : "model.kind";
@@ -173,9 +204,10 @@ absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
     out = model.Forward(torch::zeros(batch_shape));
     model.SetTraining(true);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": forward fails on a batch of shape ",
-                                                   ShapeString(batch_shape),
-                                                   " from the dataset: ", FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
+                            absl::StrCat(field, ": forward fails on a batch of shape ",
+                                         ShapeString(batch_shape), " from the dataset"),
+                            e);
   }
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) < num_classes) {
     return absl::InvalidArgumentError(absl::StrCat(

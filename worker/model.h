@@ -43,6 +43,14 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
                                                  const std::vector<int64_t>& sample_shape,
                                                  int64_t num_classes, uint64_t seed);
 
+// Writes `model` as the job's output (output_path): to a temporary file
+// beside `path`, then renamed into place, so no one sees half a file and a
+// symlink at `path` is replaced, not followed. Without `overwrite`, a file
+// that is already at `path` (one made during training: the coordinator
+// refuses one that was there at submission) is left alone:
+// FAILED_PRECONDITION.
+absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite);
+
 // Runs forward on a batch of two zero samples and checks the output is
 // [2, C] with C >= num_classes. INVALID_ARGUMENT says what did not fit.
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,

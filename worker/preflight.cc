@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
+#include "worker/torch_error.h"
 
 namespace ddp {
 
@@ -37,14 +38,12 @@ absl::Status Preflight(const v1::JobSpec& spec) {
 }  // namespace
 
 absl::Status PreflightJob(const v1::JobSpec& spec) {
-  // LibTorch reports much as exceptions; none may escape into the caller
-  // (an exception at start-up would abort the coordinator).
+  // LibTorch reports much as exceptions; none may escape into the caller.
   try {
     return Preflight(spec);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    return absl::InvalidArgumentError(
-        absl::StrCat("can't load the job's model or data: ", what.substr(0, what.find('\n'))));
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
+                            "can't load the job's model or data", e);
   }
 }
 

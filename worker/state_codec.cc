@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/digest.h"
+#include "worker/torch_error.h"
 
 namespace ddp {
 namespace {
@@ -26,8 +27,6 @@ constexpr absl::string_view kMagic = "DDPSTATE";
 constexpr size_t kHeaderAt = 8 + 4 + 8;
 // magic, version, header length, payload length, CRC.
 constexpr size_t kFramingBytes = kHeaderAt + 8 + 4;
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 void PutU32(std::string* out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -202,9 +201,9 @@ absl::Status Stage(const Framed& framed, const std::vector<NamedTensor>& params,
     if (!params.empty()) device = params.front().second.device();
     archive.load_from(framed.payload.data(), framed.payload.size(), device);
   } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("training state corrupt: its payload is not an archive LibTorch can read: ",
-                     FirstLine(e.what())));
+    return TorchErrorStatus(
+        absl::StatusCode::kDataLoss,
+        "training state corrupt: its payload is not an archive LibTorch can read", e);
   }
   if (absl::Status s = ReadTensors(archive, "param", params, &staged->params); !s.ok()) return s;
   if (absl::Status s = ReadTensors(archive, "buffer", buffers, &staged->buffers); !s.ok()) {
@@ -294,8 +293,7 @@ absl::StatusOr<std::string> EncodeTrainingState(v1::TrainingStateHeader header, 
     PutU32(&out, Crc32(out));
     return out;
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("can't encode the training state: ", FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kInternal, "can't encode the training state", e);
   }
 }
 
@@ -319,8 +317,8 @@ absl::StatusOr<v1::TrainingStateHeader> DecodeTrainingState(absl::string_view by
   try {
     if (absl::Status s = Stage(*framed, params, buffers, optimizer, &staged); !s.ok()) return s;
   } catch (const std::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("training state corrupt: LibTorch can't read it: ", FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kDataLoss,
+                            "training state corrupt: LibTorch can't read it", e);
   }
 
   // The optimizer first: it is the one step that can still fail, and it
@@ -331,10 +329,10 @@ absl::StatusOr<v1::TrainingStateHeader> DecodeTrainingState(absl::string_view by
     optimizer.load(staged.optimizer);
   } catch (const std::exception& e) {
     optimizer.state().swap(previous);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "can't load the training state's optimizer state (was this optimizer built over other "
-        "parameters?): ",
-        FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kFailedPrecondition,
+                            "can't load the training state's optimizer state (was this optimizer "
+                            "built over other parameters?)",
+                            e);
   }
   try {
     torch::NoGradGuard no_grad;
@@ -342,8 +340,7 @@ absl::StatusOr<v1::TrainingStateHeader> DecodeTrainingState(absl::string_view by
     for (size_t i = 0; i < buffers.size(); ++i) buffers[i].second.copy_(staged.buffers[i]);
     SetRngState(staged.rng);
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("applying the training state failed: ", FirstLine(e.what())));
+    return TorchErrorStatus(absl::StatusCode::kInternal, "applying the training state failed", e);
   }
   const std::string digest = ParameterDigest(model);
   if (digest != header.parameter_digest()) {

@@ -18,6 +18,7 @@
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
+#include "worker/torch_error.h"
 #include "worker/training_state.h"
 
 namespace ddp {
@@ -68,13 +69,6 @@ absl::Status BroadcastTensors(const std::vector<NamedTensor>& tensors, int root,
     offset += t.nbytes();
   }
   return absl::OkStatus();
-}
-
-// LibTorch reports errors as exceptions; the first line of the message is
-// the part a person reads.
-absl::Status FromException(const std::string& what, const std::exception& e) {
-  std::string msg = e.what();
-  return absl::InternalError(absl::StrCat(what, ": ", msg.substr(0, msg.find('\n'))));
 }
 
 class GenerationTrainer {
@@ -470,7 +464,10 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   }
   if (left && !state_.finished()) return GenerationEnd::kLeft;
   if (a_.rank() == 0 && !spec_.output_path().empty()) {
-    if (absl::Status s = state_.model().Save(spec_.output_path()); !s.ok()) return s;
+    if (absl::Status s = SaveOutput(state_.model(), spec_.output_path(), spec_.overwrite_output());
+        !s.ok()) {
+      return s;
+    }
     DDP_LOG(Info) << "wrote the trained model to " << spec_.output_path();
   }
   return GenerationEnd::kFinished;
@@ -487,7 +484,7 @@ absl::StatusOr<GenerationEnd> TrainGeneration(const v1::Assignment& assignment,
     return trainer.Run();
   } catch (const std::exception& e) {
     if (control.abort != nullptr && control.abort->load()) return absl::AbortedError("aborted");
-    return FromException("training failed", e);
+    return TorchErrorStatus(absl::StatusCode::kInternal, "training failed", e);
   }
 }
 

@@ -1,6 +1,7 @@
 // ddp-run: one machine, one command. Starts a coordinator and N workers on
 // loopback (free ports picked for them), shows the job's progress, and exits
 // with the job's status. Ctrl-C or SIGTERM stops every child.
+#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -49,7 +50,16 @@ constexpr char kUsage[] =
     "ddp-run: trains a job on this machine with N workers, like\n"
     "torchrun --standalone --nproc-per-node N.\n"
     "  ddp-run --nproc 2                 # the default job: a CNN on Fashion-MNIST\n"
-    "  ddp-run --nproc 4 --job job.json";
+    "  ddp-run --nproc 4 --job job.json\n"
+    "Everything runs as you, so the job may name any file you can read (model, data) or\n"
+    "write (output_path).";
+
+// The user this process runs as: ddp-run's coordinator checks jobs as its
+// own user, who runs the workers (and so the job's code) anyway.
+std::string ThisUser() {
+  const passwd* entry = ::getpwuid(::geteuid());
+  return entry ? entry->pw_name : "";
+}
 
 std::string BinDir() {
   char path[4096] = {};
@@ -192,7 +202,9 @@ int Run() {
       children.Start("coordinator",
                      {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
                       "--job=" + dir + "/job.json", "--exit_when_done",
-                      "--status_file=" + status_file, "--state_dir=" + dir + "/state"},
+                      "--status_file=" + status_file, "--state_dir=" + dir + "/state",
+                      // One user's own machine: their files, wherever they are.
+                      "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser()},
                      env, log("coordinator"));
   if (!coordinator.ok()) {
     std::cerr << "ddp-run: " << coordinator.status().message() << "\n";

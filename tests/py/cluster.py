@@ -1,6 +1,7 @@
 """Real processes on loopback for the tests: a coordinator, workers, ddp-run."""
 import json
 import os
+import pwd
 import signal
 import subprocess
 import tempfile
@@ -12,6 +13,11 @@ from grpc_reflect import ReflectionClient
 
 BIN = os.environ.get("DDP_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
+TMP = os.path.realpath(tempfile.gettempdir())
+# Tests keep their models, data and outputs in temporary folders, and run as
+# the user who runs them, as ddp-run does: the coordinator must allow both.
+ROOT_FLAGS = ["--data_root=/usr/share/datasets," + TMP, "--output_root=" + TMP,
+              "--validate_user=" + pwd.getpwuid(os.geteuid()).pw_name]
 
 
 def wait_for(predicate, timeout, what, interval=0.05):
@@ -39,7 +45,7 @@ class Cluster:
         self.procs = []
         port_file = os.path.join(self.dir, "port")
         args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
-                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout]
+                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout] + ROOT_FLAGS
         if job is not None:
             job_file = os.path.join(self.dir, "job.json")
             with open(job_file, "w") as f:

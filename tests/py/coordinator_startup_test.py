@@ -15,13 +15,14 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, Cluster, synthetic_job  # noqa: E402
+from cluster import BIN, ROOT_FLAGS, Cluster, synthetic_job  # noqa: E402
 
 
 def run_coordinator(*flags, timeout=60):
     """Runs a coordinator that should exit by itself (an error at start)."""
     return subprocess.run([os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0"] +
-                          list(flags), capture_output=True, text=True, timeout=timeout)
+                          ROOT_FLAGS + list(flags), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class BadJobFileTest(unittest.TestCase):

@@ -67,6 +67,15 @@ struct TestWorker {
   size_t rejected() const { return channel->Of(v1::CoordinatorMessage::kRejected).size(); }
 };
 
+// Submits `spec` and returns the answer, which must come at once (no
+// validate_job, or one that answers before returning).
+inline absl::StatusOr<v1::JobSpec> Submit(Coordinator& core, const v1::JobSpec& spec) {
+  std::optional<absl::StatusOr<v1::JobSpec>> answer;
+  core.SubmitJob(spec, [&answer](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); });
+  EXPECT_TRUE(answer.has_value()) << "SubmitJob did not answer at once";
+  return answer.value_or(absl::InternalError("SubmitJob did not answer"));
+}
+
 // What a worker says each second while a test lets time pass.
 struct Beat {
   TestWorker worker;
@@ -141,7 +150,7 @@ class CoordinatorTest : public testing::Test {
   std::vector<TestWorker> StartThree() {
     std::vector<TestWorker> workers;
     for (const char* d : {"cpu:2", "cpu:0", "cpu:1"}) workers.push_back(*Attach("h", d));
-    EXPECT_THAT(core_->SubmitJob(Job(3)), IsOk());
+    EXPECT_THAT(Submit(*core_, Job(3)), IsOk());
     return workers;
   }
 
@@ -149,7 +158,7 @@ class CoordinatorTest : public testing::Test {
   std::vector<TestWorker> Start(int n, const v1::JobSpec& spec) {
     std::vector<TestWorker> workers;
     for (int i = 0; i < n; ++i) workers.push_back(*Attach("h", absl::StrCat("cpu:", i)));
-    EXPECT_THAT(core_->SubmitJob(spec), IsOk());
+    EXPECT_THAT(Submit(*core_, spec), IsOk());
     return workers;
   }
 

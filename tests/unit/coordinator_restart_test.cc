@@ -61,7 +61,7 @@ TEST_F(CoordinatorTest, Restore_SpecSavedWithoutNewerFields_DefaultsFilledIn) {
   EXPECT_DOUBLE_EQ(restored.hang_timeout_seconds(), 60);
   EXPECT_DOUBLE_EQ(restored.rejoin_timeout_seconds(), 300);
   EXPECT_EQ(restored.lr_scaling(), "keep");
-  EXPECT_THAT(core_->SubmitJob(Job(2, 3)), IsOk());  // the unit's --job again: a no-op
+  EXPECT_THAT(Submit(*core_, Job(2, 3)), IsOk());  // the unit's --job again: a no-op
 }
 
 // ---- Adoption --------------------------------------------------------------
@@ -191,7 +191,7 @@ TEST_F(AdoptionTest, Adoption_MemberBackWithGenerationZero_EndsAdoptionAtOnce) {
 }
 
 TEST_F(CoordinatorTest, Attach_ClaimingAnEndedGeneration_ToldToLeaveAndNumbersJump) {
-  ASSERT_THAT(core_->SubmitJob(Job(2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Job(2)), IsOk());
   v1::RegisterRequest r = Req("h", "cpu:0");
   r.set_generation(9);
   auto w = *AttachWith(r);
@@ -315,7 +315,7 @@ TEST_F(PersistTest, FlushState_JobEnded_NoGenerationAndSameSpecIsANoOpAfterResta
   EXPECT_FALSE(saved.has_generation());
   Reopen();
   core_->Restore(saved);
-  EXPECT_THAT(core_->SubmitJob(Job(2)), IsOk());
+  EXPECT_THAT(Submit(*core_, Job(2)), IsOk());
   auto again = *Attach("h", "cpu:5");
   EXPECT_EQ(again.assignments(), 0u);
   EXPECT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);

@@ -47,14 +47,14 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
 TEST_F(CoordinatorTest, Assignment_SingleMachineOnlyWhenEveryMachineIdMatches) {
   auto a = *Attach("h", "cpu:0", "m1");
   auto b = *Attach("h", "cpu:1", "m1");
-  ASSERT_THAT(core_->SubmitJob(Job(2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Job(2)), IsOk());
   EXPECT_TRUE(a.assignment().single_machine());
   EXPECT_TRUE(b.assignment().single_machine());
   for (const auto& w : {a, b}) SendState(w, 1, v1::WORKER_STATE_DONE);
   auto c = *Attach("h2", "cpu:0", "m2");
   v1::JobSpec three = Job(3);
   three.set_name("three");
-  ASSERT_THAT(core_->SubmitJob(three), IsOk());
+  ASSERT_THAT(Submit(*core_, three), IsOk());
   EXPECT_FALSE(c.assignment().single_machine());
   EXPECT_FALSE(a.assignment().single_machine());
 }
@@ -63,25 +63,76 @@ TEST_F(CoordinatorTest, SubmitJob_InvalidSpec_NamesFieldAndLeavesRunningJobAlone
   StartThree();
   v1::JobSpec bad = Job(3);
   bad.set_batch_size(100000);
-  EXPECT_THAT(core_->SubmitJob(bad),
+  EXPECT_THAT(Submit(*core_, bad),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.batch_size")));
   v1::JobSpec other = Job(3);
   other.set_name("other");
-  EXPECT_THAT(core_->SubmitJob(other),
+  EXPECT_THAT(Submit(*core_, other),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("test-job")));
   EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Status().generation(), 1u);
 }
 
-TEST_F(CoordinatorTest, SubmitJob_PreflightFails_RefusedWithItsMessage) {
+TEST_F(CoordinatorTest, SubmitJob_CheckFails_RefusedWithItsMessage) {
   Coordinator::Options options;
-  options.preflight = [](const v1::JobSpec&) {
-    return absl::InvalidArgumentError("model.path: corrupt");
+  options.validate_job = [](const v1::JobSpec&, std::function<void(absl::Status)> done) {
+    done(absl::InvalidArgumentError("model.path: corrupt"));
   };
   Coordinator core(&clock_, options);
-  EXPECT_THAT(core.SubmitJob(Job(1)),
+  EXPECT_THAT(Submit(core, Job(1)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.path")));
   EXPECT_EQ(core.job_state(), v1::JOB_STATE_UNSPECIFIED);
+}
+
+// A check that answers when the test says so, as the helper process does.
+struct DeferredChecks {
+  std::vector<std::pair<std::string, std::function<void(absl::Status)>>> pending;
+  Coordinator::Options Options() {
+    Coordinator::Options options;
+    options.validate_job = [this](const v1::JobSpec& spec, std::function<void(absl::Status)> done) {
+      pending.emplace_back(spec.name(), std::move(done));
+    };
+    return options;
+  }
+};
+
+TEST_F(CoordinatorTest, SubmitJob_CheckAnswersLater_AnsweredAndTakenOnlyThen) {
+  DeferredChecks checks;
+  Coordinator core(&clock_, checks.Options());
+  std::optional<absl::StatusOr<v1::JobSpec>> answer;
+  core.SubmitJob(Job(1), [&](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); });
+  ASSERT_EQ(checks.pending.size(), 1u);
+  EXPECT_FALSE(answer.has_value());
+  EXPECT_EQ(core.job_state(), v1::JOB_STATE_UNSPECIFIED);
+  checks.pending[0].second(absl::OkStatus());
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_THAT(*answer, IsOk());
+  EXPECT_NE(core.job_state(), v1::JOB_STATE_UNSPECIFIED);
+}
+
+TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_FailedPreconditionNamingIt) {
+  DeferredChecks checks;
+  Coordinator core(&clock_, checks.Options());
+  v1::JobSpec first = Job(1), second = Job(1);
+  first.set_name("first");
+  second.set_name("second");
+  std::optional<absl::StatusOr<v1::JobSpec>> first_answer, second_answer;
+  core.SubmitJob(first, [&](absl::StatusOr<v1::JobSpec> s) { first_answer = std::move(s); });
+  core.SubmitJob(second, [&](absl::StatusOr<v1::JobSpec> s) { second_answer = std::move(s); });
+  ASSERT_EQ(checks.pending.size(), 2u);
+  checks.pending[1].second(absl::OkStatus());
+  checks.pending[0].second(absl::OkStatus());
+  EXPECT_THAT(*second_answer, IsOk());
+  EXPECT_THAT(*first_answer, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("second")));
+}
+
+TEST_F(CoordinatorTest, SubmitJob_JobAlreadyHeld_NotCheckedAgain) {
+  DeferredChecks checks;
+  Coordinator core(&clock_, checks.Options());
+  core.SubmitJob(Job(1), [](absl::StatusOr<v1::JobSpec>) {});
+  checks.pending[0].second(absl::OkStatus());
+  EXPECT_THAT(Submit(core, Job(1)), IsOk());
+  EXPECT_EQ(checks.pending.size(), 1u);
 }
 
 TEST_F(CoordinatorTest, Report_StaleGeneration_RejectedAndJobUntouched) {
@@ -201,7 +252,7 @@ TEST_F(CoordinatorTest, NewJobAfterSuccess_NextGenerationNumber) {
   ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
   v1::JobSpec next = Job(3);
   next.set_name("next-job");
-  ASSERT_THAT(core_->SubmitJob(next), IsOk());
+  ASSERT_THAT(Submit(*core_, next), IsOk());
   for (const auto& w : workers) EXPECT_EQ(w.assignment().generation(), 2u);
   EXPECT_EQ(workers[0].assignment().job_id(), "next-job");
 }
@@ -210,7 +261,7 @@ TEST_F(CoordinatorTest, SubmitJob_SameNameSameSpecWhileRunning_OkAndNothingChang
   auto workers = StartThree();
   v1::JobSpec same = Job(3);
   same.set_batch_size(64);  // the default, spelt out: still the same spec
-  auto again = core_->SubmitJob(same);
+  auto again = Submit(*core_, same);
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->name(), "test-job");
   for (const auto& w : workers) EXPECT_EQ(w.assignments(), 1u);
@@ -223,7 +274,7 @@ TEST_F(CoordinatorTest, SubmitJob_SameNameSameSpecAfterItEnded_OkAndNotRunAgain)
   auto workers = StartThree();
   for (const auto& w : workers) SendState(w, 1, v1::WORKER_STATE_DONE);
   ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_THAT(core_->SubmitJob(Job(3)), IsOk());
+  EXPECT_THAT(Submit(*core_, Job(3)), IsOk());
   for (const auto& w : workers) EXPECT_EQ(w.assignments(), 1u);
   EXPECT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Status().generation(), 1u);
@@ -233,14 +284,14 @@ TEST_F(CoordinatorTest, SubmitJob_SameNameOtherSpec_FailedPreconditionNamingTheF
   auto workers = StartThree();
   v1::JobSpec other = Job(3);
   other.set_batch_size(32);
-  EXPECT_THAT(core_->SubmitJob(other),
+  EXPECT_THAT(Submit(*core_, other),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("test-job"), HasSubstr("batch_size"))));
   for (const auto& w : workers) SendState(w, 1, v1::WORKER_STATE_DONE);
   ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
   other = Job(3);
   other.set_seed(7);
-  EXPECT_THAT(core_->SubmitJob(other),
+  EXPECT_THAT(Submit(*core_, other),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("seed")));
   EXPECT_EQ(Status().spec().seed(), 0u);
 }
@@ -286,7 +337,7 @@ TEST_F(CoordinatorTest, Assignment_FirstGeneration_FreshStateFromRankZero) {
 TEST_F(CoordinatorTest, Attach_SameProcessOnNewStream_StaysMemberWithoutFault) {
   v1::RegisterRequest r = Req("h", "cpu:0", "m1");
   TestWorker old = *AttachWith(r);
-  ASSERT_THAT(core_->SubmitJob(Job(1)), IsOk());
+  ASSERT_THAT(Submit(*core_, Job(1)), IsOk());
   SendReport(old, 1, 3, 0.5);
   r.set_generation(1);
   r.set_rank(0);

@@ -1,0 +1,366 @@
+#include "coordinator/helper_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+namespace ddp {
+namespace {
+
+constexpr absl::Duration kPollSlice = absl::Milliseconds(50);
+// Read from stderr per wake-up, of which only the tail is kept.
+constexpr size_t kStderrReadBudget = 1 << 20;
+
+// The step before exec that failed in the child, reported through a pipe.
+enum ChildStep : int {
+  kRedirect = 1,
+  kLimits,
+  kDirectory,
+  kGroups,
+  kGid,
+  kUid,
+  kNoNewPrivs,
+  kParentDeath,
+  kExec
+};
+
+const char* StepName(int step) {
+  switch (step) {
+    case kRedirect:
+      return "redirecting stdin/stdout/stderr";
+    case kLimits:
+      return "setting resource limits";
+    case kDirectory:
+      return "changing to /";
+    case kGroups:
+      return "dropping supplementary groups";
+    case kGid:
+      return "changing group";
+    case kUid:
+      return "changing user";
+    case kNoNewPrivs:
+      return "setting no_new_privs";
+    case kParentDeath:
+      return "tying it to the coordinator";
+    case kExec:
+      return "exec";
+    default:
+      return "starting it";
+  }
+}
+
+struct ChildFailure {
+  int step = 0;
+  int error = 0;
+};
+
+// A file descriptor that closes itself.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    Close();
+    fd_ = std::exchange(other.fd_, -1);
+    return *this;
+  }
+  ~Fd() { Close(); }
+  int get() const { return fd_; }
+  bool open() const { return fd_ >= 0; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A close-on-exec pipe whose ends are above stderr, so the child's dup2
+// onto 0, 1 and 2 never meets them.
+absl::Status MakePipe(Fd* read_end, Fd* write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", ::strerror(errno)));
+  }
+  for (int& fd : fds) {
+    if (fd < 3) {
+      const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      ::close(fd);
+      fd = moved;
+    }
+  }
+  *read_end = Fd(fds[0]);
+  *write_end = Fd(fds[1]);
+  if (!read_end->open() || !write_end->open()) {
+    return absl::InternalError(absl::StrCat("pipe: ", ::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Everything the child needs, prepared before fork: after fork the child
+// makes only async-signal-safe calls (raw syscalls for the user change,
+// which glibc would otherwise broadcast to threads the child doesn't have).
+struct ChildPlan {
+  const char* program = nullptr;
+  std::vector<char*> argv, envp;
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1, report_fd = -1;
+  int max_fd = 1024;
+  rlimit address_space{}, cpu{}, core{}, file_size{}, open_files{};
+  std::optional<uid_t> uid;
+  gid_t gid = 0;
+  pid_t parent = 0;
+};
+
+[[noreturn]] void ChildFail(int report_fd, int step) {
+  ChildFailure failure{step, errno};
+  [[maybe_unused]] ssize_t n = ::write(report_fd, &failure, sizeof(failure));
+  ::_exit(127);
+}
+
+[[noreturn]] void RunChild(const ChildPlan& p) {
+  ::setpgid(0, 0);
+  const int from[3] = {p.stdin_fd, p.stdout_fd, p.stderr_fd};
+  for (int target = 0; target < 3; ++target) {
+    if (::dup2(from[target], target) < 0) ChildFail(p.report_fd, kRedirect);
+  }
+  // Every other descriptor closes at exec (the report pipe among them).
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < p.max_fd; ++fd) {
+      if (fd != p.report_fd) ::close(fd);
+    }
+  }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction default_action = {};
+  default_action.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &default_action, nullptr);
+  if (::setrlimit(RLIMIT_AS, &p.address_space) != 0 || ::setrlimit(RLIMIT_CPU, &p.cpu) != 0 ||
+      ::setrlimit(RLIMIT_CORE, &p.core) != 0 || ::setrlimit(RLIMIT_FSIZE, &p.file_size) != 0 ||
+      ::setrlimit(RLIMIT_NOFILE, &p.open_files) != 0) {
+    ChildFail(p.report_fd, kLimits);
+  }
+  if (::chdir("/") != 0) ChildFail(p.report_fd, kDirectory);
+  if (p.uid.has_value()) {
+    if (::syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(p.report_fd, kGroups);
+    if (::syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0) ChildFail(p.report_fd, kGid);
+    if (::syscall(SYS_setresuid, *p.uid, *p.uid, *p.uid) != 0) ChildFail(p.report_fd, kUid);
+  }
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(p.report_fd, kNoNewPrivs);
+  // After the user change, which clears it.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != p.parent) {
+    ChildFail(p.report_fd, kParentDeath);
+  }
+  ::execve(p.program, p.argv.data(), p.envp.data());
+  ChildFail(p.report_fd, kExec);
+}
+
+// Reads what is there, up to `budget` bytes, without blocking; false at
+// end of file or on an error.
+bool ReadSome(int fd, std::string* out, size_t budget) {
+  char chunk[1 << 14];
+  while (budget > 0) {
+    const ssize_t n = ::read(fd, chunk, std::min(sizeof(chunk), budget));
+    if (n > 0) {
+      out->append(chunk, n);
+      budget -= n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && errno == EAGAIN;
+  }
+  return true;
+}
+
+// The running child: killed and reaped when it goes out of scope, unless
+// it was reaped already.
+class Child {
+ public:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  ~Child() { Kill(); }
+  // True once it has exited, with its wait status.
+  bool Exited(int* wait_status) {
+    if (reaped_) return true;
+    if (::waitpid(pid_, wait_status, WNOHANG) == pid_) reaped_ = true;
+    return reaped_;
+  }
+  void Kill() {
+    if (reaped_) return;
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    int ignored;
+    while (::waitpid(pid_, &ignored, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+
+ private:
+  const pid_t pid_;
+  bool reaped_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HelperProcess>> HelperProcess::Create(Options options) {
+  if (options.program.empty() || options.program[0] != '/' ||
+      ::access(options.program.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("can't run ", options.program, ": ",
+                     options.program.empty() || options.program[0] != '/' ? "not an absolute path"
+                                                                          : ::strerror(errno)));
+  }
+  std::optional<uid_t> uid;
+  gid_t gid = 0;
+  if (::geteuid() == 0 && !options.user.empty()) {
+    std::vector<char> buffer(1 << 14);
+    passwd entry;
+    passwd* found = nullptr;
+    ::getpwnam_r(options.user.c_str(), &entry, buffer.data(), buffer.size(), &found);
+    if (found == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("user \"", options.user, "\" does not exist on this machine"));
+    }
+    uid = found->pw_uid;
+    gid = found->pw_gid;
+  }
+  return std::unique_ptr<HelperProcess>(new HelperProcess(std::move(options), uid, gid));
+}
+
+std::string HelperProcess::user_description() const {
+  if (!uid_.has_value()) return "the coordinator's own user";
+  return absl::StrCat(options_.user, " (uid ", *uid_, ")");
+}
+
+absl::StatusOr<HelperProcess::Result> HelperProcess::Run(absl::string_view input,
+                                                         absl::Duration timeout,
+                                                         const std::atomic<bool>& stop) const {
+  Fd in_read, in_write, out_read, out_write, err_read, err_write, report_read, report_write;
+  for (auto [r, w] : {std::pair{&in_read, &in_write}, std::pair{&out_read, &out_write},
+                      std::pair{&err_read, &err_write}, std::pair{&report_read, &report_write}}) {
+    if (absl::Status s = MakePipe(r, w); !s.ok()) return s;
+  }
+  ChildPlan plan;
+  plan.program = options_.program.c_str();
+  plan.argv.push_back(const_cast<char*>(options_.program.c_str()));
+  for (const std::string& arg : options_.args) plan.argv.push_back(const_cast<char*>(arg.c_str()));
+  plan.argv.push_back(nullptr);
+  for (const std::string& var : options_.env) plan.envp.push_back(const_cast<char*>(var.c_str()));
+  plan.envp.push_back(nullptr);
+  plan.stdin_fd = in_read.get();
+  plan.stdout_fd = out_write.get();
+  plan.stderr_fd = err_write.get();
+  plan.report_fd = report_write.get();
+  rlimit files;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    plan.max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
+  }
+  plan.address_space = {options_.max_address_space_bytes, options_.max_address_space_bytes};
+  // SIGXCPU at the soft limit; SIGKILL a little later should it be caught.
+  plan.cpu = {options_.max_cpu_seconds, options_.max_cpu_seconds + 2};
+  plan.core = {0, 0};
+  plan.file_size = {0, 0};
+  plan.open_files = {options_.max_open_files, options_.max_open_files};
+  plan.uid = uid_;
+  plan.gid = gid_;
+  plan.parent = ::getpid();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", ::strerror(errno)));
+  if (pid == 0) RunChild(plan);
+  Child child(pid);
+  ::setpgid(pid, pid);  // also here, so the group exists before any kill
+  // Readable when it exits, so the wait below wakes at once (without it,
+  // within a poll slice).
+  Fd exited(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  in_read.Close();
+  out_write.Close();
+  err_write.Close();
+  report_write.Close();
+
+  // The report pipe closes at exec; before, the child writes why it failed.
+  ChildFailure failure;
+  ssize_t n;
+  while ((n = ::read(report_read.get(), &failure, sizeof(failure))) < 0 && errno == EINTR) {
+  }
+  if (n == sizeof(failure)) {
+    return absl::InternalError(absl::StrCat("can't start ", options_.program, ": ",
+                                            StepName(failure.step), ": ",
+                                            ::strerror(failure.error)));
+  }
+
+  SetNonBlocking(in_write.get());
+  SetNonBlocking(out_read.get());
+  SetNonBlocking(err_read.get());
+  size_t written = 0;
+  if (input.empty()) in_write.Close();
+  Result result;
+  std::string err;
+  // Takes what the pipes hold, within bounds; false when stdout overflowed.
+  auto drain = [&] {
+    if (out_read.open() && !ReadSome(out_read.get(), &result.output,
+                                     options_.max_output_bytes + 1 - result.output.size())) {
+      out_read.Close();
+    }
+    if (err_read.open() && !ReadSome(err_read.get(), &err, kStderrReadBudget)) err_read.Close();
+    if (err.size() > options_.stderr_tail_bytes) {
+      err.erase(0, err.size() - options_.stderr_tail_bytes);
+    }
+    return result.output.size() <= options_.max_output_bytes;
+  };
+  const absl::Status overflow = absl::ResourceExhaustedError(
+      absl::StrCat("wrote more than ", options_.max_output_bytes, " bytes on stdout"));
+  const absl::Time deadline = options_.clock->Now() + timeout;
+  int wait_status = 0;
+  while (true) {
+    if (stop.load()) return absl::CancelledError("stopped");
+    if (options_.clock->Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("still running after ", absl::FormatDuration(timeout)));
+    }
+    pollfd fds[4];
+    int count = 0;
+    for (const Fd* fd : {&in_write, &out_read, &err_read, &exited}) {
+      if (!fd->open()) continue;
+      fds[count++] = {fd->get(), static_cast<short>(fd == &in_write ? POLLOUT : POLLIN), 0};
+    }
+    ::poll(fds, count, static_cast<int>(absl::ToInt64Milliseconds(kPollSlice)));
+    if (in_write.open()) {
+      const ssize_t w = ::write(in_write.get(), input.data() + written, input.size() - written);
+      if (w > 0) written += w;
+      if (written == input.size() || (w < 0 && errno != EAGAIN && errno != EINTR)) {
+        in_write.Close();
+      }
+    }
+    if (!drain()) return overflow;
+    if (child.Exited(&wait_status)) break;
+  }
+  // It exited: take what is still in the pipes.
+  if (!drain()) return overflow;
+  result.stderr_tail = std::move(err);
+  if (WIFEXITED(wait_status)) result.exit_code = WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) result.signal = WTERMSIG(wait_status);
+  return result;
+}
+
+}  // namespace ddp

@@ -1,0 +1,224 @@
+#include "coordinator/path_policy.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/bounded_text.h"
+
+namespace ddp {
+namespace {
+
+// The files the "fashion-mnist" dataset reads from its folder.
+constexpr const char* kFashionMnistFiles[] = {
+    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz"};
+
+std::string Quoted(absl::string_view path) { return absl::StrCat("\"", Bounded(path), "\""); }
+
+absl::Status Refuse(absl::string_view field, absl::string_view path, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", Quoted(path), " ", why));
+}
+
+// Refuses what no lookup should even try: relative paths, "..", NUL.
+absl::Status CheckSpelling(absl::string_view field, absl::string_view path) {
+  if (path.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": the path contains a NUL byte"));
+  }
+  if (!absl::StartsWith(path, "/")) return Refuse(field, path, "is not an absolute path");
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") return Refuse(field, path, "has a \"..\" component");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RealPath(absl::string_view field, const std::string& path) {
+  std::unique_ptr<char, decltype(&::free)> real(::realpath(path.c_str(), nullptr), &::free);
+  if (real) return std::string(real.get());
+  const int error = errno;
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+      return Refuse(field, path, "does not exist");
+    case EACCES:
+      return Refuse(field, path, "can't be reached (permission denied on a folder in it)");
+    default:
+      return Refuse(field, path, absl::StrCat("can't be resolved: ", ::strerror(error)));
+  }
+}
+
+bool IsUnder(absl::string_view real, absl::string_view root) {
+  if (root == "/") return true;
+  return absl::StartsWith(real, root) && (real.size() == root.size() || real[root.size()] == '/');
+}
+
+// Whether `real` (a resolved path) lies under one of `roots`, each resolved
+// now: a root that is itself a symlink counts where it leads.
+bool UnderARoot(absl::string_view real, const std::vector<std::string>& roots) {
+  for (const std::string& root : roots) {
+    std::unique_ptr<char, decltype(&::free)> resolved(::realpath(root.c_str(), nullptr), &::free);
+    if (resolved && IsUnder(real, resolved.get())) return true;
+  }
+  return false;
+}
+
+absl::Status NotUnderRoots(absl::string_view field, absl::string_view path, absl::string_view real,
+                           absl::string_view flag, const std::vector<std::string>& roots) {
+  return Refuse(field, path,
+                absl::StrCat(real == path ? "" : absl::StrCat("(really ", Quoted(real), ") "),
+                             "is not under a folder the coordinator allows (", flag, ": ",
+                             roots.empty() ? "none" : absl::StrJoin(roots, ", "), ")"));
+}
+
+std::string KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+absl::StatusOr<struct stat> Stat(absl::string_view field, const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return Refuse(field, path, absl::StrCat("can't be examined: ", ::strerror(errno)));
+  }
+  return st;
+}
+
+// A model or data file: under a data root, a regular file, not too big.
+absl::Status CheckInputFile(absl::string_view field, const std::string& path,
+                            const PathRoots& roots) {
+  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+  absl::StatusOr<std::string> real = RealPath(field, path);
+  if (!real.ok()) return real.status();
+  if (!UnderARoot(*real, roots.data)) {
+    return NotUnderRoots(field, path, *real, "--data_root", roots.data);
+  }
+  absl::StatusOr<struct stat> st = Stat(field, *real);
+  if (!st.ok()) return st.status();
+  if (!S_ISREG(st->st_mode)) {
+    return Refuse(field, path, absl::StrCat("is ", KindOf(st->st_mode), ", not a regular file"));
+  }
+  if (static_cast<uint64_t>(st->st_size) > roots.max_input_bytes) {
+    return Refuse(field, path,
+                  absl::StrCat("is ", st->st_size, " bytes; the largest input accepted is ",
+                               roots.max_input_bytes, " bytes (--max_input_size)"));
+  }
+  return absl::OkStatus();
+}
+
+// Fashion-MNIST's folder: under a data root, and its files each checked
+// (one of them could be a symlink leading out).
+absl::Status CheckInputFolder(absl::string_view field, const std::string& path,
+                              const PathRoots& roots) {
+  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+  absl::StatusOr<std::string> real = RealPath(field, path);
+  if (!real.ok()) return real.status();
+  if (!UnderARoot(*real, roots.data)) {
+    return NotUnderRoots(field, path, *real, "--data_root", roots.data);
+  }
+  absl::StatusOr<struct stat> st = Stat(field, *real);
+  if (!st.ok()) return st.status();
+  if (!S_ISDIR(st->st_mode)) return Refuse(field, path, "is not a folder");
+  for (const char* file : kFashionMnistFiles) {
+    if (absl::Status s = CheckInputFile(field, absl::StrCat(*real, "/", file), roots); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Where rank 0 writes the trained model: a new file (or, with
+// overwrite_output, a regular file) in an existing folder under an output
+// root.
+absl::Status CheckOutputFile(absl::string_view field, const std::string& path, bool overwrite,
+                             const PathRoots& roots) {
+  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  if (name.empty() || name == ".") return Refuse(field, path, "names a folder; name a file in it");
+  absl::StatusOr<std::string> real_folder = RealPath(field, folder);
+  if (!real_folder.ok()) {
+    return Refuse(field, path, absl::StrCat("is in ", Quoted(folder), ", which does not exist"));
+  }
+  absl::StatusOr<struct stat> folder_st = Stat(field, *real_folder);
+  if (!folder_st.ok()) return folder_st.status();
+  if (!S_ISDIR(folder_st->st_mode)) {
+    return Refuse(field, path, absl::StrCat("is in ", Quoted(folder), ", which is not a folder"));
+  }
+  const std::string real = absl::StrCat(*real_folder == "/" ? "" : *real_folder, "/", name);
+  if (!UnderARoot(real, roots.output)) {
+    return NotUnderRoots(field, path, real, "--output_root", roots.output);
+  }
+  struct stat st;
+  if (::lstat(real.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Refuse(field, path, absl::StrCat("can't be examined: ", ::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) return Refuse(field, path, "is a folder; name a file in it");
+  if (!S_ISREG(st.st_mode)) {
+    return Refuse(field, path, absl::StrCat("is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  if (!overwrite) {
+    return Refuse(field, path, "already exists; set overwrite_output to replace it");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseRootList(absl::string_view flag,
+                                                       absl::string_view list) {
+  std::vector<std::string> roots;
+  for (absl::string_view root : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    root = absl::StripAsciiWhitespace(root);
+    if (absl::Status s = CheckSpelling(flag, root); !s.ok()) return s;
+    roots.emplace_back(root);
+  }
+  if (roots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": name at least one folder"));
+  }
+  return roots;
+}
+
+absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
+  if (spec.model().kind() == "torchscript") {
+    if (absl::Status s = CheckInputFile("model.path", spec.model().path(), roots); !s.ok()) {
+      return s;
+    }
+  }
+  const v1::DatasetSpec& data = spec.dataset();
+  if (data.kind() == "fashion-mnist") {
+    if (absl::Status s = CheckInputFolder("dataset.path", data.path(), roots); !s.ok()) return s;
+  } else if (data.kind() == "tensors") {
+    if (absl::Status s = CheckInputFile("dataset.path", data.path(), roots); !s.ok()) return s;
+  }
+  if (!data.test_path().empty()) {
+    if (absl::Status s = CheckInputFile("dataset.test_path", data.test_path(), roots); !s.ok()) {
+      return s;
+    }
+  }
+  if (!spec.output_path().empty()) {
+    if (absl::Status s =
+            CheckOutputFile("output_path", spec.output_path(), spec.overwrite_output(), roots);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp
