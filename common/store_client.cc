@@ -1,6 +1,7 @@
 #include "common/store_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/credentials.h"
 #include "common/grpc_status.h"
 
 namespace ddp {
@@ -8,10 +9,6 @@ namespace {
 
 // Unary store calls other than a waiting get should answer at once.
 constexpr absl::Duration kCallTimeout = absl::Seconds(30);
-
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
 
 absl::Status WithContext(const grpc::Status& s, const std::string& what) {
   absl::Status status = FromGrpcStatus(s);
@@ -21,9 +18,14 @@ absl::Status WithContext(const grpc::Status& s, const std::string& what) {
 
 }  // namespace
 
+void StoreClient::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (!store_token_.empty()) context->AddMetadata(kStoreTokenMetadata, store_token_);
+}
+
 absl::Status StoreClient::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;
-  SetDeadline(&context, kCallTimeout);
+  Prepare(&context, kCallTimeout);
   v1::StoreSetRequest request;
   request.set_job_id(job_id_);
   request.set_generation(generation_);
@@ -38,7 +40,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Durat
   grpc::ClientContext context;
   // The server answers DEADLINE_EXCEEDED itself at `timeout`; the margin
   // keeps the client deadline from racing it.
-  SetDeadline(&context, timeout + absl::Seconds(5));
+  Prepare(&context, timeout + absl::Seconds(5));
   v1::StoreGetRequest request;
   request.set_job_id(job_id_);
   request.set_generation(generation_);
@@ -53,7 +55,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Durat
 
 absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
   grpc::ClientContext context;
-  SetDeadline(&context, kCallTimeout);
+  Prepare(&context, kCallTimeout);
   v1::StoreAddRequest request;
   request.set_job_id(job_id_);
   request.set_generation(generation_);

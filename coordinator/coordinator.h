@@ -83,6 +83,10 @@ class Coordinator {
     // code: see job_validator.h, helper_check.h). Must not block: the slow
     // part runs elsewhere. May be null.
     std::function<void(const v1::JobSpec&, std::function<void(absl::Status)> done)> validate_job;
+    // Store calls must carry the store token of a member of the generation
+    // they name (Assignment.store_token); set when callers authenticate
+    // (--tokens_file), so that a worker token alone reaches no store.
+    bool require_store_tokens = false;
   };
   // The answer to SubmitJob: the spec with its defaults, or why not.
   using SubmitDone = std::function<void(absl::StatusOr<v1::JobSpec>)>;
@@ -130,10 +134,15 @@ class Coordinator {
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
 
   // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
-  // is the generation in progress; INVALID_ARGUMENT for an empty key.
-  absl::Status StoreSet(const v1::StoreSetRequest& request);
-  void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done);
-  absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request);
+  // is the generation in progress; INVALID_ARGUMENT for an empty key. With
+  // Options::require_store_tokens, PERMISSION_DENIED unless `store_token`
+  // is the store token of one of that generation's members (compared in
+  // constant time); tokens of older generations are never valid again.
+  absl::Status StoreSet(const v1::StoreSetRequest& request, absl::string_view store_token = {});
+  void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done,
+                absl::string_view store_token = {});
+  absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request,
+                                   absl::string_view store_token = {});
 
   // Periodic work: marks silent workers lost, evicts hung members, ends an
   // adoption window, forms a generation when the policy says so, fails
@@ -220,7 +229,7 @@ class Coordinator {
   absl::Status CheckMemberLocked(const WorkerRecord& worker, uint64_t generation, int* rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> StoreNamespace(const std::string& job_id, uint64_t generation,
-                                             const std::string& key);
+                                             const std::string& key, absl::string_view store_token);
   void OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)

@@ -363,6 +363,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     *a->mutable_spec() = spec;
     a->set_worker_id(member.worker_id);
     a->set_single_machine(g.single_machine);
+    a->set_store_token(g.store_tokens[rank]);
     SendLocked(member.worker_id, std::move(message), fx);
   }
   dirty_ = true;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/tokens.h"
 #include "coordinator/coordinator.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -97,8 +98,8 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
 }
 
 absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_id,
-                                                        uint64_t generation,
-                                                        const std::string& key) {
+                                                        uint64_t generation, const std::string& key,
+                                                        absl::string_view store_token) {
   if (key.empty()) return absl::InvalidArgumentError("store key is empty");
   absl::MutexLock lock(&mu_);
   if (!job_.active() || job_id != job_.id()) {
@@ -111,20 +112,41 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
         "stale generation ", generation, " for job \"", job_id, "\": the current generation is ",
         generations_.current() ? generations_.current()->number : 0));
   }
+  if (options_.require_store_tokens) {
+    if (store_token.empty()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "no store token: the store of generation ", generation,
+          " is open to its members only, with the store_token of their Assignment in the "
+          "ddp-store-token metadata"));
+    }
+    // Every member's token is compared: the time says nothing of which.
+    bool member = false;
+    for (const std::string& token : generations_.current()->store_tokens) {
+      if (ConstantTimeEquals(token, store_token)) member = true;
+    }
+    if (!member) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("the store token is not one of generation ", generation,
+                       "'s members': the store is open only to the generation a worker is "
+                       "assigned to"));
+    }
+  }
   return absl::StrCat(job_id, "/", generation, "/");
 }
 
-absl::Status Coordinator::StoreSet(const v1::StoreSetRequest& request) {
+absl::Status Coordinator::StoreSet(const v1::StoreSetRequest& request,
+                                   absl::string_view store_token) {
   absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
+      StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
   if (!ns.ok()) return ns.status();
   store_.Set(*ns, request.key(), request.value());
   return absl::OkStatus();
 }
 
-void Coordinator::StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done) {
+void Coordinator::StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done,
+                           absl::string_view store_token) {
   absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
+      StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
   if (!ns.ok()) return done(ns.status());
   if (request.timeout_seconds() < 0) {
     return done(absl::InvalidArgumentError("timeout_seconds must not be negative"));
@@ -135,9 +157,10 @@ void Coordinator::StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallb
   store_.Get(*ns, request.key(), clock_->Now() + wait, std::move(done));
 }
 
-absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request) {
+absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request,
+                                              absl::string_view store_token) {
   absl::StatusOr<std::string> ns =
-      StoreNamespace(request.job_id(), request.generation(), request.key());
+      StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
   if (!ns.ok()) return ns.status();
   return store_.Add(*ns, request.key(), request.delta());
 }

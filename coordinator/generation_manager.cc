@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/tokens.h"
+
 namespace ddp {
 
 int Generation::RankOf(const std::string& worker_id) const {
@@ -23,6 +25,7 @@ const Generation& GenerationManager::Form(std::vector<RankCandidate> members,
   Generation g;
   g.number = ++latest_;
   g.members = std::move(members);
+  for (size_t r = 0; r < g.members.size(); ++r) g.store_tokens.push_back(RandomToken());
   g.source = source;
   g.lr = lr;
   g.single_machine = !g.members.empty();
@@ -42,6 +45,9 @@ void GenerationManager::RestoreCurrent(const v1::DurableGeneration& saved) {
     Device device;
     if (auto parsed = ParseDevice(m.device()); parsed.ok()) device = *parsed;
     g.members.push_back(RankCandidate{m.worker_id(), m.host(), device, m.machine_id()});
+    // A state saved by an older build has none: the members' rendezvous is
+    // long over, and a fresh token keeps the store closed to others.
+    g.store_tokens.push_back(m.store_token().empty() ? RandomToken() : m.store_token());
   }
   g.source.rank = saved.source_rank();
   g.source.source = saved.state_source();
@@ -60,12 +66,14 @@ void GenerationManager::FillDurable(v1::DurableGeneration* out) const {
   if (!current_) return;
   const Generation& g = *current_;
   out->set_number(g.number);
-  for (const RankCandidate& m : g.members) {
+  for (size_t r = 0; r < g.members.size(); ++r) {
+    const RankCandidate& m = g.members[r];
     v1::DurableMember* d = out->add_members();
     d->set_worker_id(m.worker_id);
     d->set_host(m.host);
     d->set_device(m.device.ToString());
     d->set_machine_id(m.machine_id);
+    d->set_store_token(g.store_tokens[r]);
   }
   out->set_start_step(g.source.step);
   out->set_start_epoch(g.source.epoch);

@@ -25,6 +25,9 @@ struct Generation {
   uint64_t number = 0;
   // Rank r is members[r].
   std::vector<RankCandidate> members;
+  // Rank r's capability for this generation's rendezvous store: 128 random
+  // bits, made when the generation forms, sent only in r's Assignment.
+  std::vector<std::string> store_tokens;
   // The state it starts from, as the coordinator expects it.
   SourceChoice source;
   double lr = 0;

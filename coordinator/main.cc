@@ -12,12 +12,18 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/credentials.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/process.h"
+#include "common/tokens.h"
+#include "coordinator/authorizer.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/health_service.h"
 #include "coordinator/helper_check.h"
@@ -70,14 +76,84 @@ ABSL_FLAG(int32_t, validate_concurrency, 2, "job checks run at once");
 ABSL_FLAG(int32_t, validate_queue, 4,
           "job checks waiting for their turn; a submission beyond them is refused with "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) the coordinator presents: serve TLS (needs --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s): every client must present a certificate they signed "
+          "(mutual TLS); needs --tls_cert");
+ABSL_FLAG(std::string, tokens_file, "",
+          "file of \"<role> <token>\" lines (roles worker, operator, admin; # comments): every "
+          "call must then carry \"authorization: Bearer <token>\" of a role allowed to make it, "
+          "and store calls the caller's store token; see README");
+ABSL_FLAG(bool, insecure, false,
+          "allow a --listen address other than loopback without TLS and --tokens_file (on a "
+          "network you trust: anyone who reaches the port can cancel jobs or join as a worker)");
 
 namespace ddp {
 namespace {
 
 constexpr char kUsage[] =
     "ddp-coordinator: assigns ranks to ddp-worker daemons and watches the job.\n"
-    "  ddp-coordinator --listen 0.0.0.0:29400 --job job.json --state-dir /var/lib/ddp\n"
-    "Operators: grpcurl -plaintext HOST:29400 ddp.v1.Coordinator/GetStatus";
+    "  ddp-coordinator --listen 127.0.0.1:29400 --job job.json --state_dir /var/lib/ddp\n"
+    "Off loopback it needs TLS and tokens (or --insecure):\n"
+    "  ddp-coordinator --listen 0.0.0.0:29400 --tls_cert coordinator.crt --tls_key "
+    "coordinator.key \\\n"
+    "      --tls_ca ca.crt --tokens_file /etc/ddp/tokens\n"
+    "Operators: grpcurl -cacert ca.crt -cert op.crt -key op.key -H 'authorization: Bearer TOKEN' "
+    "\\\n"
+    "      HOST:29400 ddp.v1.Coordinator/GetStatus   (on loopback without TLS: -plaintext)";
+
+// What the server's transport and callers must prove, from the flags; or
+// why the flags don't make sense (exit 2).
+struct Security {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<Authorizer> authorizer;  // null: every call allowed
+};
+
+absl::StatusOr<Security> LoadSecurity() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (!absl::StartsWith(listen, "unix:")) {
+    if (auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true); !parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--listen: ", parsed.status().message()));
+    }
+  }
+  const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                     absl::GetFlag(FLAGS_tls_ca)};
+  const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  if (!IsLocalAddress(listen) && (tls.cert.empty() || tokens_file.empty())) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      std::vector<std::string> missing;
+      if (tls.cert.empty()) missing.push_back("--tls_cert and --tls_key (TLS)");
+      if (tokens_file.empty()) missing.push_back("--tokens_file (callers' tokens and roles)");
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to listen on ", listen, " without ", absl::StrJoin(missing, " and "),
+          ": anyone who reaches that address could cancel jobs, read the rendezvous store or "
+          "join as a worker. Set --tls_cert, --tls_key (and --tls_ca to require client "
+          "certificates) and --tokens_file, listen on 127.0.0.1, or pass --insecure on a "
+          "network you trust (see README, \"Running it safely\")"));
+    }
+    DDP_LOG(Warning) << "--insecure: serving " << listen << " without "
+                     << (tls.cert.empty() ? "TLS" : "")
+                     << (tls.cert.empty() && tokens_file.empty() ? " or " : "")
+                     << (tokens_file.empty() ? "tokens" : "")
+                     << "; anyone who reaches it may control the job";
+  }
+  Security security;
+  auto credentials = MakeServerCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  security.credentials = std::move(*credentials);
+  if (!tokens_file.empty()) {
+    auto tokens = LoadTokensFile("--tokens_file", tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    int counts[3] = {0, 0, 0};
+    for (const TokenEntry& t : *tokens) ++counts[static_cast<int>(t.role)];
+    DDP_LOG(Info) << "tokens required: " << counts[0] << " worker, " << counts[1] << " operator, "
+                  << counts[2] << " admin token(s) from " << tokens_file;
+    security.authorizer = std::make_unique<Authorizer>(std::move(*tokens));
+  }
+  return security;
+}
 
 int ExitCodeFor(v1::JobState state) {
   switch (state) {
@@ -142,6 +218,11 @@ absl::StatusOr<v1::JobSpec> SubmitAndWait(Coordinator& core, const v1::JobSpec& 
 
 int Run() {
   SetLogIdentity("coordinator");
+  absl::StatusOr<Security> security = LoadSecurity();
+  if (!security.ok()) {
+    DDP_LOG(Error) << security.status().message();
+    return 2;
+  }
   absl::StatusOr<PathRoots> roots = RootsFromFlags();
   if (!roots.ok()) {
     DDP_LOG(Error) << roots.status().message();
@@ -166,6 +247,7 @@ int Run() {
                 << (*helper)->user_description() << "; data from " << absl::GetFlag(FLAGS_data_root)
                 << ", outputs to " << absl::GetFlag(FLAGS_output_root);
   Coordinator::Options options;
+  options.require_store_tokens = security->authorizer != nullptr;
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
@@ -215,12 +297,12 @@ int Run() {
   }
 
   StatusWatchers watchers;
-  CoordinatorService service(&core, &watchers);
+  CoordinatorService service(&core, &watchers, security->authorizer.get());
   HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), security->credentials, &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
   // Notice dead peers on idle connections too, not only silent heartbeats.
@@ -239,7 +321,11 @@ int Run() {
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
   DDP_LOG(Info) << "serving ddp.v1.Coordinator on port " << port << " (listen "
-                << absl::GetFlag(FLAGS_listen) << ")";
+                << absl::GetFlag(FLAGS_listen) << ", "
+                << (absl::GetFlag(FLAGS_tls_cert).empty() ? "plaintext"
+                    : absl::GetFlag(FLAGS_tls_ca).empty() ? "TLS"
+                                                          : "mutual TLS")
+                << (security->authorizer ? ", tokens required" : ", no tokens") << ")";
 
   std::atomic<bool> stopping{false};
   std::thread ticker([&] {

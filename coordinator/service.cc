@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "common/credentials.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "coordinator/attach_stream.h"
 
 namespace ddp {
@@ -14,36 +17,86 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl
   return reactor;
 }
 
+// A streaming call refused before anything was read or written: finishes
+// at once (gRPC holds the Finish until the reactor is bound), frees itself.
+template <typename Base>
+class Refused final : public Base {
+ public:
+  explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
+};
+
+// The caller's store token, or empty.
+std::string StoreToken(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kStoreTokenMetadata);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
 }  // namespace
 
+CoordinatorService::CoordinatorService(Coordinator* core, StatusWatchers* watchers,
+                                       const Authorizer* authorizer)
+    : core_(core), watchers_(watchers), authorizer_(authorizer) {}
+
+absl::Status CoordinatorService::Allow(grpc::CallbackServerContext* context, const char* method) {
+  if (authorizer_ == nullptr) return absl::OkStatus();
+  absl::Status s = authorizer_->Check(method, *context);
+  if (s.ok()) return s;
+  uint64_t held_back = 0;
+  bool log = false;
+  {
+    absl::MutexLock lock(&log_mu_);
+    log = refusal_log_.ShouldLog(static_cast<int>(s.code()), absl::Now(), &held_back);
+  }
+  if (log) {
+    DDP_LOG(Warning) << "refused " << method << " from " << context->peer() << ": "
+                     << absl::StatusCodeToString(s.code()) << ": " << s.message()
+                     << (held_back ? absl::StrCat(" (", held_back, " more refusals not logged)")
+                                   : "");
+  }
+  return s;
+}
+
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
-    grpc::CallbackServerContext* /*context*/) {
+    grpc::CallbackServerContext* context) {
+  // Before the first read: a caller without a worker token is never heard.
+  if (absl::Status s = Allow(context, method::kAttach); !s.ok()) {
+    return new Refused<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(s);
+  }
   return AttachStream::Start(core_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* context,
                                                        const v1::StoreSetRequest* request,
                                                        v1::StoreSetResponse* /*response*/) {
-  return Reply(context, core_->StoreSet(*request));
+  if (absl::Status s = Allow(context, method::kStoreSet); !s.ok()) return Reply(context, s);
+  return Reply(context, core_->StoreSet(*request, StoreToken(context)));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* context,
                                                        const v1::StoreGetRequest* request,
                                                        v1::StoreGetResponse* response) {
+  if (absl::Status s = Allow(context, method::kStoreGet); !s.ok()) return Reply(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The reply comes when the key is set or the deadline passes; the RPC's
   // objects stay alive until Finish.
-  core_->StoreGet(*request, [reactor, response](absl::StatusOr<std::string> value) {
-    if (value.ok()) response->set_value(std::move(*value));
-    reactor->Finish(ToGrpcStatus(value.status()));
-  });
+  core_->StoreGet(
+      *request,
+      [reactor, response](absl::StatusOr<std::string> value) {
+        if (value.ok()) response->set_value(std::move(*value));
+        reactor->Finish(ToGrpcStatus(value.status()));
+      },
+      StoreToken(context));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreAdd(grpc::CallbackServerContext* context,
                                                        const v1::StoreAddRequest* request,
                                                        v1::StoreAddResponse* response) {
-  absl::StatusOr<int64_t> value = core_->StoreAdd(*request);
+  if (absl::Status s = Allow(context, method::kStoreAdd); !s.ok()) return Reply(context, s);
+  absl::StatusOr<int64_t> value = core_->StoreAdd(*request, StoreToken(context));
   if (value.ok()) response->set_value(*value);
   return Reply(context, value.status());
 }
@@ -51,6 +104,7 @@ grpc::ServerUnaryReactor* CoordinatorService::StoreAdd(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* context,
                                                         const v1::GetStatusRequest* /*request*/,
                                                         v1::JobStatus* response) {
+  if (absl::Status s = Allow(context, method::kGetStatus); !s.ok()) return Reply(context, s);
   *response = *core_->Snapshot();
   return Reply(context, absl::OkStatus());
 }
@@ -58,6 +112,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
                                                           const v1::ListWorkersRequest* /*request*/,
                                                           v1::ListWorkersResponse* response) {
+  if (absl::Status s = Allow(context, method::kListWorkers); !s.ok()) return Reply(context, s);
   std::shared_ptr<const v1::JobStatus> status = core_->Snapshot();
   *response->mutable_workers() = status->workers();
   return Reply(context, absl::OkStatus());
@@ -66,6 +121,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
                                                         const v1::SubmitJobRequest* request,
                                                         v1::SubmitJobResponse* response) {
+  if (absl::Status s = Allow(context, method::kSubmitJob); !s.ok()) return Reply(context, s);
   if (!request->has_spec()) {
     return Reply(context, absl::InvalidArgumentError("SubmitJobRequest.spec is missing"));
   }
@@ -85,11 +141,15 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const v1::CancelJobRequest* request,
                                                         v1::CancelJobResponse* /*response*/) {
+  if (absl::Status s = Allow(context, method::kCancelJob); !s.ok()) return Reply(context, s);
   return Reply(context, core_->CancelJob(request->job_id(), request->reason()));
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* CoordinatorService::WatchStatus(
-    grpc::CallbackServerContext* /*context*/, const v1::WatchStatusRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) {
+  if (absl::Status s = Allow(context, method::kWatchStatus); !s.ok()) {
+    return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
+  }
   double seconds = request->interval_seconds() == 0 ? 1.0 : request->interval_seconds();
   seconds = std::clamp(seconds, 0.05, 3600.0);
   return watchers_->Start(core_->Snapshot(), absl::Seconds(seconds), absl::Now());

@@ -1,12 +1,20 @@
 // The gRPC layer: translates ddp.v1.Coordinator calls to the Coordinator
 // core and back, and nothing else. Uses gRPC's callback API, so thousands of
 // worker streams need no thread each, and a waiting store get holds no
-// thread at all.
+// thread at all. Every handler first asks the Authorizer whether the
+// caller's token may call it; a refused call touches nothing (UNAUTHENTICATED
+// or PERMISSION_DENIED). Store calls pass the caller's store token
+// (ddp-store-token metadata) to the core, which checks it against the
+// generation the request names.
 #ifndef DDP_COORDINATOR_SERVICE_H_
 #define DDP_COORDINATOR_SERVICE_H_
 
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log_limiter.h"
+#include "coordinator/authorizer.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/status_watchers.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
@@ -15,9 +23,10 @@ namespace ddp {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `core` and `watchers` must outlive the service.
-  CoordinatorService(Coordinator* core, StatusWatchers* watchers)
-      : core_(core), watchers_(watchers) {}
+  // `core`, `watchers` and `authorizer` must outlive the service; a null
+  // `authorizer` lets every call through.
+  CoordinatorService(Coordinator* core, StatusWatchers* watchers,
+                     const Authorizer* authorizer = nullptr);
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
       grpc::CallbackServerContext* context) override;
@@ -46,8 +55,16 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) override;
 
  private:
+  // OK, or why the caller may not call `method` (logged, rate-limited).
+  absl::Status Allow(grpc::CallbackServerContext* context, const char* method);
+
   Coordinator* core_;
   StatusWatchers* watchers_;
+  const Authorizer* authorizer_;
+  absl::Mutex log_mu_;
+  // Refusals are logged, but a client hammering with a bad token must not
+  // flood the log.
+  LogLimiter refusal_log_ ABSL_GUARDED_BY(log_mu_){absl::Minutes(1)};
 };
 
 }  // namespace ddp

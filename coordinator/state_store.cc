@@ -43,7 +43,8 @@ absl::Status StateStore::Save(const v1::DurableState& state, uint64_t sequence) 
   if (sequence < saved_sequence_) return absl::OkStatus();
   const std::string tmp = path_ + ".tmp";
   const std::string bytes = state.SerializeAsString();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Owner only: it holds the running generation's store tokens.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno(absl::StrCat("can't write ", tmp));
   size_t written = 0;
   while (written < bytes.size()) {

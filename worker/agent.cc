@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/version.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/refusal.h"
 #include "worker/training_state.h"
 
 namespace ddp {
@@ -44,6 +45,39 @@ std::string MachineId() {
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   return absl::StrCat(host, "/", boot_id);
 }
+
+// Cancels a call unless disarmed within `timeout`.
+class Watchdog {
+ public:
+  Watchdog(grpc::ClientContext* context, absl::Duration timeout)
+      : thread_([this, context, timeout] {
+          absl::MutexLock lock(&mu_);
+          if (!mu_.AwaitWithTimeout(absl::Condition(&disarmed_), timeout)) {
+            fired_ = true;
+            context->TryCancel();
+          }
+        }) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() { Disarm(); }
+
+  // Stops the clock; returns whether it had fired (and cancelled the call).
+  bool Disarm() {
+    {
+      absl::MutexLock lock(&mu_);
+      disarmed_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return fired_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool disarmed_ ABSL_GUARDED_BY(mu_) = false;
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: it starts once the fields above exist
+};
 
 }  // namespace
 
@@ -159,8 +193,8 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
   // Reconnect quickly once the coordinator is back; our own backoff paces us.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<v1::Coordinator::StubInterface> stub = v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args));
+  std::shared_ptr<v1::Coordinator::StubInterface> stub =
+      v1::Coordinator::NewStub(MakeChannel(options_.coordinator, options_.security, args));
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);
@@ -171,6 +205,10 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
     absl::MutexLock lock(&mu_);
     session_context_ = nullptr;
   };
+  // The stream lives for days, so it has no deadline of its own; only the
+  // handshake has one. Armed before the call starts: opening it already
+  // waits for the transport.
+  Watchdog handshake(&context, options_.register_timeout);
   auto stream = stub->Attach(&context);
   v1::WorkerMessage hello;
   *hello.mutable_register_() = MakeRegister();
@@ -179,17 +217,14 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
     // Read the coordinator's own word on why (cancelling first would hide it).
     stream->WritesDone();
     const grpc::Status status = stream->Finish();
+    const bool timed_out = handshake.Disarm();
     clear_context();
-    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      DDP_LOG(Error) << "the coordinator refused this worker: " << status.error_message();
-      return SessionEnd::kFatal;
-    }
-    if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
-      DDP_LOG(Warning) << status.error_message() << "; retrying";
-    }
-    return stopping_ ? SessionEnd::kStopped : SessionEnd::kRetry;
+    if (stopping_) return SessionEnd::kStopped;
+    return OnRegisterFailed(status, timed_out);
   }
+  handshake.Disarm();
+  complaints_.Reset();
+  unreachable_since_ = absl::InfiniteFuture();
   const v1::Registered& registered = reply.registered();
   SetLogIdentity(absl::StrCat("worker ", registered.worker_id()));
   DDP_LOG(Info) << "attached to coordinator " << options_.coordinator << " as "
@@ -235,8 +270,55 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
     AbortGeneration(0, absl::StrCat("dropped by the coordinator: ", status.error_message()));
   } else {
     // The coordinator is gone or unreachable: train on, and reconnect.
-    DDP_LOG(Warning) << "lost the coordinator (" << status.error_message()
-                     << "); training goes on, reconnecting";
+    DDP_LOG(Warning) << "lost the coordinator (" << StatusCodeName(status.error_code()) << ": "
+                     << status.error_message() << "); training goes on, reconnecting";
+  }
+  return SessionEnd::kRetry;
+}
+
+WorkerAgent::SessionEnd WorkerAgent::OnRegisterFailed(const grpc::Status& status, bool timed_out) {
+  const grpc::StatusCode code = status.error_code();
+  const RegisterFailure kind =
+      timed_out ? RegisterFailure::kUnreachable : ClassifyRegisterFailure(code);
+  const std::string hint = timed_out ? "" : RegisterFailureHint(code);
+  const std::string reason = absl::StrCat(StatusCodeName(code), ": ", status.error_message(),
+                                          hint.empty() ? "" : absl::StrCat(" (", hint, ")"));
+  if (kind == RegisterFailure::kFatal) {
+    DDP_LOG(Error) << "the coordinator at " << options_.coordinator
+                   << " refused this worker, and retrying can't change that: " << reason
+                   << "; exiting";
+    return SessionEnd::kFatal;
+  }
+  const absl::Time now = absl::Now();
+  if (kind == RegisterFailure::kUnreachable && unreachable_since_ == absl::InfiniteFuture()) {
+    unreachable_since_ = now;
+  }
+  // A timeout is its own kind of complaint: it says something else.
+  uint64_t held_back = 0;
+  if (!complaints_.ShouldLog(timed_out ? -1 : static_cast<int>(code), now, &held_back)) {
+    return SessionEnd::kRetry;
+  }
+  const std::string repeats =
+      held_back ? absl::StrCat(" [", held_back, " more like it since the last report]") : "";
+  if (kind == RegisterFailure::kRefusedForNow) {
+    DDP_LOG(Warning) << "the coordinator at " << options_.coordinator
+                     << " refused this worker for now: " << reason << "; retrying" << repeats;
+  } else if (timed_out) {
+    DDP_LOG(Warning) << "no answer to register from " << options_.coordinator << " within "
+                     << absl::FormatDuration(options_.register_timeout)
+                     << " (a silent listener, a server that is not a ddp-coordinator, or a "
+                        "TLS/plaintext mismatch?); retrying"
+                     << repeats;
+  } else {
+    DDP_LOG(Warning) << "can't reach the coordinator at " << options_.coordinator << ": " << reason
+                     << "; retrying"
+                     << (now - unreachable_since_ > absl::Seconds(1)
+                             ? absl::StrCat(" (for ",
+                                            absl::FormatDuration(absl::Trunc(
+                                                now - unreachable_since_, absl::Seconds(1))),
+                                            " now)")
+                             : "")
+                     << repeats;
   }
   return SessionEnd::kRetry;
 }

@@ -9,6 +9,13 @@
 // and rank it trains in). Only the coordinator ends a generation: an Abort,
 // or closing the stream with ABORTED (this worker was marked lost or
 // evicted).
+//
+// A register that is refused says why in the log: refusals that retrying
+// can't cure (a wrong token or role, another version, a malformed request)
+// end Run with 2; a duplicate device is retried, saying so; a coordinator
+// that can't be reached, or doesn't answer the register within
+// register_timeout, is retried with backoff, logging the gRPC error the
+// first time and then once every complaint_interval.
 #ifndef DDP_WORKER_AGENT_H_
 #define DDP_WORKER_AGENT_H_
 
@@ -19,7 +26,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/credentials.h"
 #include "common/device.h"
+#include "common/log_limiter.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/generation_run.h"
 #include "worker/outbox.h"
@@ -47,6 +56,13 @@ class WorkerAgent {
     bool send_reports = true;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(5);
+    // TLS and the bearer token for every call to the coordinator.
+    ClientSecurity security;
+    // A register not answered within this (a silent TCP listener, an HTTP
+    // server, a TLS/plaintext mismatch that hangs) is given up and retried.
+    absl::Duration register_timeout = absl::Seconds(10);
+    // Repeated connection errors and refusals are logged at most this often.
+    absl::Duration complaint_interval = absl::Minutes(1);
   };
 
   explicit WorkerAgent(Options options);
@@ -61,6 +77,8 @@ class WorkerAgent {
  private:
   enum class SessionEnd { kRetry, kStopped, kFatal };
   SessionEnd RunSession();
+  // The register got no Registered: log why (rate-limited) and decide.
+  SessionEnd OnRegisterFailed(const grpc::Status& status, bool timed_out);
   void SendLoop(
       grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
       absl::Duration heartbeat_interval, std::atomic<bool>* done);
@@ -74,6 +92,9 @@ class WorkerAgent {
   Outbox outbox_;
   ProgressBoard board_;
   std::atomic<bool> stopping_{false};
+  // Touched only by Run's thread.
+  LogLimiter complaints_{options_.complaint_interval};
+  absl::Time unreachable_since_ = absl::InfiniteFuture();
   // Declared after the outbox: a checkpoint writer inside the state may
   // still report to the outbox while it finishes.
   StateSlot slot_;

@@ -217,7 +217,7 @@ absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   const v1::Assignment& a = assignment_;
   PushState(v1::WORKER_STATE_RENDEZVOUS,
             absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
-  StoreClient store(env_.stub, a.job_id(), a.generation());
+  StoreClient store(env_.stub, a.job_id(), a.generation(), a.store_token());
   absl::StatusOr<std::shared_ptr<Communicator>> connected = Connect(&store);
   if (!connected.ok()) return connected.status();
   std::shared_ptr<Communicator> comm = *connected;

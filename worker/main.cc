@@ -6,9 +6,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "common/credentials.h"
 #include "common/device.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/process.h"
 #include "worker/agent.h"
 #include "worker/threads.h"
@@ -26,6 +29,14 @@ ABSL_FLAG(std::string, metrics_file, "",
 ABSL_FLAG(std::string, debug_hang_file, "",
           "test-only fault injection: while this file exists, training stalls before its next "
           "step while heartbeats go on (the coordinator must evict this worker as hung)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) the coordinator's certificate must chain to: connect over TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate to present (for a coordinator with --tls_ca); needs --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding this worker's bearer token (a worker token from the coordinator's "
+          "--tokens_file); never put a token on the command line");
 ABSL_FLAG(std::string, index_log, "",
           "debug: append one JSON line per step with the dataset indices this rank trains in it, "
           "written before the step runs (to check that every sample is trained once)");
@@ -35,7 +46,8 @@ namespace {
 
 constexpr char kUsage[] =
     "ddp-worker: trains what the coordinator assigns, on one device.\n"
-    "  ddp-worker --coordinator 10.0.0.1:29400 --device cuda:0";
+    "  ddp-worker --coordinator 10.0.0.1:29400 --device cuda:0 \\\n"
+    "      --tls_ca ca.crt --tls_cert worker.crt --tls_key worker.key --token_file worker.token";
 
 std::string HostName() {
   char name[256] = {};
@@ -58,8 +70,27 @@ int Run() {
     DDP_LOG(Error) << "--threads must be >= 0";
     return 2;
   }
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (!absl::StartsWith(coordinator, "unix:")) {
+    if (auto parsed = ParseHostPort(coordinator); !parsed.ok()) {
+      DDP_LOG(Error) << "--coordinator: " << parsed.status().message();
+      return 2;
+    }
+  }
+  const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                     absl::GetFlag(FLAGS_tls_ca)};
+  auto security = LoadClientSecurity(tls, absl::GetFlag(FLAGS_token_file));
+  if (!security.ok()) {
+    DDP_LOG(Error) << security.status().message();
+    return 2;
+  }
+  if (!security->tls && !security->token.empty() && !IsLocalAddress(coordinator)) {
+    DDP_LOG(Warning) << "--token_file without TLS: the token crosses the network in clear text; "
+                        "set --tls_ca (and --tls_cert/--tls_key for mutual TLS)";
+  }
   WorkerAgent::Options options;
-  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.coordinator = coordinator;
+  options.security = std::move(*security);
   options.device = *device;
   options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
   options.name = absl::GetFlag(FLAGS_name);

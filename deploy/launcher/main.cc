@@ -1,6 +1,7 @@
 // ddp-run: one machine, one command. Starts a coordinator and N workers on
 // loopback (free ports picked for them), shows the job's progress, and exits
 // with the job's status. Ctrl-C or SIGTERM stops every child.
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -20,8 +21,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/credentials.h"
 #include "common/job_spec.h"
 #include "common/process.h"
+#include "common/tokens.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "deploy/launcher/child_processes.h"
 #include "deploy/launcher/progress_printer.h"
@@ -42,6 +45,14 @@ ABSL_FLAG(int32_t, max_restarts, 3,
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, separated by spaces (see ddp-worker --help)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "serve the coordinator over mutual TLS with this PEM certificate (valid for 127.0.0.1, "
+          "for server and client use: workers present it too); needs --tls_key and --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA certificate that signed --tls_cert");
+ABSL_FLAG(std::string, tokens_file, "",
+          "the coordinator's tokens file (see ddp-coordinator --help): workers use its first "
+          "worker token, the progress display its first operator or admin token");
 
 namespace ddp {
 namespace {
@@ -83,9 +94,8 @@ std::string Tail(const std::string& path, int lines) {
 // Follows WatchStatus and prints progress until the coordinator goes away.
 class Watcher {
  public:
-  explicit Watcher(const std::string& target)
-      : stub_(v1::Coordinator::NewStub(
-            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {
+  Watcher(const std::string& target, const ClientSecurity& security)
+      : stub_(v1::Coordinator::NewStub(MakeChannel(target, security, grpc::ChannelArguments()))) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~Watcher() { Stop(); }
@@ -138,6 +148,58 @@ class Watcher {
   std::thread thread_;
 };
 
+// What ddp-run passes to its coordinator, its workers and its own watcher
+// for TLS and tokens: nothing on plain loopback.
+struct LaunchSecurity {
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> worker_flags;
+  ClientSecurity watcher;
+  std::string worker_token;  // written to the log folder for the workers
+};
+
+absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
+  LaunchSecurity out;
+  const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                     absl::GetFlag(FLAGS_tls_ca)};
+  if (tls.any()) {
+    if (tls.cert.empty() || tls.key.empty() || tls.ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert, --tls_key and --tls_ca go together: the coordinator presents the "
+          "certificate and requires it from the workers, who check it against the CA");
+    }
+    auto server = MakeServerCredentials(tls);  // checks the files now, with the flags' names
+    if (!server.ok()) return server.status();
+    for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--tls_cert=", tls.cert},
+                                     {"--tls_key=", tls.key},
+                                     {"--tls_ca=", tls.ca}}) {
+      const std::string absolute = std::filesystem::absolute(path).string();
+      out.coordinator_flags.push_back(flag + absolute);
+      out.worker_flags.push_back(flag + absolute);
+    }
+  }
+  std::string watcher_token;
+  if (const std::string file = absl::GetFlag(FLAGS_tokens_file); !file.empty()) {
+    auto tokens = LoadTokensFile("--tokens_file", file);
+    if (!tokens.ok()) return tokens.status();
+    for (const TokenEntry& t : *tokens) {
+      if (t.role == Role::kWorker && out.worker_token.empty()) out.worker_token = t.token;
+      if (t.role != Role::kWorker && watcher_token.empty()) watcher_token = t.token;
+    }
+    if (out.worker_token.empty() || watcher_token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokens_file=", file,
+          ": ddp-run needs a worker token (for its workers) and an operator or admin token (to "
+          "show progress) in it"));
+    }
+    out.coordinator_flags.push_back("--tokens_file=" + std::filesystem::absolute(file).string());
+  }
+  auto watcher = LoadClientSecurity(tls, "");
+  if (!watcher.ok()) return watcher.status();
+  out.watcher = std::move(*watcher);
+  out.watcher.token = watcher_token;
+  return out;
+}
+
 int Run() {
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc < 1 || nproc > 1024) {
@@ -155,6 +217,11 @@ int Run() {
   }
   spec.set_min_workers(nproc);
   spec.set_max_workers(nproc);
+  absl::StatusOr<LaunchSecurity> security = LoadLaunchSecurity();
+  if (!security.ok()) {
+    std::cerr << "ddp-run: " << security.status().message() << "\n";
+    return 2;
+  }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0) {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nproc);
@@ -184,6 +251,21 @@ int Run() {
   std::string json;
   google::protobuf::util::MessageToJsonString(spec, &json);
   std::ofstream(dir + "/job.json") << json << "\n";
+  if (!security->worker_token.empty()) {
+    // Tokens go to the workers in a file only the user can read, never on
+    // a command line that every user's ps shows.
+    const std::string token_file = dir + "/worker.token";
+    std::remove(token_file.c_str());
+    const int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string line = security->worker_token + "\n";
+    if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      std::cerr << "ddp-run: can't write " << token_file << "\n";
+      if (fd >= 0) ::close(fd);
+      return 1;
+    }
+    ::close(fd);
+    security->worker_flags.push_back("--token_file=" + token_file);
+  }
   const std::string port_file = dir + "/coordinator.port";
   const std::string status_file = dir + "/final-status.json";
   const bool verbose = absl::GetFlag(FLAGS_verbose);
@@ -198,14 +280,15 @@ int Run() {
   const std::string bin = BinDir();
   const std::vector<std::string> env = {absl::StrCat("OMP_NUM_THREADS=", threads),
                                         absl::StrCat("OPENBLAS_NUM_THREADS=", threads)};
-  auto coordinator =
-      children.Start("coordinator",
-                     {bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
-                      "--job=" + dir + "/job.json", "--exit_when_done",
-                      "--status_file=" + status_file, "--state_dir=" + dir + "/state",
-                      // One user's own machine: their files, wherever they are.
-                      "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser()},
-                     env, log("coordinator"));
+  std::vector<std::string> coordinator_args = {
+      bin + "/ddp-coordinator",       "--listen=127.0.0.1:0", "--port_file=" + port_file,
+      "--job=" + dir + "/job.json",   "--exit_when_done",     "--status_file=" + status_file,
+      "--state_dir=" + dir + "/state",
+      // One user's own machine: their files, wherever they are.
+      "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser()};
+  coordinator_args.insert(coordinator_args.end(), security->coordinator_flags.begin(),
+                          security->coordinator_flags.end());
+  auto coordinator = children.Start("coordinator", coordinator_args, env, log("coordinator"));
   if (!coordinator.ok()) {
     std::cerr << "ddp-run: " << coordinator.status().message() << "\n";
     return 1;
@@ -236,6 +319,7 @@ int Run() {
         absl::StrCat("--name=w", i),
         absl::StrCat("--threads=", threads),
         absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl")};
+    args.insert(args.end(), security->worker_flags.begin(), security->worker_flags.end());
     for (absl::string_view extra :
          absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
       args.emplace_back(extra);
@@ -249,7 +333,7 @@ int Run() {
     }
   }
 
-  Watcher watcher(target);
+  Watcher watcher(target, security->watcher);
   int restarts_left = absl::GetFlag(FLAGS_max_restarts);
   int exit_code = -1;
   while (exit_code < 0) {

@@ -40,9 +40,13 @@ def wait_for(predicate, timeout, what, interval=0.05):
 class Cluster:
     """A coordinator on a free port and the workers the test starts."""
 
-    def __init__(self, job=None, heartbeat_timeout="5s", extra_flags=()):
+    def __init__(self, job=None, heartbeat_timeout="5s", extra_flags=(), client_options=None,
+                 worker_flags=()):
+        """`client_options`: ReflectionClient's TLS and token arguments;
+        `worker_flags`: added to every worker's command line (TLS, token)."""
         self.dir = tempfile.mkdtemp(prefix="ddp-test-")
         self.procs = []
+        self.worker_flags = list(worker_flags)
         port_file = os.path.join(self.dir, "port")
         args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
                 "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout] + ROOT_FLAGS
@@ -55,7 +59,7 @@ class Cluster:
         self.coordinator = self._start("coordinator", args)
         self.port = int(wait_for(lambda: _read(port_file), 30, "the coordinator to serve"))
         self.target = "127.0.0.1:%d" % self.port
-        self.client = ReflectionClient(self.target)
+        self.client = ReflectionClient(self.target, **(client_options or {}))
 
     def _start(self, name, args):
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -71,7 +75,8 @@ class Cluster:
         return self._start(name, [
             os.path.join(BIN, "ddp-worker"), "--coordinator=" + self.target,
             "--device=cpu:%d" % index, "--host=127.0.0.1", "--name=" + name, "--threads=1",
-            "--metrics_file=" + os.path.join(self.dir, name + ".jsonl")] + list(extra))
+            "--metrics_file=" + os.path.join(self.dir, name + ".jsonl")] + self.worker_flags +
+            list(extra))
 
     def status(self):
         return self.client.call("ddp.v1.Coordinator/GetStatus")

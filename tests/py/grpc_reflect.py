@@ -8,7 +8,13 @@ can query the coordinator with nothing but its address:
     grpc_reflect.py 127.0.0.1:29400 list
     grpc_reflect.py 127.0.0.1:29400 call ddp.v1.Coordinator/GetStatus '{}'
     grpc_reflect.py 127.0.0.1:29400 call grpc.health.v1.Health/Check '{}'
+
+Over TLS, and with a bearer token, as grpcurl's -cacert/-cert/-key/-H:
+
+    grpc_reflect.py --cacert ca.crt --cert op.crt --key op.key --token-file op.token \
+        HOST:29400 call ddp.v1.Coordinator/GetStatus
 """
+import argparse
 import json
 import sys
 
@@ -55,13 +61,68 @@ def _reflection_messages():
     return get("ServerReflectionRequest"), get("ServerReflectionResponse")
 
 
+class _Metadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds fixed metadata (the bearer token) to every call, as ddp's own
+    clients do; plaintext loopback included, where gRPC's call credentials
+    would refuse to send it."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    def _with(self, details):
+        fields = ["method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"]
+        values = {f: getattr(details, f, None) for f in fields}
+        values["metadata"] = list(values["metadata"] or []) + self.pairs
+        return _CallDetails(**values)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._with(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._with(details), requests)
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+        self.method = method
+        self.timeout = timeout
+        self.metadata = metadata
+        self.credentials = credentials
+        self.wait_for_ready = wait_for_ready
+        self.compression = compression
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class ReflectionClient:
-    def __init__(self, target):
+    def __init__(self, target, cacert=None, cert=None, key=None, token=None):
+        """`cacert`, `cert`, `key`: PEM file paths for TLS (any one turns it
+        on); `token`: sent as "authorization: Bearer <token>" on every call."""
         # Reconnect quickly: tests restart servers and watch them come back.
-        self.channel = grpc.insecure_channel(target, options=[
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000)])
+        options = [("grpc.initial_reconnect_backoff_ms", 100),
+                   ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
+        if cacert or cert or key:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(cacert) if cacert else None,
+                private_key=_read(key) if key else None,
+                certificate_chain=_read(cert) if cert else None)
+            self.channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(target, options=options)
+        if token is not None:
+            self.channel = grpc.intercept_channel(
+                self.channel, _Metadata([("authorization", "Bearer " + token)]))
         self._request, self._response = _reflection_messages()
         self._info = self.channel.stream_stream(
             _REFLECTION, request_serializer=self._request.SerializeToString,
@@ -137,11 +198,12 @@ class ReflectionClient:
         return kind("/" + full_method, request_serializer=request.SerializeToString,
                     response_deserializer=response.FromString), request, response
 
-    def call(self, full_method, request_json="{}", timeout=10):
-        """Calls a unary method; returns the response as a dict."""
+    def call(self, full_method, request_json="{}", timeout=10, metadata=None):
+        """Calls a unary method; returns the response as a dict. `metadata`:
+        more (key, value) pairs to send with this call."""
         call, request, _ = self.stub(full_method)
         message = json_format.Parse(request_json, request())
-        return self.to_dict(call(message, timeout=timeout))
+        return self.to_dict(call(message, timeout=timeout, metadata=metadata))
 
     def message(self, type_name, fields=None):
         """A new message of a type the server described."""
@@ -162,17 +224,25 @@ class ReflectionClient:
 
 
 def main(argv):
-    if len(argv) < 3:
-        print(__doc__)
-        return 2
-    client = ReflectionClient(argv[1])
-    if argv[2] == "list":
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cacert", help="PEM CA the server's certificate must chain to (TLS)")
+    parser.add_argument("--cert", help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--key", help="PEM private key of --cert")
+    parser.add_argument("--token-file", help="file holding the bearer token to send")
+    parser.add_argument("target")
+    parser.add_argument("command", choices=["list", "call"])
+    parser.add_argument("method", nargs="?")
+    parser.add_argument("request", nargs="?", default="{}")
+    args = parser.parse_args(argv[1:])
+    token = _read(args.token_file).decode().strip() if args.token_file else None
+    client = ReflectionClient(args.target, args.cacert, args.cert, args.key, token)
+    if args.command == "list":
         print("\n".join(client.list_services()))
-    elif argv[2] == "call":
-        print(json.dumps(client.call(argv[3], argv[4] if len(argv) > 4 else "{}"), indent=2))
     else:
-        print(__doc__)
-        return 2
+        if not args.method:
+            parser.error("call needs a method, e.g. ddp.v1.Coordinator/GetStatus")
+        print(json.dumps(client.call(args.method, args.request), indent=2))
     return 0
 
 

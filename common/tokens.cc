@@ -1,0 +1,158 @@
+#include "common/tokens.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+
+namespace ddp {
+namespace {
+
+// Bounds what a start-up reads: a tokens file is a few lines.
+constexpr size_t kMaxFileBytes = 1 << 20;
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
+  const std::string where = absl::StrCat(flag, "=", path, ": ");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(where + "not a regular file");
+  if (static_cast<size_t>(st.st_size) > kMaxFileBytes) {
+    return absl::InvalidArgumentError(where + "larger than 1 MiB; not a token file");
+  }
+  if (st.st_mode & 077) {
+    DDP_LOG(Warning) << where << "other users may read it (mode "
+                     << absl::StrFormat("%03o", st.st_mode & 0777) << "); chmod 600 it";
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(where, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kWorker:
+      return "worker";
+    case Role::kOperator:
+      return "operator";
+    case Role::kAdmin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+std::optional<Role> ParseRole(absl::string_view name) {
+  for (Role r : {Role::kWorker, Role::kOperator, Role::kAdmin}) {
+    if (name == RoleName(r)) return r;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text) {
+  std::vector<TokenEntry> entries;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (size_t hash = line.find('#'); hash != absl::string_view::npos) line = line.substr(0, hash);
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (fields.empty()) continue;
+    const std::string where = absl::StrCat("line ", line_number, ": ");
+    if (fields.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "expected \"<role> <token>\" (role worker, operator or admin), got ",
+                       fields.size(), " field(s)"));
+    }
+    std::optional<Role> role = ParseRole(fields[0]);
+    if (!role) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "unknown role \"", absl::CHexEscape(fields[0].substr(0, 20)),
+                       "\"; the roles are worker, operator and admin"));
+    }
+    if (fields[1].size() < kMinTokenLength) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the token is ", fields[1].size(),
+                                                     " characters; use at least ", kMinTokenLength,
+                                                     " random ones (openssl rand -hex 16)"));
+    }
+    for (const TokenEntry& e : entries) {
+      if (e.token == fields[1]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "the same token is listed twice; give each role its own"));
+      }
+    }
+    entries.push_back(TokenEntry{*role, std::string(fields[1])});
+  }
+  if (entries.empty()) {
+    return absl::InvalidArgumentError("no \"<role> <token>\" line: every call would be refused");
+  }
+  return entries;
+}
+
+absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
+                                                       const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSecretFile(flag, path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokens(*text);
+  if (!entries.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", path, ": ", entries.status().message()));
+  }
+  return entries;
+}
+
+absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSecretFile(flag, path);
+  if (!text.ok()) return text.status();
+  std::string token;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (!token.empty() || line.find_first_of(" \t") != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, "=", path, ": holds more than one token; put only this client's token in it"));
+    }
+    token = std::string(line);
+  }
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": holds no token"));
+  }
+  return token;
+}
+
+std::string RandomToken(size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
+    // OpenSSL's generator failing means no secret can be made safely.
+    DDP_LOG(Error) << "the random number generator failed; can't make a token";
+    std::abort();
+  }
+  return absl::BytesToHexString(raw);
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char da[SHA256_DIGEST_LENGTH];
+  unsigned char db[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
+  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
+  return CRYPTO_memcmp(da, db, SHA256_DIGEST_LENGTH) == 0;
+}
+
+}  // namespace ddp

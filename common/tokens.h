@@ -1,0 +1,67 @@
+// Bearer tokens and the roles they carry: the coordinator's --tokens_file
+// format, random secrets, and a comparison whose time says nothing about
+// how much of a guess was right. No gRPC here: the coordinator's core uses
+// it for the store's per-generation tokens.
+//
+// A tokens file has one "<role> <token>" per line; roles are worker,
+// operator and admin; '#' starts a comment; blank lines are skipped:
+//
+//   # role     token
+//   worker     3f9c0d7e6b1a4c2f8e5d9a0b7c6e1f2a
+//   admin      9b8a7c6d5e4f30211f2e3d4c5b6a7980
+//
+// Thread-safe: everything here is a pure function.
+#ifndef DDP_COMMON_TOKENS_H_
+#define DDP_COMMON_TOKENS_H_
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ddp {
+
+// What a token may do. An admin may do everything an operator may; a
+// worker's rights are its own (attach, and the store of its generation).
+enum class Role { kWorker, kOperator, kAdmin };
+
+absl::string_view RoleName(Role role);
+std::optional<Role> ParseRole(absl::string_view name);
+
+struct TokenEntry {
+  Role role;
+  std::string token;
+};
+
+// Shortest token a tokens file may hold: anything shorter is guessable.
+inline constexpr size_t kMinTokenLength = 16;
+
+// Parses a tokens file's text. INVALID_ARGUMENT names the line: an unknown
+// role, a line without exactly two fields, a token shorter than
+// kMinTokenLength, the same token twice; also when no line holds a token.
+// Messages never quote a token.
+absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text);
+
+// Reads and parses `path`; errors start with "<flag>=<path>: ".
+absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
+                                                       const std::string& path);
+
+// Reads a client's token file: one token, surrounding white space and
+// '#' comment lines ignored. Errors start with "<flag>=<path>: ".
+absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path);
+
+// `bytes` random bytes from the operating system's generator, as lowercase
+// hex (2 * bytes characters).
+std::string RandomToken(size_t bytes = 16);
+
+// Whether a == b, in time that depends on neither's contents nor on where
+// they first differ: both are hashed to fixed-length SHA-256 digests, which
+// are compared with CRYPTO_memcmp (no early exit on the first difference).
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+}  // namespace ddp
+
+#endif  // DDP_COMMON_TOKENS_H_

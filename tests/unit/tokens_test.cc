@@ -1,0 +1,135 @@
+// The tokens file format, client token files, random tokens and the
+// constant-time comparison.
+#include "common/tokens.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "tests/test_util.h"
+
+namespace ddp {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(ParseTokens, RolesCommentsAndBlankLines_Parsed) {
+  auto entries = ParseTokens(
+      "# role token\n"
+      "\n"
+      "worker   0123456789abcdef0123\n"
+      "\toperator\t0123456789abcdef0124   # the dashboard\r\n"
+      "admin 0123456789abcdef0125\n");
+  ASSERT_THAT(entries, IsOk());
+  ASSERT_EQ(entries->size(), 3u);
+  EXPECT_EQ((*entries)[0].role, Role::kWorker);
+  EXPECT_EQ((*entries)[0].token, "0123456789abcdef0123");
+  EXPECT_EQ((*entries)[1].role, Role::kOperator);
+  EXPECT_EQ((*entries)[1].token, "0123456789abcdef0124");
+  EXPECT_EQ((*entries)[2].role, Role::kAdmin);
+}
+
+TEST(ParseTokens, UnknownRole_InvalidArgumentNamingLine) {
+  EXPECT_THAT(ParseTokens("worker 0123456789abcdef0123\nroot 0123456789abcdef0124\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 2"), HasSubstr("unknown role \"root\""))));
+}
+
+TEST(ParseTokens, WrongFieldCount_InvalidArgument) {
+  EXPECT_THAT(ParseTokens("worker\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 1")));
+  EXPECT_THAT(ParseTokens("worker 0123456789abcdef0123 extra\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 field(s)")));
+}
+
+TEST(ParseTokens, ShortToken_RefusedWithoutQuotingIt) {
+  auto parsed = ParseTokens("admin hunter2\n");
+  EXPECT_THAT(parsed, StatusIs(absl::StatusCode::kInvalidArgument,
+                               AllOf(HasSubstr("at least 16"), Not(HasSubstr("hunter2")))));
+}
+
+TEST(ParseTokens, SameTokenTwice_Refused) {
+  EXPECT_THAT(
+      ParseTokens("worker 0123456789abcdef0123\nadmin 0123456789abcdef0123\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("line 2"), HasSubstr("twice"))));
+}
+
+TEST(ParseTokens, NoTokens_Refused) {
+  EXPECT_THAT(ParseTokens("# nothing yet\n\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no \"<role> <token>\"")));
+}
+
+class TokenFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ddp-tokens-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(TokenFileTest, LoadTokenFile_OneTokenWithComments_Trimmed) {
+  const std::string path = Write("t", "# my worker token\n  0123456789abcdef0123  \n\n");
+  EXPECT_THAT(LoadTokenFile("--token_file", path),
+              testing::Eq(absl::StatusOr<std::string>("0123456789abcdef0123")));
+}
+
+TEST_F(TokenFileTest, LoadTokenFile_TwoTokensOrNone_Refused) {
+  EXPECT_THAT(LoadTokenFile("--token_file", Write("two", "aaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbb\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("more than one")));
+  EXPECT_THAT(LoadTokenFile("--token_file", Write("none", "# empty\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no token")));
+}
+
+TEST_F(TokenFileTest, Missing_ErrorNamesFlagAndPath) {
+  const std::string path = dir_ + "/absent";
+  EXPECT_THAT(LoadTokensFile("--tokens_file", path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("--tokens_file=" + path), HasSubstr("No such file"))));
+  EXPECT_THAT(LoadTokenFile("--token_file", dir_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+}
+
+TEST_F(TokenFileTest, LoadTokensFile_BadLine_NamesFileAndLine) {
+  const std::string path = Write("tokens", "worker 0123456789abcdef0123\nwizard x\n");
+  EXPECT_THAT(LoadTokensFile("--tokens_file", path),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("--tokens_file=" + path + ": line 2"))));
+}
+
+TEST(RandomToken, HexOfRequestedLength_AndDifferentEachTime) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 100; ++i) {
+    const std::string t = RandomToken();
+    EXPECT_EQ(t.size(), 32u);
+    EXPECT_EQ(t.find_first_not_of("0123456789abcdef"), std::string::npos) << t;
+    seen.insert(t);
+  }
+  EXPECT_EQ(seen.size(), 100u);
+  EXPECT_EQ(RandomToken(4).size(), 8u);
+}
+
+TEST(ConstantTimeEquals, EqualAndUnequal) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));  // a prefix is not a match
+  EXPECT_FALSE(ConstantTimeEquals("abc", ""));
+  EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), "a"));
+}
+
+}  // namespace
+}  // namespace ddp
