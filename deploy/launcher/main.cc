@@ -281,8 +281,8 @@ int Run() {
   const std::vector<std::string> env = {absl::StrCat("OMP_NUM_THREADS=", threads),
                                         absl::StrCat("OPENBLAS_NUM_THREADS=", threads)};
   std::vector<std::string> coordinator_args = {
-      bin + "/ddp-coordinator",       "--listen=127.0.0.1:0", "--port_file=" + port_file,
-      "--job=" + dir + "/job.json",   "--exit_when_done",     "--status_file=" + status_file,
+      bin + "/ddp-coordinator", "--listen=127.0.0.1:0", "--port_file=" + port_file,
+      "--job=" + dir + "/job.json", "--exit_when_done", "--status_file=" + status_file,
       "--state_dir=" + dir + "/state",
       // One user's own machine: their files, wherever they are.
       "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser()};
