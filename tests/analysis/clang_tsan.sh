@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the project with clang, -Wthread-safety as an error (every lock
+# annotation checked) and ThreadSanitizer, then runs the unit tests and the
+# communicator and reducer tests under it.
+#   tests/analysis/clang_tsan.sh SOURCE_DIR BUILD_ROOT
+set -euo pipefail
+src=$(cd "$1" && pwd)
+out="$2/clang-tsan"
+cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety -fsanitize=thread" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
+  -DDDP_ANALYSIS=ON >/dev/null
+cmake --build "$out" --target ddp_unit_tests ddp_torch_tests ddp-coordinator ddp-worker ddp-run
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/tests/analysis/tsan.supp"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+"$out/bin/ddp_unit_tests" --gtest_brief=1
+"$out/bin/ddp_torch_tests" --gtest_brief=1 --gtest_filter='*Reducer*:*Communicator*:Trainer.*'
+echo "clang -Wthread-safety: clean; ThreadSanitizer: no report"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, AddressSanitizer and UBSan) and runs
+# each for a bounded time on its corpus in tests/fuzz/corpus (new inputs go
+# to a temporary folder, not into the repository).
+#   tests/analysis/fuzz.sh SOURCE_DIR BUILD_ROOT [SECONDS_EACH]
+set -euo pipefail
+src=$(cd "$1" && pwd)
+out="$2/fuzz"
+seconds=${3:-60}
+cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DDDP_ANALYSIS=ON -DDDP_FUZZ=ON >/dev/null
+cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer
+for name in job_spec_fuzzer coordinator_fuzzer; do
+  corpus=$(mktemp -d)
+  trap 'rm -rf "$corpus"' EXIT
+  "$out/bin/$name" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 "$corpus" "$src/tests/fuzz/corpus/${name%_fuzzer}"
+  rm -rf "$corpus"
+done
