@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/data_files.h"
 #include "worker/torch_error.h"
 
 namespace ddp {
@@ -19,23 +20,6 @@ namespace {
 
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
-
-absl::StatusOr<std::string> ReadGzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("can't open ", path));
-  std::string data;
-  char chunk[1 << 16];
-  int n;
-  while ((n = gzread(f, chunk, sizeof(chunk))) > 0) data.append(chunk, n);
-  const bool failed = n < 0;
-  gzclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat(path, " is not a readable gzip file"));
-  return data;
-}
-
-uint32_t BigEndian32(const unsigned char* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
 
 absl::StatusOr<Dataset> LoadFashionMnist(const v1::DatasetSpec& spec) {
   const std::string& dir = spec.path();
@@ -88,6 +72,7 @@ Dataset MakeSynthetic(const v1::DatasetSpec& spec, uint64_t seed) {
 
 absl::Status LoadTensorPair(const std::string& field, const std::string& path, at::Tensor* x,
                             at::Tensor* y) {
+  if (absl::Status s = CheckDataFile(field, path); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": can't read ", path));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -109,62 +94,18 @@ absl::Status LoadTensorPair(const std::string& field, const std::string& path, a
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": ", path, " must hold an (x, y) tuple of two tensors"));
   }
+  // Shapes, sizes and labels first: nothing is converted (allocated) for
+  // a file that claims more than it holds.
+  if (absl::Status s = CheckTensorPair(field, path, items[0].toTensor(), items[1].toTensor());
+      !s.ok()) {
+    return s;
+  }
   *x = items[0].toTensor().to(torch::kFloat32).contiguous();
-  *y = items[1].toTensor();
-  if (y->dim() != 1 || x->dim() < 2 || x->size(0) != y->size(0) ||
-      at::isFloatingType(y->scalar_type())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", path, " needs x of shape [N, ...] and integer labels y of shape [N]; got x ",
-        c10::str(x->sizes()), " and y ", c10::str(y->sizes()), " ",
-        std::string(y->dtype().name())));
-  }
-  *y = y->to(torch::kInt64).contiguous();
-  if (y->numel() > 0 && y->min().item<int64_t>() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " has negative labels"));
-  }
+  *y = items[1].toTensor().to(torch::kInt64).contiguous();
   return absl::OkStatus();
 }
 
-}  // namespace
-
-std::vector<int64_t> Dataset::sample_shape() const {
-  auto sizes = train_x.sizes();
-  return std::vector<int64_t>(sizes.begin() + 1, sizes.end());
-}
-
-absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
-  absl::StatusOr<std::string> raw = ReadGzip(path);
-  if (!raw.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", raw.status().message()));
-  }
-  const auto* p = reinterpret_cast<const unsigned char*>(raw->data());
-  // Magic: two zero bytes, the type (0x08 = uint8), the number of dimensions.
-  if (raw->size() < 4 || p[0] != 0 || p[1] != 0 || p[2] != 0x08 || p[3] < 1 || p[3] > 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset.path: ", path, " is not a uint8 idx file"));
-  }
-  const int dims = p[3];
-  if (raw->size() < 4 + 4u * dims) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " is truncated"));
-  }
-  std::vector<int64_t> shape;
-  int64_t count = 1;
-  for (int i = 0; i < dims; ++i) {
-    shape.push_back(BigEndian32(p + 4 + 4 * i));
-    count *= shape.back();
-  }
-  const size_t header = 4 + 4 * dims;
-  if (raw->size() != header + static_cast<size_t>(count)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dataset.path: ", path, " holds ", raw->size() - header, " bytes of data, not ", count,
-        " for shape [", absl::StrJoin(shape, ", "), "]"));
-  }
-  at::Tensor t = torch::empty(shape, torch::kUInt8);
-  std::memcpy(t.data_ptr(), p + header, count);
-  return t;
-}
-
-absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed) {
+absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed) {
   absl::StatusOr<Dataset> d;
   if (spec.kind() == "fashion-mnist") {
     d = LoadFashionMnist(spec);
@@ -202,6 +143,23 @@ absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed) 
     return absl::InvalidArgumentError("dataset: the training set is empty");
   }
   return d;
+}
+
+}  // namespace
+
+std::vector<int64_t> Dataset::sample_shape() const {
+  auto sizes = train_x.sizes();
+  return std::vector<int64_t>(sizes.begin() + 1, sizes.end());
+}
+
+absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed) {
+  // LibTorch reports much as exceptions (memory running out among them);
+  // none may escape into a worker's thread or a check.
+  try {
+    return LoadDatasetUnguarded(spec, seed);
+  } catch (const std::exception& e) {
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument, "dataset: can't load it", e);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDatasetCached(const v1::DatasetSpec& spec,

@@ -33,16 +33,14 @@ struct Dataset {
 //  - "synthetic": a fixed random problem of the same shape, 10 classes,
 //    each a noisy copy of a random prototype, made from `seed`;
 //  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path).
-// INVALID_ARGUMENT names the field and says what is wrong with the file.
+// INVALID_ARGUMENT names the field and says what is wrong with the file;
+// files are read within the limits of data_files.h. Never throws.
 absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed);
 
 // LoadDataset, remembered for the life of the process: a worker keeps its
 // data across generations and jobs. Thread-safe.
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDatasetCached(const v1::DatasetSpec& spec,
                                                                  uint64_t seed);
-
-// Reads one idx file (gzip or plain): uint8 data with its dimensions.
-absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path);
 
 }  // namespace ddp
 

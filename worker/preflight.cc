@@ -1,6 +1,7 @@
 #include "worker/preflight.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/data_files.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 #include "worker/torch_error.h"

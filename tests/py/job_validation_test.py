@@ -8,6 +8,7 @@ Each finding of issue 8's item 2, over real gRPC between real processes: a
 model whose forward reads or writes a root-only file, a forward that never
 returns, a FIFO, /dev/zero, paths outside the roots, an output that exists,
 too many submissions at once, SIGTERM during a check, a hung model in --job."""
+import gzip
 import json
 import os
 import signal
@@ -133,6 +134,30 @@ def rss_kb(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
 
 
+def write_crafted_data(folder):
+    """Data files that claim more than they hold: an expanded view of one
+    element as 2^56 samples, a label of 2^40, and an idx folder whose image
+    header's dimensions multiply past 2^64. (Python pickles 10^12 in six
+    bytes, which LibTorch's unpickler refuses outright; 2^56 takes eight.)"""
+    paths = {"huge": os.path.join(folder, "huge.pt"), "label": os.path.join(folder, "label.pt"),
+             "idx": os.path.join(folder, "idx")}
+    n = 2 ** 56
+    torch.save((torch.ones(1, 1).expand(n, 1), torch.zeros(1, dtype=torch.long).expand(n)),
+               paths["huge"])
+    torch.save((torch.zeros(3, 784), torch.tensor([0, 1, 2 ** 40])), paths["label"])
+    os.mkdir(paths["idx"])
+    header = bytes([0, 0, 8, 4]) + b"\xff\xff\xff\xff" * 3 + (16).to_bytes(4, "big")
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        with gzip.open(os.path.join(paths["idx"], name), "wb") as f:
+            f.write(header + b"\0" * 64)
+        os.chmod(os.path.join(paths["idx"], name), 0o644)
+    os.chmod(paths["idx"], 0o755)
+    for key in ("huge", "label"):
+        os.chmod(paths[key], 0o644)
+    return paths
+
+
 def job(name, model_path=None, **overrides):
     model = {"kind": "torchscript", "path": model_path} if model_path else {"kind": "mlp"}
     return synthetic_job(name, 2, model=model, **overrides)
@@ -181,6 +206,7 @@ class SandboxTest(unittest.TestCase):
         }
         cls.fifo = os.path.join(cls.dir, "fifo")
         os.mkfifo(cls.fifo)
+        cls.crafted = write_crafted_data(cls.dir)
         cls.zero_link = os.path.join(cls.dir, "zero")
         os.symlink("/dev/zero", cls.zero_link)
         cls.cluster = Cluster(heartbeat_timeout="2s", extra_flags=[
@@ -250,6 +276,22 @@ class SandboxTest(unittest.TestCase):
                      grpc.StatusCode.INVALID_ARGUMENT, "dataset.path", '"/dev/zero"',
                      "not under")
         self.assertLess(rss_kb(self.cluster.coordinator.pid) - before, 10 * 1024)
+
+    def test_5b_crafted_data_files_refused_before_allocating(self):
+        before = rss_kb(self.cluster.coordinator.pid)
+        self.refused(job("huge", dataset={"kind": "tensors", "path": self.crafted["huge"]}),
+                     grpc.StatusCode.INVALID_ARGUMENT, "dataset.path",
+                     "72057594037927936 elements in x", "limit is 4294967296")
+        self.refused(job("label", dataset={"kind": "tensors", "path": self.crafted["label"]}),
+                     grpc.StatusCode.INVALID_ARGUMENT, "dataset.path",
+                     "labels from 0 to 1099511627776")
+        self.refused(job("idx", dataset={"kind": "fashion-mnist", "path": self.crafted["idx"]}),
+                     grpc.StatusCode.INVALID_ARGUMENT, "dataset.path",
+                     "declares shape [4294967295, 4294967295", "limit of 8589934592 bytes")
+        self.refused(job("folder", dataset={"kind": "tensors", "path": self.crafted["idx"]}),
+                     grpc.StatusCode.INVALID_ARGUMENT, "dataset.path", "folder")
+        self.assertLess(rss_kb(self.cluster.coordinator.pid) - before, 10 * 1024)
+        self.assert_no_helper_left()
 
     def test_6_paths_outside_the_roots_and_existing_outputs(self):
         self.refused(job("out", outputPath="/etc/passwd"), grpc.StatusCode.INVALID_ARGUMENT,

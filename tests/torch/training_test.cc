@@ -24,22 +24,6 @@ using ::testing::HasSubstr;
 
 constexpr char kFashion[] = "/usr/share/datasets/fashion-mnist";
 
-TEST(Dataset, ReadIdxFile_FashionMnist_ShapesOfTheRealData) {
-  auto images = ReadIdxFile(std::string(kFashion) + "/t10k-images-idx3-ubyte.gz");
-  ASSERT_THAT(images, IsOk());
-  EXPECT_EQ(images->sizes().vec(), (std::vector<int64_t>{10000, 28, 28}));
-  auto labels = ReadIdxFile(std::string(kFashion) + "/t10k-labels-idx1-ubyte.gz");
-  ASSERT_THAT(labels, IsOk());
-  EXPECT_EQ(labels->max().item<int>(), 9);
-}
-
-TEST(Dataset, ReadIdxFile_NotIdx_InvalidArgumentNamingTheFile) {
-  const std::string path = "/tmp/ddp-not-idx.gz";
-  std::ofstream(path) << "hello";
-  EXPECT_THAT(ReadIdxFile(path),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ddp-not-idx")));
-}
-
 TEST(Dataset, LoadDataset_FashionMnist_NormalizedImagesAndLabels) {
   v1::DatasetSpec spec;
   spec.set_kind("fashion-mnist");
