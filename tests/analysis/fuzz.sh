@@ -16,7 +16,10 @@ cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer
 for name in job_spec_fuzzer coordinator_fuzzer; do
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT
+  # -close_fd_mask=2: the targets' own logging is not wanted (libFuzzer and
+  # the sanitizers still report on a duplicate of stderr).
   "$out/bin/$name" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-    -print_final_stats=1 "$corpus" "$src/tests/fuzz/corpus/${name%_fuzzer}"
+    -close_fd_mask=2 -print_funcs=0 -print_final_stats=1 \
+    "$corpus" "$src/tests/fuzz/corpus/${name%_fuzzer}" 2>&1 | grep -v '^#[0-9]'
   rm -rf "$corpus"
 done

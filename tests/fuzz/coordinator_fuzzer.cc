@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ddp::FakeClock clock;
   ddp::Coordinator::Options options;
   options.snapshot_min_interval = absl::ZeroDuration();
+  options.require_store_tokens = size % 2 == 0;
   ddp::Coordinator core(&clock, options);
   std::vector<ddp::Coordinator::Session> sessions;
   for (int op = 0; op < 64 && in.remaining_bytes() > 0; ++op) {
@@ -54,17 +55,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           core.OnMessage(s, Parse<ddp::v1::WorkerMessage>(in));
         }
         break;
-      case 2:
-        (void)core.StoreSet(Parse<ddp::v1::StoreSetRequest>(in));
+      case 2: {
+        auto request = Parse<ddp::v1::StoreSetRequest>(in);
+        (void)core.StoreSet(request, in.ConsumeRandomLengthString(64));
         break;
-      case 3:
-        core.StoreGet(Parse<ddp::v1::StoreGetRequest>(in), [](absl::StatusOr<std::string>) {});
+      }
+      case 3: {
+        auto request = Parse<ddp::v1::StoreGetRequest>(in);
+        core.StoreGet(
+            request, [](absl::StatusOr<std::string>) {}, in.ConsumeRandomLengthString(64));
         break;
-      case 4:
-        (void)core.StoreAdd(Parse<ddp::v1::StoreAddRequest>(in));
+      }
+      case 4: {
+        auto request = Parse<ddp::v1::StoreAddRequest>(in);
+        (void)core.StoreAdd(request, in.ConsumeRandomLengthString(64));
         break;
+      }
       case 5:
-        (void)core.SubmitJob(Parse<ddp::v1::JobSpec>(in));
+        // No validate_job: the spec's own checks, then the core takes it.
+        core.SubmitJob(Parse<ddp::v1::JobSpec>(in), [](absl::StatusOr<ddp::v1::JobSpec>) {});
         break;
       case 6: {
         const std::string job = in.ConsumeRandomLengthString(64);
