@@ -14,7 +14,7 @@ namespace ddp {
 Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
       options_(std::move(options)),
-      store_(clock),
+      store_(clock, options_.store),
       registry_(clock, options_.registry),
       generations_(clock),
       job_(clock),

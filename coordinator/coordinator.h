@@ -61,6 +61,8 @@ class Coordinator {
     std::string version = kVersion;
     WorkerRegistry::Options registry;
     absl::Duration heartbeat_interval = absl::Seconds(1);
+    // The rendezvous store's limits.
+    KvStore::Options store;
     // Store gets wait this long when the request names no timeout, and at
     // most max_store_wait.
     absl::Duration default_store_wait = absl::Seconds(30);
@@ -122,10 +124,18 @@ class Coordinator {
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
 
   // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
-  // is the generation in progress; INVALID_ARGUMENT for an empty key.
+  // is the generation in progress; INVALID_ARGUMENT for an empty or too
+  // long key; RESOURCE_EXHAUSTED, OUT_OF_RANGE as KvStore says.
   absl::Status StoreSet(const v1::StoreSetRequest& request);
-  void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done);
+  // Returns the waiter's id for CancelStoreGet, or 0 when `done` was
+  // already called. INVALID_ARGUMENT for a negative or NaN timeout.
+  KvStore::WaiterId StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done);
+  // The caller of a waiting StoreGet went away: `done` runs at once with
+  // CANCELLED, and nothing of the wait is held any longer.
+  void CancelStoreGet(KvStore::WaiterId waiter) { store_.Cancel(waiter); }
   absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request);
+  // Gets waiting in the store (tests, and operators' limits).
+  size_t store_waiters() const { return store_.num_waiters(); }
 
   // Periodic work: marks silent workers lost, evicts hung members, ends an
   // adoption window, forms a generation when the policy says so, fails

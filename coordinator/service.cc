@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "coordinator/attach_stream.h"
 
@@ -13,6 +15,45 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
+
+// One StoreGet: answered when the key is set, the wait times out or the
+// caller goes away. Frees itself in OnDone.
+class StoreGetCall final : public grpc::ServerUnaryReactor {
+ public:
+  StoreGetCall(Coordinator* core, v1::StoreGetResponse* response)
+      : core_(core), response_(response) {}
+
+  // Called from the method handler, so before gRPC can call OnCancel or
+  // OnDone: the waiter id is set before anyone reads it.
+  void Start(const v1::StoreGetRequest& request) {
+    const KvStore::WaiterId waiter =
+        core_->StoreGet(request, [this](absl::StatusOr<std::string> value) {
+          // Runs once, whichever way the wait ends.
+          if (value.ok()) response_->set_value(std::move(*value));
+          Finish(ToGrpcStatus(value.status()));
+        });
+    absl::MutexLock lock(&mu_);
+    waiter_ = waiter;
+  }
+
+  void OnCancel() override {
+    KvStore::WaiterId waiter;
+    {
+      absl::MutexLock lock(&mu_);
+      waiter = waiter_;
+    }
+    // Finishes the call with CANCELLED unless it was answered already.
+    if (waiter != 0) core_->CancelStoreGet(waiter);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  Coordinator* const core_;
+  v1::StoreGetResponse* const response_;
+  absl::Mutex mu_;
+  KvStore::WaiterId waiter_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace
 
@@ -27,17 +68,13 @@ grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerConte
   return Reply(context, core_->StoreSet(*request));
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerContext* /*context*/,
                                                        const v1::StoreGetRequest* request,
                                                        v1::StoreGetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The reply comes when the key is set or the deadline passes; the RPC's
-  // objects stay alive until Finish.
-  core_->StoreGet(*request, [reactor, response](absl::StatusOr<std::string> value) {
-    if (value.ok()) response->set_value(std::move(*value));
-    reactor->Finish(ToGrpcStatus(value.status()));
-  });
-  return reactor;
+  // The RPC's request and response stay alive until OnDone.
+  auto* call = new StoreGetCall(core_, response);
+  call->Start(*request);
+  return call;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreAdd(grpc::CallbackServerContext* context,

@@ -24,6 +24,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* context,
                                      const v1::StoreSetRequest* request,
                                      v1::StoreSetResponse* response) override;
+  // A waiting get whose caller goes away (cancelled, or past the deadline it
+  // gave) leaves the store at once, holding nothing.
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* context,
                                      const v1::StoreGetRequest* request,
                                      v1::StoreGetResponse* response) override;
