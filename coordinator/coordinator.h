@@ -109,7 +109,9 @@ class Coordinator {
   absl::StatusOr<Session> Attach(const v1::RegisterRequest& request,
                                  std::shared_ptr<WorkerChannel> channel);
   // Any message after the first on the stream. Refused messages (stale
-  // generation, a second register) are answered with Rejected.
+  // generation, a second register, a report batch or step over its limit,
+  // see report_checks.h) are answered with Rejected; text a worker reports
+  // is cut to kMaxReportedTextBytes.
   void OnMessage(const Session& session, const v1::WorkerMessage& message);
   // The stream ended: the worker is lost.
   void OnStreamClosed(const Session& session, const std::string& reason);

@@ -343,6 +343,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     w->step = source.step;
     registry_.RestartHangClock(w);
     w->unused_parameters.clear();
+    w->unused_names_dropped = 0;
     w->reduction.Clear();
     w->probe.Clear();
     w->parameter_digest.clear();

@@ -17,7 +17,7 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
   google::protobuf::util::MessageDifferencer differencer;
   differencer.ReportDifferencesToString(&report);
   differencer.Compare(a, b);
-  return report.substr(0, report.find('\n'));
+  return Truncated(report.substr(0, report.find('\n')), 4 * kMaxQuotedBytes);
 }
 
 }  // namespace
@@ -66,7 +66,9 @@ absl::StatusOr<v1::JobSpec> Coordinator::SubmitJob(const v1::JobSpec& requested)
   return spec;
 }
 
-absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& reason) {
+absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason) {
+  // Kept in the job's message and the change log.
+  const std::string reason = Truncated(given_reason, kMaxReportedTextBytes);
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
@@ -168,6 +170,7 @@ void Coordinator::PublishLocked() {
     ws->set_reports_dropped(w->reports_dropped);
     *ws->mutable_probe() = w->probe;
     ws->set_stale_messages(w->stale_messages);
+    ws->set_unused_parameter_names_dropped(w->unused_names_dropped);
     ws->set_parameter_digest(w->parameter_digest);
     ws->set_digest_step(w->digest_step);
     if (w->held) *ws->mutable_held() = *w->held;
