@@ -17,6 +17,7 @@ Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
       options_(std::move(options)),
       store_(clock, options_.store),
+      streams_(clock, options_.streams),
       registry_(clock, options_.registry),
       generations_(clock),
       job_(clock),

@@ -40,20 +40,12 @@
 #include "coordinator/reform_policy.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/stream_gate.h"
+#include "coordinator/worker_channel.h"
 #include "coordinator/worker_registry.h"
 #include "ddp/v1/coordinator.pb.h"
 
 namespace ddp {
-
-// The way down to one worker's stream.
-class WorkerChannel {
- public:
-  virtual ~WorkerChannel() = default;
-  // Queues a message; never blocks. Thread-safe.
-  virtual void Send(const v1::CoordinatorMessage& message) = 0;
-  // Ends the stream with `status` once queued messages are written.
-  virtual void Close(const absl::Status& status) = 0;
-};
 
 class Coordinator {
  public:
@@ -63,6 +55,8 @@ class Coordinator {
     absl::Duration heartbeat_interval = absl::Seconds(1);
     // The rendezvous store's limits.
     KvStore::Options store;
+    // Attach streams: how many may be open, how soon they must register.
+    StreamGate::Options streams;
     // Store gets wait this long when the request names no timeout, and at
     // most max_store_wait.
     absl::Duration default_store_wait = absl::Seconds(30);
@@ -108,6 +102,10 @@ class Coordinator {
   // stream with it.
   absl::StatusOr<Session> Attach(const v1::RegisterRequest& request,
                                  std::shared_ptr<WorkerChannel> channel);
+  // Admission of Attach streams (the gRPC layer opens and closes them
+  // there); Tick closes those that never registered.
+  StreamGate* streams() { return &streams_; }
+
   // Any message after the first on the stream. Refused messages (stale
   // generation, a second register, a report batch or step over its limit,
   // see report_checks.h) are answered with Rejected; text a worker reports
@@ -141,7 +139,8 @@ class Coordinator {
 
   // Periodic work: marks silent workers lost, evicts hung members, ends an
   // adoption window, forms a generation when the policy says so, fails
-  // store gets past their deadline, republishes the status snapshot.
+  // store gets past their deadline, closes streams that never registered,
+  // republishes the status snapshot.
   void Tick();
 
   // The latest status snapshot: never waits behind stream handlers.
@@ -235,6 +234,7 @@ class Coordinator {
   const Clock* clock_;
   const Options options_;
   KvStore store_;
+  StreamGate streams_;
   std::unique_ptr<StateWriter> state_writer_;
 
   mutable absl::Mutex mu_;

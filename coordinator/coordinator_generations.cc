@@ -64,6 +64,7 @@ void Coordinator::Tick() {
   }
   Apply(fx);
   store_.ExpireWaiters();
+  streams_.CloseUnregistered();
 }
 
 void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request,

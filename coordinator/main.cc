@@ -39,6 +39,14 @@ ABSL_FLAG(bool, exit_when_done, false,
           "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
           "3 if it was cancelled");
 ABSL_FLAG(std::string, port_file, "", "write the port served on to this file once serving");
+ABSL_FLAG(uint32_t, max_attach_streams, 20000,
+          "most worker (Attach) streams open at once, registered or not; more are refused "
+          "with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, register_deadline, absl::Seconds(10),
+          "an Attach stream that sends no RegisterRequest this long after opening is closed "
+          "with DEADLINE_EXCEEDED");
+ABSL_FLAG(uint32_t, max_watch_streams, 64,
+          "most WatchStatus streams open at once; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, status_file, "",
           "on exit, write the final GetStatus answer to this file (protobuf JSON)");
 
@@ -73,6 +81,13 @@ int Run() {
     return 2;
   }
   options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
+  options.streams.max_streams = absl::GetFlag(FLAGS_max_attach_streams);
+  options.streams.register_deadline = absl::GetFlag(FLAGS_register_deadline);
+  if (options.streams.max_streams == 0 ||
+      options.streams.register_deadline <= absl::ZeroDuration()) {
+    DDP_LOG(Error) << "--max_attach_streams and --register_deadline must be positive";
+    return 2;
+  }
   options.preflight = PreflightJob;
   std::unique_ptr<StateStore> state_store;
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
@@ -105,7 +120,7 @@ int Run() {
     }
   }
 
-  StatusWatchers watchers;
+  StatusWatchers watchers(absl::GetFlag(FLAGS_max_watch_streams));
   CoordinatorService service(&core, &watchers);
   HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

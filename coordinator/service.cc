@@ -57,9 +57,9 @@ class StoreGetCall final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
-    grpc::CallbackServerContext* /*context*/) {
-  return AttachStream::Start(core_);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Attach(
+    grpc::CallbackServerContext* context) {
+  return AttachStream::Start(core_, context);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* context,

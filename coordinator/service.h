@@ -13,13 +13,24 @@
 
 namespace ddp {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+// Every method as a callback, Attach with raw bytes (AttachStream parses
+// them, to tell a message that does not parse from the end of the stream).
+using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Attach<
+    v1::Coordinator::WithCallbackMethod_StoreSet<v1::Coordinator::WithCallbackMethod_StoreGet<
+        v1::Coordinator::WithCallbackMethod_StoreAdd<v1::Coordinator::WithCallbackMethod_GetStatus<
+            v1::Coordinator::WithCallbackMethod_ListWorkers<
+                v1::Coordinator::WithCallbackMethod_SubmitJob<
+                    v1::Coordinator::WithCallbackMethod_CancelJob<
+                        v1::Coordinator::WithCallbackMethod_WatchStatus<
+                            v1::Coordinator::Service>>>>>>>>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // `core` and `watchers` must outlive the service.
   CoordinatorService(Coordinator* core, StatusWatchers* watchers)
       : core_(core), watchers_(watchers) {}
 
-  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Attach(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* context,
                                      const v1::StoreSetRequest* request,

@@ -185,7 +185,9 @@ WorkerAgent::SessionEnd WorkerAgent::RunSession() {
       DDP_LOG(Error) << "the coordinator refused this worker: " << status.error_message();
       return SessionEnd::kFatal;
     }
-    if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+    // Busy (too many streams open) or a duplicate: worth another try later.
+    if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS ||
+        status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       DDP_LOG(Warning) << status.error_message() << "; retrying";
     }
     return stopping_ ? SessionEnd::kStopped : SessionEnd::kRetry;

@@ -170,5 +170,53 @@ TEST_F(CoordinatorLimitsTest, StoreSet_KeyCheckedBeforeFencing) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key limit is 512 bytes")));
 }
 
+TEST_F(CoordinatorLimitsTest, AttachStream_NoRegisterWithinDeadline_ClosedDeadlineExceeded) {
+  auto silent = std::make_shared<RecordingChannel>();
+  auto registers = std::make_shared<RecordingChannel>();
+  ASSERT_THAT(core_->streams()->Open(silent), IsOk());
+  auto id = core_->streams()->Open(registers);
+  ASSERT_THAT(id, IsOk());
+  clock_.Advance(absl::Seconds(5));
+  core_->streams()->Registered(*id);
+  core_->Tick();
+  EXPECT_FALSE(silent->closed().has_value());
+  clock_.Advance(absl::Seconds(5));
+  core_->Tick();
+  ASSERT_TRUE(silent->closed().has_value());
+  EXPECT_THAT(*silent->closed(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("RegisterRequest")));
+  EXPECT_FALSE(registers->closed().has_value());
+  EXPECT_EQ(core_->streams()->unregistered(), 0u);
+  EXPECT_EQ(core_->streams()->open(), 2u);  // open until the gRPC layer says closed
+}
+
+TEST(StreamGate, Open_OverLimit_ResourceExhaustedUntilOneCloses) {
+  FakeClock clock;
+  StreamGate gate(&clock, StreamGate::Options{2, absl::Seconds(10)});
+  auto channel = std::make_shared<RecordingChannel>();
+  auto a = gate.Open(channel);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(gate.Open(channel), IsOk());
+  EXPECT_THAT(gate.Open(channel),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("--max_attach_streams 2"), HasSubstr("2 Attach streams"))));
+  gate.Closed(*a);
+  gate.Closed(*a);  // once is enough
+  EXPECT_EQ(gate.open(), 1u);
+  EXPECT_THAT(gate.Open(channel), IsOk());
+}
+
+TEST(StreamGate, CloseUnregistered_ChannelAlreadyGone_Forgotten) {
+  FakeClock clock;
+  StreamGate gate(&clock, StreamGate::Options{});
+  {
+    auto channel = std::make_shared<RecordingChannel>();
+    ASSERT_THAT(gate.Open(channel), IsOk());
+  }
+  clock.Advance(absl::Seconds(11));
+  gate.CloseUnregistered();
+  EXPECT_EQ(gate.unregistered(), 0u);
+}
+
 }  // namespace
 }  // namespace ddp
