@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_keys.h"
+#include "common/quote.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
@@ -30,6 +32,44 @@ bool OneOf(const std::string& value, std::initializer_list<const char*> allowed)
 std::string Quoted(std::initializer_list<const char*> allowed) {
   return absl::StrJoin(
       allowed, ", ", [](std::string* out, const char* s) { absl::StrAppend(out, "\"", s, "\""); });
+}
+
+// `x` in [lo, hi]; false for NaN.
+bool InRange(double x, double lo, double hi) { return x >= lo && x <= hi; }
+
+absl::Status CheckPath(absl::string_view field, const std::string& path) {
+  if (path.size() > kMaxPathBytes) {
+    return FieldError(
+        field, absl::StrCat("longer than ", kMaxPathBytes, " bytes (got ", path.size(), ")"));
+  }
+  if (path.find('\0') != std::string::npos) return FieldError(field, "holds a NUL byte");
+  return absl::OkStatus();
+}
+
+// Train and test sizes of a synthetic dataset: counts and bytes bounded
+// before anything multiplies them.
+absl::Status CheckSyntheticSizes(const v1::DatasetSpec& data) {
+  if (data.train_size() > kMaxSyntheticTrainSize) {
+    return FieldError("dataset.train_size", absl::StrCat("at most ", kMaxSyntheticTrainSize,
+                                                         " samples for a synthetic dataset (got ",
+                                                         data.train_size(), ")"));
+  }
+  if (data.test_size() > kMaxSyntheticTestSize) {
+    return FieldError("dataset.test_size", absl::StrCat("at most ", kMaxSyntheticTestSize,
+                                                        " samples for a synthetic dataset (got ",
+                                                        data.test_size(), ")"));
+  }
+  // Both are bounded above, so neither the sum nor the product can wrap.
+  const uint64_t bytes = (data.train_size() + data.test_size()) * kSyntheticSampleBytes;
+  if (bytes > kMaxSyntheticBytes) {
+    return FieldError(
+        "dataset.train_size",
+        absl::StrCat("train_size + test_size = ", data.train_size() + data.test_size(),
+                     " samples of ", kSyntheticSampleBytes, " bytes make ", bytes,
+                     " bytes; a synthetic dataset may take at most ", kMaxSyntheticBytes,
+                     " bytes (", kMaxSyntheticBytes / kSyntheticSampleBytes, " samples)"));
+  }
+  return absl::OkStatus();
 }
 
 bool ValidName(const std::string& name) {
@@ -96,14 +136,14 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
   if (!ValidName(spec.name())) {
-    return FieldError("name", absl::StrCat("\"", spec.name(),
-                                           "\" must be 1-63 characters of a-z, 0-9 and '-', "
+    return FieldError("name", absl::StrCat(Quote(spec.name()),
+                                           " must be 1-63 characters of a-z, 0-9 and '-', "
                                            "starting with a letter"));
   }
   const auto& model = spec.model();
   if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript"})) {
     return FieldError("model.kind",
-                      absl::StrCat("unknown model \"", model.kind(), "\"; expected one of ",
+                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
                                    Quoted({"mlp", "cnn", "torchscript"})));
   }
   if (model.kind() == "torchscript" && model.path().empty()) {
@@ -114,10 +154,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (model.kind() != "torchscript" && !model.path().empty()) {
     return FieldError("model.path", "only used with model.kind \"torchscript\"");
   }
+  if (absl::Status s = CheckPath("model.path", model.path()); !s.ok()) return s;
   const auto& data = spec.dataset();
   if (!OneOf(data.kind(), {"fashion-mnist", "synthetic", "tensors"})) {
     return FieldError("dataset.kind",
-                      absl::StrCat("unknown dataset \"", data.kind(), "\"; expected one of ",
+                      absl::StrCat("unknown dataset ", Quote(data.kind()), "; expected one of ",
                                    Quoted({"fashion-mnist", "synthetic", "tensors"})));
   }
   if (data.kind() == "tensors" && data.path().empty()) {
@@ -125,33 +166,48 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                       "required for dataset.kind \"tensors\": an (x, y) "
                       "tuple saved with torch.save");
   }
+  if (absl::Status s = CheckPath("dataset.path", data.path()); !s.ok()) return s;
+  if (absl::Status s = CheckPath("dataset.test_path", data.test_path()); !s.ok()) return s;
+  if (data.kind() == "synthetic") {
+    if (absl::Status s = CheckSyntheticSizes(data); !s.ok()) return s;
+  } else if (data.train_size() > kMaxTrainSize) {
+    return FieldError("dataset.train_size",
+                      absl::StrCat("at most ", kMaxTrainSize, " (got ", data.train_size(), ")"));
+  }
   const auto& opt = spec.optimizer();
   if (!OneOf(opt.kind(), {"sgd", "adam"})) {
     return FieldError("optimizer.kind",
-                      absl::StrCat("unknown optimizer \"", opt.kind(), "\"; expected one of ",
+                      absl::StrCat("unknown optimizer ", Quote(opt.kind()), "; expected one of ",
                                    Quoted({"sgd", "adam"})));
   }
+  // Every check is written `!(in range)`, so NaN is refused too; the
+  // bounds are finite, so infinities are.
   if (!(opt.lr() > 0 && opt.lr() < 1e3)) {
     return FieldError("optimizer.lr", absl::StrCat("must be in (0, 1000) (got ", opt.lr(), ")"));
   }
-  if (opt.momentum() < 0 || opt.momentum() >= 1) {
+  if (!(opt.momentum() >= 0 && opt.momentum() < 1)) {
     return FieldError("optimizer.momentum",
                       absl::StrCat("must be in [0, 1) (got ", opt.momentum(), ")"));
   }
   if (opt.nesterov() && opt.momentum() == 0) {
     return FieldError("optimizer.nesterov", "needs a non-zero optimizer.momentum");
   }
-  if (opt.weight_decay() < 0) {
+  if (!InRange(opt.weight_decay(), 0, 1e3)) {
     return FieldError("optimizer.weight_decay",
-                      absl::StrCat("must be >= 0 (got ", opt.weight_decay(), ")"));
+                      absl::StrCat("must be in [0, 1000] (got ", opt.weight_decay(), ")"));
   }
-  if (opt.beta1() < 0 || opt.beta1() >= 1 || opt.beta2() < 0 || opt.beta2() >= 1) {
-    return FieldError("optimizer.beta1", "beta1 and beta2 must be in [0, 1)");
+  if (!(opt.beta1() >= 0 && opt.beta1() < 1)) {
+    return FieldError("optimizer.beta1", absl::StrCat("must be in [0, 1) (got ", opt.beta1(), ")"));
   }
-  if (!(opt.eps() > 0)) return FieldError("optimizer.eps", "must be > 0");
+  if (!(opt.beta2() >= 0 && opt.beta2() < 1)) {
+    return FieldError("optimizer.beta2", absl::StrCat("must be in [0, 1) (got ", opt.beta2(), ")"));
+  }
+  if (!(opt.eps() > 0 && opt.eps() <= 1)) {
+    return FieldError("optimizer.eps", absl::StrCat("must be in (0, 1] (got ", opt.eps(), ")"));
+  }
   if (!OneOf(spec.loss(), {"cross_entropy", "nll"})) {
-    return FieldError("loss", absl::StrCat("unknown loss \"", spec.loss(), "\"; expected one of ",
-                                           Quoted({"cross_entropy", "nll"})));
+    return FieldError("loss", absl::StrCat("unknown loss ", Quote(spec.loss()),
+                                           "; expected one of ", Quoted({"cross_entropy", "nll"})));
   }
   if (spec.batch_size() > 65536) {
     return FieldError("batch_size",
@@ -169,7 +225,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   }
   if (!OneOf(spec.backend(), {"gloo", "shm", "nccl", "auto"})) {
     return FieldError("backend",
-                      absl::StrCat("unknown backend \"", spec.backend(), "\"; expected one of ",
+                      absl::StrCat("unknown backend ", Quote(spec.backend()), "; expected one of ",
                                    Quoted({"gloo", "shm", "nccl", "auto"})));
   }
   if (spec.backend() == "nccl" && !build.nccl) {
@@ -180,6 +236,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   }
   if (spec.min_workers() > 65536) {
     return FieldError("min_workers", "must be at most 65536");
+  }
+  if (spec.max_workers() > 65536) {
+    return FieldError("max_workers", "must be at most 65536");
   }
   if (spec.max_workers() < spec.min_workers()) {
     return FieldError("max_workers",
@@ -200,9 +259,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("rejoin_timeout_seconds", "must be in [0, 86400]");
   }
   if (!OneOf(spec.lr_scaling(), {"keep", "linear"})) {
-    return FieldError("lr_scaling",
-                      absl::StrCat("unknown rule \"", spec.lr_scaling(), "\"; expected one of ",
-                                   Quoted({"keep", "linear"})));
+    return FieldError("lr_scaling", absl::StrCat("unknown rule ", Quote(spec.lr_scaling()),
+                                                 "; expected one of ", Quoted({"keep", "linear"})));
   }
   if (!(spec.reform_min_interval_seconds() >= 0 && spec.reform_min_interval_seconds() <= 86400)) {
     return FieldError("reform_min_interval_seconds", "must be in [0, 86400]");
@@ -211,7 +269,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("hang_timeout_seconds", "must be in (0, 86400]");
   }
   if (spec.fault_budget() > 1000000) return FieldError("fault_budget", "must be at most 1000000");
+  if (absl::Status s = CheckPath("output_path", spec.output_path()); !s.ok()) return s;
   const auto& checkpoint = spec.checkpoint();
+  if (absl::Status s = CheckPath("checkpoint.dir", checkpoint.dir()); !s.ok()) return s;
   if (checkpoint.dir().empty()) {
     if (checkpoint.every_steps() != 0 || checkpoint.every_seconds() != 0 ||
         checkpoint.keep() != 0) {
@@ -219,8 +279,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     }
   } else {
     if (checkpoint.dir()[0] != '/') {
-      return FieldError("checkpoint.dir",
-                        absl::StrCat("must be an absolute path (got \"", checkpoint.dir(), "\")"));
+      return FieldError("checkpoint.dir", absl::StrCat("must be an absolute path (got ",
+                                                       Quote(checkpoint.dir()), ")"));
     }
     if (!(checkpoint.every_seconds() >= 0 && checkpoint.every_seconds() <= 86400 * 30)) {
       return FieldError("checkpoint.every_seconds", "must be in [0, 2592000]");
@@ -232,14 +292,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
                                              const BuildCapabilities& build) {
+  if (absl::Status s = CheckNoDuplicateKeys(json); !s.ok()) return s;
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job spec is not a valid ddp.v1.JobSpec in JSON: ", parsed.message().as_string()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec is not a valid ddp.v1.JobSpec in JSON: ",
+                     Truncated(parsed.message().as_string(), 4 * kMaxQuotedBytes)));
   }
   spec = WithDefaults(std::move(spec));
   if (absl::Status s = ValidateJobSpec(spec, build); !s.ok()) return s;

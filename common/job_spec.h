@@ -3,6 +3,7 @@
 #ifndef DDP_COMMON_JOB_SPEC_H_
 #define DDP_COMMON_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -11,6 +12,20 @@
 #include "ddp/v1/job.pb.h"
 
 namespace ddp {
+
+// Sizes a spec may ask for. Checked by ValidateJobSpec, and again where the
+// data is made or read (worker/dataset.cc), so neither trusts the other.
+// A synthetic sample is 1x28x28 float32.
+inline constexpr uint64_t kSyntheticSampleBytes = 1 * 28 * 28 * sizeof(float);
+inline constexpr uint64_t kMaxSyntheticTrainSize = 10'000'000;
+inline constexpr uint64_t kMaxSyntheticTestSize = 1'000'000;
+// train_size + test_size samples of a synthetic dataset: 4 GiB (1,369,568
+// samples) of x; making it takes about twice that at its peak.
+inline constexpr uint64_t kMaxSyntheticBytes = uint64_t{4} << 30;
+// dataset.train_size of the other kinds (the first train_size samples).
+inline constexpr uint64_t kMaxTrainSize = uint64_t{1} << 31;
+// Any path in a spec, in bytes (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
 
 // What this build can run; a spec asking for more is refused.
 struct BuildCapabilities {
@@ -22,13 +37,16 @@ BuildCapabilities ThisBuild();
 v1::JobSpec WithDefaults(v1::JobSpec spec);
 
 // Checks a spec that already has its defaults. INVALID_ARGUMENT names the
-// field: "job.batch_size: must be at least 1 (got 0)". Checks nothing on
-// disk: see coordinator/path_policy.h for where files may be, and
-// worker/preflight.h for their contents.
+// field: "job.batch_size: must be at least 1 (got 0)". Every number is
+// bounded (NaN and infinities refused), every string a client can make
+// long is quoted short (common/quote.h). Checks nothing on disk: see
+// coordinator/path_policy.h for where files may be, and worker/preflight.h
+// for their contents.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build);
 
-// Parses protobuf's JSON mapping of JobSpec, rejecting unknown fields, then
-// applies defaults and validates.
+// Parses protobuf's JSON mapping of JobSpec, rejecting unknown fields and
+// keys given twice (common/json_keys.h), then applies defaults and
+// validates.
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
                                              const BuildCapabilities& build);
 

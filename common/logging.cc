@@ -5,6 +5,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/quote.h"
 
 namespace ddp {
 namespace {
@@ -33,11 +34,14 @@ void SetLogIdentity(const std::string& identity) {
 }
 
 LogMessage::~LogMessage() {
+  // One entry, one line: a newline a client put in a host name or a detail
+  // can't start a forged line, and nothing floods the log.
+  const std::string text = EscapeControl(Truncated(stream_.str(), kMaxLogLineBytes));
   const std::string when =
       absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
   absl::MutexLock lock(&g_log_mu);
   std::fprintf(stderr, "%s %c %s] %s\n", when.c_str(), SeverityLetter(severity_),
-               g_identity ? g_identity->c_str() : "ddp", stream_.str().c_str());
+               g_identity ? g_identity->c_str() : "ddp", text.c_str());
   std::fflush(stderr);
 }
 

@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/bounded_text.h"
+#include "common/quote.h"
 
 namespace ddp {
 

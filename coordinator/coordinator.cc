@@ -8,13 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/quote.h"
+#include "coordinator/report_checks.h"
 
 namespace ddp {
 
 Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
       options_(std::move(options)),
-      store_(clock),
+      store_(clock, options_.store),
+      streams_(clock, options_.streams),
       registry_(clock, options_.registry),
       generations_(clock),
       job_(clock),
@@ -92,7 +95,7 @@ void Coordinator::SendLocked(const std::string& worker_id, v1::CoordinatorMessag
 void Coordinator::RejectLocked(const std::string& worker_id, absl::Status why, Effects* fx) {
   v1::CoordinatorMessage message;
   message.mutable_rejected()->set_code(static_cast<int>(why.code()));
-  message.mutable_rejected()->set_message(std::string(why.message()));
+  message.mutable_rejected()->set_message(Truncated(why.message(), kMaxReportedTextBytes));
   SendLocked(worker_id, std::move(message), fx);
 }
 
@@ -100,7 +103,7 @@ void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generat
                                   const std::string& reason, bool at_step_boundary, Effects* fx) {
   v1::CoordinatorMessage message;
   message.mutable_abort()->set_generation(generation);
-  message.mutable_abort()->set_reason(reason);
+  message.mutable_abort()->set_reason(Truncated(reason, kMaxReportedTextBytes));
   message.mutable_abort()->set_at_step_boundary(at_step_boundary);
   SendLocked(worker_id, std::move(message), fx);
 }
@@ -154,8 +157,8 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
                                                           " as rank ", request.rank())
                                            : "")
                   << (request.has_held() && !request.held().job_id().empty()
-                          ? absl::StrCat(", holding job ", request.held().job_id(), " at step ",
-                                         request.held().step())
+                          ? absl::StrCat(", holding job ", Quote(request.held().job_id()),
+                                         " at step ", request.held().step())
                           : "");
     if (request.has_held()) NoteHeldLocked(worker, request.held());
     OnClaimLocked(worker, request, took_over, &fx);
@@ -204,6 +207,10 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
         int rank;
         const auto& hb = message.heartbeat();
         if (hb.generation() != 0 && CheckMemberLocked(*worker, hb.generation(), &rank).ok()) {
+          if (absl::Status s = CheckStep(hb.step(), generations_.current()->source.step); !s.ok()) {
+            RejectLocked(worker->id, s, &fx);
+            break;
+          }
           registry_.NoteStep(worker, hb.step());
           worker->phase = hb.phase();
         }
@@ -221,6 +228,15 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
         if (absl::Status s = CheckMemberLocked(*worker, result.generation(), &rank); !s.ok()) {
           ++worker->stale_messages;
           RejectLocked(worker->id, s, &fx);
+          break;
+        }
+        // Each epoch is kept in status once: only the job's own.
+        if (result.epoch() >= job_.spec().epochs()) {
+          RejectLocked(worker->id,
+                       absl::InvalidArgumentError(
+                           absl::StrCat("epoch result of epoch ", result.epoch(), ": the job has ",
+                                        job_.spec().epochs(), " epochs; the message was dropped")),
+                       &fx);
           break;
         }
         job_.OnEpochResult(result);
@@ -248,6 +264,11 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
 
 void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch,
                                   Effects* fx) {
+  const Generation* current = generations_.current();
+  if (absl::Status s = CheckReportBatch(batch, current ? current->source.step : 0); !s.ok()) {
+    RejectLocked(worker->id, s, fx);
+    return;
+  }
   worker->reports_dropped += batch.dropped();
   double samples = 0, seconds = 0;
   for (const v1::StepReport& report : batch.reports()) {
@@ -268,10 +289,9 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
     registry_.NoteStep(worker, report.step());
     worker->last_loss = report.loss();
     worker->reduction = report.reduction();
+    worker->reduction.clear_newly_unused_parameter_names();  // kept once, below
     worker->phase = report.reduction().phase();
-    for (const auto& name : report.reduction().newly_unused_parameter_names()) {
-      worker->unused_parameters.insert(name);
-    }
+    registry_.NoteUnusedParameters(worker, report.reduction().newly_unused_parameter_names());
     samples += report.samples();
     seconds += report.step_seconds();
     if (!report.parameter_digest().empty()) {
@@ -297,20 +317,23 @@ void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointR
     RejectLocked(
         worker->id,
         absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint result of job \"", result.job_id(), "\" dropped: the current job is \"",
+            "checkpoint result of job ", Quote(result.job_id()), " dropped: the current job is \"",
             job_.id(), "\"", job_.active() ? "" : ", which is not running")),
         fx);
     return;
   }
-  job_.OnCheckpoint(result);
-  if (result.error().empty()) {
+  v1::CheckpointResult kept = result;
+  kept.set_path(Truncated(result.path(), kMaxReportedTextBytes));
+  kept.set_error(Truncated(result.error(), kMaxReportedTextBytes));
+  job_.OnCheckpoint(kept);
+  if (kept.error().empty()) {
     DDP_LOG(Info) << "checkpoint of step " << result.step() << " written by " << worker->id << ": "
-                  << result.path() << " ("
+                  << kept.path() << " ("
                   << absl::StrFormat("%.1f MB in %.2fs", result.bytes() / 1e6, result.seconds())
                   << ")";
   } else {
     DDP_LOG(Warning) << "checkpoint of step " << result.step() << " failed on " << worker->id
-                     << ": " << result.error();
+                     << ": " << kept.error();
   }
   PersistLocked(fx);
 }
@@ -318,6 +341,8 @@ void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointR
 void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change,
                                       Effects* fx) {
   if (change.has_held()) NoteHeldLocked(worker, change.held());
+  // Shown in status, logs and the job's message: cut to a bounded size.
+  const std::string detail = Truncated(change.detail(), kMaxReportedTextBytes);
   const Generation* current = generations_.current();
   const int rank = current ? current->RankOf(worker->id) : -1;
   const bool in_current = rank >= 0 && change.generation() == current->number;
@@ -327,23 +352,22 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
       // is a fact about the worker.
       if (in_current && admitting_) {
         worker->state = v1::WORKER_STATE_IDLE;
-        worker->detail = change.detail();
+        worker->detail = detail;
         OnLeftLocked(worker->id, fx);
         return;
       }
       if (in_current && worker->state != v1::WORKER_STATE_DONE) {
         // Free before the fault ends the generation: it is not told to
         // leave what it already left.
-        const std::string reason =
-            absl::StrFormat("%s left generation %d: %s", DescribeLocked(*worker, rank),
-                            current->number, change.detail());
+        const std::string reason = absl::StrFormat(
+            "%s left generation %d: %s", DescribeLocked(*worker, rank), current->number, detail);
         worker->state = v1::WORKER_STATE_IDLE;
         OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {worker->id}, fx);
       } else if (rank >= 0) {
         return;  // about an older generation; it is already assigned to the current one
       }
       worker->state = v1::WORKER_STATE_IDLE;
-      worker->detail = change.detail();
+      worker->detail = detail;
       OnLeftLocked(worker->id, fx);
       MaybeFormGenerationLocked(fx);  // it may complete a quorum
       return;
@@ -351,7 +375,7 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
       // Also a fact about the worker: a DONE that crossed an abort must not
       // leave it TRAINING forever.
       worker->state = v1::WORKER_STATE_DONE;
-      worker->detail = change.detail();
+      worker->detail = detail;
       if (!in_current) {
         OnLeftLocked(worker->id, fx);
         MaybeFormGenerationLocked(fx);
@@ -368,7 +392,7 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   if (!in_current) {
     if (change.state() == v1::WORKER_STATE_FAILED) {
       worker->state = v1::WORKER_STATE_FAILED;  // it leaves; its IDLE follows
-      worker->detail = change.detail();
+      worker->detail = detail;
       return;
     }
     ++worker->stale_messages;
@@ -377,21 +401,23 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
     return;
   }
   worker->state = change.state();
-  worker->detail = change.detail();
+  worker->detail = detail;
   worker->generation = change.generation();
-  if (change.has_probe()) worker->probe = change.probe();
+  if (change.has_probe()) {
+    worker->probe = change.probe();
+    worker->probe.set_backend(Truncated(change.probe().backend(), kMaxBackendBytes));
+  }
   // The hang clock starts when training does: rendezvous and taking up the
   // state are bounded by the collective timeout instead.
   if (change.state() == v1::WORKER_STATE_TRAINING) registry_.RestartHangClock(worker);
   if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
     changes_.OnStarted(change.generation(), change.held().step(),
-                       rank == static_cast<int>(current->source.rank) ? change.detail() : "");
+                       rank == static_cast<int>(current->source.rank) ? detail : "");
   }
   if (change.state() != v1::WORKER_STATE_FAILED) return;
   const auto code = static_cast<absl::StatusCode>(change.code());
-  const std::string reason =
-      absl::StrFormat("%s failed in generation %d: %s", DescribeLocked(*worker, rank),
-                      change.generation(), change.detail());
+  const std::string reason = absl::StrFormat(
+      "%s failed in generation %d: %s", DescribeLocked(*worker, rank), change.generation(), detail);
   if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
       code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kCancelled) {
     OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {}, fx);

@@ -40,20 +40,12 @@
 #include "coordinator/reform_policy.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/stream_gate.h"
+#include "coordinator/worker_channel.h"
 #include "coordinator/worker_registry.h"
 #include "ddp/v1/coordinator.pb.h"
 
 namespace ddp {
-
-// The way down to one worker's stream.
-class WorkerChannel {
- public:
-  virtual ~WorkerChannel() = default;
-  // Queues a message; never blocks. Thread-safe.
-  virtual void Send(const v1::CoordinatorMessage& message) = 0;
-  // Ends the stream with `status` once queued messages are written.
-  virtual void Close(const absl::Status& status) = 0;
-};
 
 class Coordinator {
  public:
@@ -61,6 +53,10 @@ class Coordinator {
     std::string version = kVersion;
     WorkerRegistry::Options registry;
     absl::Duration heartbeat_interval = absl::Seconds(1);
+    // The rendezvous store's limits.
+    KvStore::Options store;
+    // Attach streams: how many may be open, how soon they must register.
+    StreamGate::Options streams;
     // Store gets wait this long when the request names no timeout, and at
     // most max_store_wait.
     absl::Duration default_store_wait = absl::Seconds(30);
@@ -115,8 +111,14 @@ class Coordinator {
   // stream with it.
   absl::StatusOr<Session> Attach(const v1::RegisterRequest& request,
                                  std::shared_ptr<WorkerChannel> channel);
+  // Admission of Attach streams (the gRPC layer opens and closes them
+  // there); Tick closes those that never registered.
+  StreamGate* streams() { return &streams_; }
+
   // Any message after the first on the stream. Refused messages (stale
-  // generation, a second register) are answered with Rejected.
+  // generation, a second register, a report batch or step over its limit,
+  // see report_checks.h) are answered with Rejected; text a worker reports
+  // is cut to kMaxReportedTextBytes.
   void OnMessage(const Session& session, const v1::WorkerMessage& message);
   // The stream ended: the worker is lost.
   void OnStreamClosed(const Session& session, const std::string& reason);
@@ -134,19 +136,28 @@ class Coordinator {
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
 
   // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
-  // is the generation in progress; INVALID_ARGUMENT for an empty key. With
+  // is the generation in progress; INVALID_ARGUMENT for an empty or too
+  // long key; RESOURCE_EXHAUSTED, OUT_OF_RANGE as KvStore says. With
   // Options::require_store_tokens, PERMISSION_DENIED unless `store_token`
   // is the store token of one of that generation's members (compared in
   // constant time); tokens of older generations are never valid again.
   absl::Status StoreSet(const v1::StoreSetRequest& request, absl::string_view store_token = {});
-  void StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done,
-                absl::string_view store_token = {});
+  // Returns the waiter's id for CancelStoreGet, or 0 when `done` was
+  // already called. INVALID_ARGUMENT for a negative or NaN timeout.
+  KvStore::WaiterId StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done,
+                             absl::string_view store_token = {});
+  // The caller of a waiting StoreGet went away: `done` runs at once with
+  // CANCELLED, and nothing of the wait is held any longer.
+  void CancelStoreGet(KvStore::WaiterId waiter) { store_.Cancel(waiter); }
   absl::StatusOr<int64_t> StoreAdd(const v1::StoreAddRequest& request,
                                    absl::string_view store_token = {});
+  // Gets waiting in the store (tests, and operators' limits).
+  size_t store_waiters() const { return store_.num_waiters(); }
 
   // Periodic work: marks silent workers lost, evicts hung members, ends an
   // adoption window, forms a generation when the policy says so, fails
-  // store gets past their deadline, republishes the status snapshot.
+  // store gets past their deadline, closes streams that never registered,
+  // republishes the status snapshot.
   void Tick();
 
   // The latest status snapshot: never waits behind stream handlers.
@@ -246,6 +257,7 @@ class Coordinator {
   const Clock* clock_;
   const Options options_;
   KvStore store_;
+  StreamGate streams_;
   std::unique_ptr<StateWriter> state_writer_;
 
   mutable absl::Mutex mu_;

@@ -64,6 +64,7 @@ void Coordinator::Tick() {
   }
   Apply(fx);
   store_.ExpireWaiters();
+  streams_.CloseUnregistered();
 }
 
 void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request,
@@ -343,6 +344,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     w->step = source.step;
     registry_.RestartHangClock(w);
     w->unused_parameters.clear();
+    w->unused_names_dropped = 0;
     w->reduction.Clear();
     w->probe.Clear();
     w->parameter_digest.clear();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/quote.h"
 #include "common/tokens.h"
 #include "coordinator/coordinator.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -17,7 +18,7 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
   google::protobuf::util::MessageDifferencer differencer;
   differencer.ReportDifferencesToString(&report);
   differencer.Compare(a, b);
-  return report.substr(0, report.find('\n'));
+  return Truncated(report.substr(0, report.find('\n')), 4 * kMaxQuotedBytes);
 }
 
 }  // namespace
@@ -81,7 +82,9 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
   return spec;
 }
 
-absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& reason) {
+absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason) {
+  // Kept in the job's message and the change log.
+  const std::string reason = Truncated(given_reason, kMaxReportedTextBytes);
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
@@ -100,16 +103,16 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
 absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_id,
                                                         uint64_t generation, const std::string& key,
                                                         absl::string_view store_token) {
-  if (key.empty()) return absl::InvalidArgumentError("store key is empty");
+  if (absl::Status s = store_.CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!job_.active() || job_id != job_.id()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", job_id, "\" is not running",
+        "job ", Quote(job_id), " is not running",
         job_.active() ? absl::StrCat("; the current job is \"", job_.id(), "\"") : ""));
   }
   if (!generations_.IsCurrent(generation)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "stale generation ", generation, " for job \"", job_id, "\": the current generation is ",
+        "stale generation ", generation, " for job ", Quote(job_id), ": the current generation is ",
         generations_.current() ? generations_.current()->number : 0));
   }
   if (options_.require_store_tokens) {
@@ -139,22 +142,25 @@ absl::Status Coordinator::StoreSet(const v1::StoreSetRequest& request,
   absl::StatusOr<std::string> ns =
       StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
   if (!ns.ok()) return ns.status();
-  store_.Set(*ns, request.key(), request.value());
-  return absl::OkStatus();
+  return store_.Set(*ns, request.key(), request.value());
 }
 
-void Coordinator::StoreGet(const v1::StoreGetRequest& request, KvStore::GetCallback done,
-                           absl::string_view store_token) {
+KvStore::WaiterId Coordinator::StoreGet(const v1::StoreGetRequest& request,
+                                        KvStore::GetCallback done, absl::string_view store_token) {
   absl::StatusOr<std::string> ns =
       StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
-  if (!ns.ok()) return done(ns.status());
-  if (request.timeout_seconds() < 0) {
-    return done(absl::InvalidArgumentError("timeout_seconds must not be negative"));
+  if (!ns.ok()) {
+    done(ns.status());
+    return 0;
+  }
+  if (!(request.timeout_seconds() >= 0)) {  // NaN too
+    done(absl::InvalidArgumentError("timeout_seconds must be a number >= 0"));
+    return 0;
   }
   absl::Duration wait = request.timeout_seconds() == 0 ? options_.default_store_wait
                                                        : absl::Seconds(request.timeout_seconds());
   wait = std::min(wait, options_.max_store_wait);
-  store_.Get(*ns, request.key(), clock_->Now() + wait, std::move(done));
+  return store_.Get(*ns, request.key(), clock_->Now() + wait, std::move(done));
 }
 
 absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request,
@@ -201,6 +207,7 @@ void Coordinator::PublishLocked() {
     ws->set_reports_dropped(w->reports_dropped);
     *ws->mutable_probe() = w->probe;
     ws->set_stale_messages(w->stale_messages);
+    ws->set_unused_parameter_names_dropped(w->unused_names_dropped);
     ws->set_parameter_digest(w->parameter_digest);
     ws->set_digest_step(w->digest_step);
     if (w->held) *ws->mutable_held() = *w->held;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/quote.h"
 
 namespace ddp {
 namespace {
@@ -32,13 +33,13 @@ absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
 
 absl::Status JobProgress::Cancel(const std::string& job_id, const std::string& reason) {
   if (state_ == v1::JOB_STATE_UNSPECIFIED || job_id != spec_.name()) {
-    return absl::NotFoundError(absl::StrCat("no job \"", job_id, "\"",
+    return absl::NotFoundError(absl::StrCat("no job ", Quote(job_id),
                                             spec_.name().empty() ? "" : "; the current job is \"",
                                             spec_.name(), spec_.name().empty() ? "" : "\""));
   }
   if (ended()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job \"", job_id, "\" already ended (", v1::JobState_Name(state_), ")"));
+        absl::StrCat("job ", Quote(job_id), " already ended (", v1::JobState_Name(state_), ")"));
   }
   state_ = v1::JOB_STATE_CANCELLED;
   message_ = reason.empty() ? "cancelled by an operator" : absl::StrCat("cancelled: ", reason);

@@ -1,5 +1,6 @@
 // ddp-coordinator: assigns ranks, epochs and sampler seeds to workers, serves
 // their rendezvous store, and shows operators the whole job.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,6 +53,14 @@ ABSL_FLAG(bool, exit_when_done, false,
           "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
           "3 if it was cancelled");
 ABSL_FLAG(std::string, port_file, "", "write the port served on to this file once serving");
+ABSL_FLAG(uint32_t, max_attach_streams, 20000,
+          "most worker (Attach) streams open at once, registered or not; more are refused "
+          "with RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, register_deadline, absl::Seconds(10),
+          "an Attach stream that sends no RegisterRequest this long after opening is closed "
+          "with DEADLINE_EXCEEDED");
+ABSL_FLAG(uint32_t, max_watch_streams, 64,
+          "most WatchStatus streams open at once; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, status_file, "",
           "on exit, write the final GetStatus answer to this file (protobuf JSON)");
 ABSL_FLAG(std::string, data_root, "/usr/share/datasets,/var/lib/ddp/data",
@@ -216,6 +225,15 @@ absl::StatusOr<v1::JobSpec> SubmitAndWait(Coordinator& core, const v1::JobSpec& 
   return answer;
 }
 
+// glibc keeps what a flood of calls freed (thousands of gRPC call arenas,
+// spread over every thread's malloc arena) for reuse, so an idle
+// coordinator would hold its peak for hours. Hands free pages back.
+void ReturnFreeMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 int Run() {
   SetLogIdentity("coordinator");
   absl::StatusOr<Security> security = LoadSecurity();
@@ -257,6 +275,13 @@ int Run() {
     return 2;
   }
   options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
+  options.streams.max_streams = absl::GetFlag(FLAGS_max_attach_streams);
+  options.streams.register_deadline = absl::GetFlag(FLAGS_register_deadline);
+  if (options.streams.max_streams == 0 ||
+      options.streams.register_deadline <= absl::ZeroDuration()) {
+    DDP_LOG(Error) << "--max_attach_streams and --register_deadline must be positive";
+    return 2;
+  }
   options.validate_job = [&roots, &validator](const v1::JobSpec& spec,
                                               std::function<void(absl::Status)> done) {
     // The paths first: a stat each, quick, and it needs no queue.
@@ -296,7 +321,7 @@ int Run() {
     }
   }
 
-  StatusWatchers watchers;
+  StatusWatchers watchers(absl::GetFlag(FLAGS_max_watch_streams));
   CoordinatorService service(&core, &watchers, security->authorizer.get());
   HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -329,9 +354,15 @@ int Run() {
 
   std::atomic<bool> stopping{false};
   std::thread ticker([&] {
+    absl::Time trimmed = absl::Now();
     while (!stopping) {
       core.Tick();
-      watchers.Broadcast(core.Snapshot(), absl::Now());
+      const absl::Time now = absl::Now();
+      watchers.Broadcast(core.Snapshot(), now);
+      if (now - trimmed >= absl::Seconds(5)) {
+        ReturnFreeMemory();
+        trimmed = now;
+      }
       absl::SleepFor(absl::Milliseconds(50));
     }
   });

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -16,6 +18,47 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
+
+// One StoreGet: answered when the key is set, the wait times out or the
+// caller goes away. Frees itself in OnDone.
+class StoreGetCall final : public grpc::ServerUnaryReactor {
+ public:
+  StoreGetCall(Coordinator* core, v1::StoreGetResponse* response)
+      : core_(core), response_(response) {}
+
+  // Called from the method handler, so before gRPC can call OnCancel or
+  // OnDone: the waiter id is set before anyone reads it.
+  void Start(const v1::StoreGetRequest& request, absl::string_view store_token) {
+    const KvStore::WaiterId waiter = core_->StoreGet(
+        request,
+        [this](absl::StatusOr<std::string> value) {
+          // Runs once, whichever way the wait ends.
+          if (value.ok()) response_->set_value(std::move(*value));
+          Finish(ToGrpcStatus(value.status()));
+        },
+        store_token);
+    absl::MutexLock lock(&mu_);
+    waiter_ = waiter;
+  }
+
+  void OnCancel() override {
+    KvStore::WaiterId waiter;
+    {
+      absl::MutexLock lock(&mu_);
+      waiter = waiter_;
+    }
+    // Finishes the call with CANCELLED unless it was answered already.
+    if (waiter != 0) core_->CancelStoreGet(waiter);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  Coordinator* const core_;
+  v1::StoreGetResponse* const response_;
+  absl::Mutex mu_;
+  KvStore::WaiterId waiter_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // A streaming call refused before anything was read or written: finishes
 // at once (gRPC holds the Finish until the reactor is bound), frees itself.
@@ -59,13 +102,13 @@ absl::Status CoordinatorService::Allow(grpc::CallbackServerContext* context, con
   return s;
 }
 
-grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* CoordinatorService::Attach(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Attach(
     grpc::CallbackServerContext* context) {
   // Before the first read: a caller without a worker token is never heard.
   if (absl::Status s = Allow(context, method::kAttach); !s.ok()) {
-    return new Refused<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(s);
+    return new Refused<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(s);
   }
-  return AttachStream::Start(core_);
+  return AttachStream::Start(core_, context);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* context,
@@ -79,17 +122,10 @@ grpc::ServerUnaryReactor* CoordinatorService::StoreGet(grpc::CallbackServerConte
                                                        const v1::StoreGetRequest* request,
                                                        v1::StoreGetResponse* response) {
   if (absl::Status s = Allow(context, method::kStoreGet); !s.ok()) return Reply(context, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The reply comes when the key is set or the deadline passes; the RPC's
-  // objects stay alive until Finish.
-  core_->StoreGet(
-      *request,
-      [reactor, response](absl::StatusOr<std::string> value) {
-        if (value.ok()) response->set_value(std::move(*value));
-        reactor->Finish(ToGrpcStatus(value.status()));
-      },
-      StoreToken(context));
-  return reactor;
+  // The RPC's request and response stay alive until OnDone.
+  auto* call = new StoreGetCall(core_, response);
+  call->Start(*request, StoreToken(context));
+  return call;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreAdd(grpc::CallbackServerContext* context,

@@ -21,18 +21,31 @@
 
 namespace ddp {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+// Every method as a callback, Attach with raw bytes (AttachStream parses
+// them, to tell a message that does not parse from the end of the stream).
+using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Attach<
+    v1::Coordinator::WithCallbackMethod_StoreSet<v1::Coordinator::WithCallbackMethod_StoreGet<
+        v1::Coordinator::WithCallbackMethod_StoreAdd<v1::Coordinator::WithCallbackMethod_GetStatus<
+            v1::Coordinator::WithCallbackMethod_ListWorkers<
+                v1::Coordinator::WithCallbackMethod_SubmitJob<
+                    v1::Coordinator::WithCallbackMethod_CancelJob<
+                        v1::Coordinator::WithCallbackMethod_WatchStatus<
+                            v1::Coordinator::Service>>>>>>>>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // `core`, `watchers` and `authorizer` must outlive the service; a null
   // `authorizer` lets every call through.
   CoordinatorService(Coordinator* core, StatusWatchers* watchers,
                      const Authorizer* authorizer = nullptr);
 
-  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Attach(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* context,
                                      const v1::StoreSetRequest* request,
                                      v1::StoreSetResponse* response) override;
+  // A waiting get whose caller goes away (cancelled, or past the deadline it
+  // gave) leaves the store at once, holding nothing.
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* context,
                                      const v1::StoreGetRequest* request,
                                      v1::StoreGetResponse* response) override;

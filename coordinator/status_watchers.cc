@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace ddp {
 
 // One WatchStatus stream. Freed in OnDone, after it left the set, so the
@@ -20,6 +22,15 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
       current_ = status;  // keeps the snapshot alive during the write
     }
     StartWrite(current_.get());
+  }
+
+  // Ends the stream before it wrote anything.
+  void Refuse(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      finishing_ = true;
+    }
+    Finish(status);
   }
 
   void End() {
@@ -63,9 +74,21 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
 grpc::ServerWriteReactor<v1::JobStatus>* StatusWatchers::Start(
     std::shared_ptr<const v1::JobStatus> first, absl::Duration interval, absl::Time now) {
   auto* watch = new StatusWatch(this, interval);
+  size_t open = 0;
   {
     absl::MutexLock lock(&mu_);
-    watches_.insert(watch);
+    open = watches_.size();
+    if (open < max_watches_) watches_.insert(watch);
+  }
+  if (open >= max_watches_) {
+    // Never in the set: OnDone's Remove finds nothing, and frees it.
+    watch->Refuse(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat(open,
+                                  " WatchStatus streams are open, the coordinator's limit "
+                                  "(--max_watch_streams ",
+                                  max_watches_, "); poll GetStatus, or try again later")));
+    return watch;
   }
   watch->Offer(first, now);
   return watch;

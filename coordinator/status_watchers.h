@@ -1,9 +1,12 @@
 // WatchStatus streams: each gets the latest snapshot every interval it
 // asked for. The ticker calls Broadcast; a slow client skips snapshots
-// rather than queueing them.
+// rather than queueing them. At most max_watches are open at once
+// (ddp-coordinator --max_watch_streams); more are refused with
+// RESOURCE_EXHAUSTED.
 #ifndef DDP_COORDINATOR_STATUS_WATCHERS_H_
 #define DDP_COORDINATOR_STATUS_WATCHERS_H_
 
+#include <cstddef>
 #include <memory>
 #include <set>
 
@@ -19,7 +22,12 @@ class StatusWatch;
 
 class StatusWatchers {
  public:
-  // Starts a watch stream that writes `first` at once. The reactor is
+  static constexpr size_t kDefaultMaxWatches = 64;
+
+  explicit StatusWatchers(size_t max_watches = kDefaultMaxWatches) : max_watches_(max_watches) {}
+
+  // Starts a watch stream that writes `first` at once, or one that ends at
+  // once with RESOURCE_EXHAUSTED when max_watches are open. The reactor is
   // gRPC's until OnDone.
   grpc::ServerWriteReactor<v1::JobStatus>* Start(std::shared_ptr<const v1::JobStatus> first,
                                                  absl::Duration interval, absl::Time now);
@@ -32,6 +40,7 @@ class StatusWatchers {
   friend class StatusWatch;
   void Remove(StatusWatch* watch);
 
+  const size_t max_watches_;
   absl::Mutex mu_;
   std::set<StatusWatch*> watches_ ABSL_GUARDED_BY(mu_);
 };

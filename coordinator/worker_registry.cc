@@ -5,27 +5,80 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/quote.h"
 #include "coordinator/rank_assignment.h"
 
 namespace ddp {
+namespace {
 
-absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest& request,
-                                                       const std::string& version, uint64_t session,
-                                                       bool* took_over) {
-  *took_over = false;
+absl::Status TooLong(absl::string_view field, absl::string_view value, size_t limit) {
+  return absl::InvalidArgumentError(absl::StrCat("register.", field, " ", Quote(value), " is ",
+                                                 value.size(), " bytes; the limit is ", limit,
+                                                 " bytes"));
+}
+
+// `value` is at most `limit` bytes, and holds no control characters (nor
+// spaces, with `printable_only`: printable ASCII only).
+absl::Status CheckText(absl::string_view field, absl::string_view value, size_t limit,
+                       bool printable_only = false) {
+  if (value.size() > limit) return TooLong(field, value, limit);
+  for (unsigned char c : value) {
+    const bool bad = printable_only ? (c <= 0x20 || c >= 0x7f) : (c < 0x20 || c == 0x7f);
+    if (bad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.", field, " ", Quote(value), " holds ",
+                       printable_only ? "a byte that is not printable ASCII (or a space)"
+                                      : "a control character",
+                       "; it is shown to operators and written to logs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckRegisterFields(const v1::RegisterRequest& request) {
   if (request.host().empty()) {
     return absl::InvalidArgumentError(
         "register.host is empty: a worker must say which host "
         "its peers reach it at");
   }
+  if (absl::Status s = CheckText("host", request.host(), kMaxHostBytes, true); !s.ok()) return s;
+  if (absl::Status s = CheckText("name", request.name(), kMaxWorkerNameBytes); !s.ok()) return s;
+  if (absl::Status s = CheckText("device", request.device(), kMaxDeviceBytes); !s.ok()) return s;
+  if (absl::Status s = CheckText("version", request.version(), kMaxVersionBytes); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckText("machine_id", request.machine_id(), kMaxMachineIdBytes); !s.ok()) {
+    return s;
+  }
+  const auto& backends = request.capabilities().backends();
+  if (static_cast<size_t>(backends.size()) > kMaxBackends) {
+    return absl::InvalidArgumentError(absl::StrCat("register.capabilities.backends has ",
+                                                   backends.size(), " entries; the limit is ",
+                                                   kMaxBackends));
+  }
+  for (const std::string& backend : backends) {
+    if (absl::Status s = CheckText("capabilities.backends", backend, kMaxBackendBytes); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest& request,
+                                                       const std::string& version, uint64_t session,
+                                                       bool* took_over) {
+  *took_over = false;
+  if (absl::Status s = CheckRegisterFields(request); !s.ok()) return s;
   absl::StatusOr<Device> device = ParseDevice(request.device());
   if (!device.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("register.device: ", device.status().message()));
   }
   if (request.version() != version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker version \"", request.version(), "\" differs from the coordinator's \"",
-                     version, "\"; run the same build on every machine"));
+    return absl::FailedPreconditionError(absl::StrCat("worker version ", Quote(request.version()),
+                                                      " differs from the coordinator's \"", version,
+                                                      "\"; run the same build on every machine"));
   }
   const std::string id = request.name().empty()
                              ? absl::StrCat(request.host(), "/", device->ToString())
@@ -112,6 +165,21 @@ bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std
   if (w == nullptr) return false;
   MarkLostRecord(w, reason);
   return true;
+}
+
+void WorkerRegistry::NoteUnusedParameters(
+    WorkerRecord* worker, const google::protobuf::RepeatedPtrField<std::string>& names) {
+  size_t added = 0;
+  for (const std::string& name : names) {
+    const bool fits = name.size() <= kMaxParameterNameBytes &&
+                      added < kMaxNewUnusedNamesPerReport &&
+                      worker->unused_parameters.size() < kMaxUnusedNamesPerWorker;
+    if (!fits) {
+      ++worker->unused_names_dropped;
+    } else if (worker->unused_parameters.insert(name).second) {
+      ++added;
+    }
+  }
 }
 
 void WorkerRegistry::NoteStep(WorkerRecord* worker, uint64_t step) {

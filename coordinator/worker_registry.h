@@ -1,9 +1,13 @@
 // Which workers are attached, what each last said, and which went silent.
+// Bounds what one worker can make the coordinator hold: register fields are
+// checked (INVALID_ARGUMENT naming the field and its limit), reported text
+// is cut, unused-parameter names beyond their limits are only counted.
 //
 // Not thread-safe: the Coordinator calls it under its own lock.
 #ifndef DDP_COORDINATOR_WORKER_REGISTRY_H_
 #define DDP_COORDINATOR_WORKER_REGISTRY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -19,6 +24,29 @@
 #include "ddp/v1/worker.pb.h"
 
 namespace ddp {
+
+// RegisterRequest fields, in bytes (INVALID_ARGUMENT beyond). The host is a
+// DNS name or an address (printable ASCII, no spaces); the other strings
+// may hold no control characters.
+inline constexpr size_t kMaxHostBytes = 253;
+inline constexpr size_t kMaxWorkerNameBytes = 128;
+inline constexpr size_t kMaxDeviceBytes = 64;
+inline constexpr size_t kMaxVersionBytes = 64;
+inline constexpr size_t kMaxMachineIdBytes = 256;
+inline constexpr size_t kMaxBackends = 8;
+inline constexpr size_t kMaxBackendBytes = 16;
+// Text a worker reports that lands in status (a state's detail, a
+// checkpoint's path or error, a probe's backend) is cut to this many bytes.
+inline constexpr size_t kMaxReportedTextBytes = 1024;
+// Unused-parameter names: longer names, more new names in one report, or
+// more names for one worker (in one generation) are counted in
+// WorkerRecord::unused_names_dropped instead of stored.
+inline constexpr size_t kMaxParameterNameBytes = 256;
+inline constexpr size_t kMaxNewUnusedNamesPerReport = 1000;
+inline constexpr size_t kMaxUnusedNamesPerWorker = 10000;
+
+// OK when every field of `request` is within its limits.
+absl::Status CheckRegisterFields(const v1::RegisterRequest& request);
 
 struct WorkerRecord {
   std::string id;
@@ -46,6 +74,8 @@ struct WorkerRecord {
   double samples_per_sec = 0;
   v1::ReductionStatus reduction;
   std::set<std::string> unused_parameters;
+  // Names not stored for the limits above.
+  uint64_t unused_names_dropped = 0;
   uint64_t reports_dropped = 0;
   uint64_t stale_messages = 0;
   v1::ProbeResult probe;
@@ -68,13 +98,12 @@ class WorkerRegistry {
 
   WorkerRegistry(const Clock* clock, Options options) : clock_(clock), options_(options) {}
 
-  // Adds an attached worker. INVALID_ARGUMENT for a bad device or empty
-  // host, FAILED_PRECONDITION for another version than `version`,
-  // ALREADY_EXISTS when an attached worker has the same (host, device) or id.
-  // A lost worker with the same id or (host, device) is replaced. The same
-  // process (same id, pid and machine) registering on a new stream before
-  // its old one was noticed closed takes its record over: `*took_over` is
-  // set, and the record keeps its state under the new session.
+  // Adds an attached worker. INVALID_ARGUMENT for a bad device, an empty
+  // host or a field over its limit (CheckRegisterFields), FAILED_PRECONDITION for another version
+  // than `version`, ALREADY_EXISTS when an attached worker has the same (host, device) or id. A
+  // lost worker with the same id or (host, device) is replaced. The same process (same id, pid and
+  // machine) registering on a new stream before its old one was noticed closed takes its record
+  // over: `*took_over` is set, and the record keeps its state under the new session.
   absl::StatusOr<WorkerRecord*> Register(const v1::RegisterRequest& request,
                                          const std::string& version, uint64_t session,
                                          bool* took_over);
@@ -91,6 +120,11 @@ class WorkerRegistry {
   bool MarkLost(const std::string& id, uint64_t session, const std::string& reason);
   // Marks an attached worker lost whatever its stream (evicted as hung).
   void Evict(WorkerRecord* worker, const std::string& reason) { MarkLostRecord(worker, reason); }
+
+  // Records names of parameters the worker saw unused, within the limits
+  // above.
+  void NoteUnusedParameters(WorkerRecord* worker,
+                            const google::protobuf::RepeatedPtrField<std::string>& names);
 
   // Records a step the worker reported; a larger one restarts its hang clock.
   void NoteStep(WorkerRecord* worker, uint64_t step);

@@ -13,6 +13,8 @@ RegisterFailure ClassifyRegisterFailure(grpc::StatusCode code) {
     case grpc::StatusCode::FAILED_PRECONDITION:
       return RegisterFailure::kFatal;
     case grpc::StatusCode::ALREADY_EXISTS:
+    // Too many Attach streams open at the coordinator just now.
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return RegisterFailure::kRefusedForNow;
     default:
       return RegisterFailure::kUnreachable;
@@ -32,6 +34,9 @@ std::string RegisterFailureHint(grpc::StatusCode code) {
     case grpc::StatusCode::UNAVAILABLE:
       return "is the coordinator running at --coordinator, and do both sides agree on TLS "
              "(--tls_ca, --tls_cert, --tls_key)?";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "the coordinator has as many Attach streams open as its --max_attach_streams "
+             "allows";
     case grpc::StatusCode::UNIMPLEMENTED:
       return "is --coordinator the address of a ddp-coordinator?";
     default:

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/bounded_text.h"
+#include "common/quote.h"
 
 namespace ddp {
 namespace {

@@ -109,7 +109,86 @@ INSTANTIATE_TEST_SUITE_P(
                     "job.checkpoint.every_seconds"},
         BadSpecCase{R"({"checkpoint": {"dir": "/c", "everySeconds": "NaN"}})",
                     "job.checkpoint.every_seconds"},
-        BadSpecCase{R"({"checkpoint": {"dir": "/c", "keep": 5000}})", "job.checkpoint.keep"}));
+        BadSpecCase{R"({"checkpoint": {"dir": "/c", "keep": 5000}})", "job.checkpoint.keep"},
+        // Non-finite optimizer values, each naming its field.
+        BadSpecCase{R"({"optimizer": {"lr": "NaN"}})", "job.optimizer.lr"},
+        BadSpecCase{R"({"optimizer": {"lr": "Infinity"}})", "job.optimizer.lr"},
+        BadSpecCase{R"({"optimizer": {"momentum": "NaN"}})", "job.optimizer.momentum"},
+        BadSpecCase{R"({"optimizer": {"weightDecay": "NaN"}})", "job.optimizer.weight_decay"},
+        BadSpecCase{R"({"optimizer": {"weightDecay": "Infinity"}})", "job.optimizer.weight_decay"},
+        BadSpecCase{R"({"optimizer": {"beta1": "NaN"}})", "job.optimizer.beta1"},
+        BadSpecCase{R"({"optimizer": {"beta2": "-Infinity"}})", "job.optimizer.beta2"},
+        BadSpecCase{R"({"optimizer": {"beta2": 1}})", "job.optimizer.beta2"},
+        BadSpecCase{R"({"optimizer": {"kind": "adam", "eps": "Infinity"}})", "job.optimizer.eps"},
+        BadSpecCase{R"({"optimizer": {"kind": "adam", "eps": "NaN"}})", "job.optimizer.eps"},
+        BadSpecCase{R"({"optimizer": {"kind": "adam", "eps": 0}})", "job.optimizer.eps"},
+        // Sizes: counts, bytes, and values that would wrap.
+        BadSpecCase{R"({"dataset": {"kind": "synthetic", "trainSize": "10000001"}})",
+                    "job.dataset.train_size"},
+        BadSpecCase{R"({"dataset": {"kind": "synthetic", "trainSize": "18446744073709551615"}})",
+                    "job.dataset.train_size"},
+        BadSpecCase{R"({"dataset": {"kind": "synthetic", "testSize": "1000001"}})",
+                    "job.dataset.test_size"},
+        BadSpecCase{R"({"dataset": {"kind": "synthetic", "trainSize": 1000000,
+                                    "testSize": 1000000}})",
+                    "job.dataset.train_size"},
+        BadSpecCase{R"({"dataset": {"kind": "fashion-mnist", "trainSize": "2147483649"}})",
+                    "job.dataset.train_size"},
+        BadSpecCase{R"({"minWorkers": 2, "maxWorkers": 100000})", "job.max_workers"}));
+
+TEST(JobSpec, ParseJobSpecJson_SyntheticAtItsLimits_Accepted) {
+  // 1,369,568 samples of 3136 bytes fit in 4 GiB; one more does not.
+  EXPECT_THAT(ParseJobSpecJson(
+                  R"({"dataset": {"kind": "synthetic", "trainSize": 1000000, "testSize": 369568}})",
+                  NoNccl()),
+              IsOk());
+  EXPECT_THAT(ParseJobSpecJson(
+                  R"({"dataset": {"kind": "synthetic", "trainSize": 1000000, "testSize": 369569}})",
+                  NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4294967296 bytes")));
+  EXPECT_THAT(ParseJobSpecJson(R"({"dataset": {"kind": "tensors", "path": "/d/x.pt",
+                                               "trainSize": "2147483648"}})",
+                               NoNccl()),
+              IsOk());
+}
+
+TEST(JobSpec, ParseJobSpecJson_DuplicateKey_InvalidArgumentNamingIt) {
+  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "optimizer": {"lr": 0.1, "lr": 0.2}})", NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job.optimizer.lr"), HasSubstr("twice"))));
+  EXPECT_THAT(ParseJobSpecJson(R"({"epochs": 1, "name": "a", "epochs": 2})", NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.epochs")));
+}
+
+TEST(JobSpec, ParseJobSpecJson_BothJsonNamesOfAField_InvalidArgument) {
+  EXPECT_THAT(ParseJobSpecJson(R"({"batchSize": 8, "batch_size": 16})", NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job.batch_size"), HasSubstr("\"batchSize\""))));
+}
+
+TEST(JobSpec, ParseJobSpecJson_SameKeyInDifferentObjects_Accepted) {
+  EXPECT_THAT(
+      ParseJobSpecJson(R"({"model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"}})", NoNccl()),
+      IsOk());
+}
+
+TEST(JobSpec, Validate_HugeStrings_EchoedShort) {
+  v1::JobSpec spec = WithDefaults(v1::JobSpec());
+  spec.set_name(std::string(3 << 20, 'x'));
+  absl::Status s = ValidateJobSpec(spec, NoNccl());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(3145728 bytes)")));
+  EXPECT_LT(s.message().size(), 300u);
+  spec = WithDefaults(v1::JobSpec());
+  spec.mutable_model()->set_kind(std::string(1 << 20, 'm') + "\n2026-01-01 I coordinator] x");
+  s = ValidateJobSpec(spec, NoNccl());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.model.kind")));
+  EXPECT_LT(s.message().size(), 300u);
+  spec = WithDefaults(v1::JobSpec());
+  spec.set_output_path("/" + std::string(5000, 'p'));
+  EXPECT_THAT(ValidateJobSpec(spec, NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job.output_path"), HasSubstr("4096"))));
+}
 
 TEST(JobSpec, ParseJobSpecJson_Minimal_ElasticDefaults) {
   auto spec = ParseJobSpecJson(R"({"name": "demo"})", NoNccl());

@@ -24,7 +24,7 @@ TEST(ClassifyRegisterFailure, Table) {
                         Case{C::UNAVAILABLE, RegisterFailure::kUnreachable},
                         Case{C::DEADLINE_EXCEEDED, RegisterFailure::kUnreachable},
                         Case{C::CANCELLED, RegisterFailure::kUnreachable},
-                        Case{C::RESOURCE_EXHAUSTED, RegisterFailure::kUnreachable},
+                        Case{C::RESOURCE_EXHAUSTED, RegisterFailure::kRefusedForNow},
                         Case{C::UNIMPLEMENTED, RegisterFailure::kUnreachable},
                         Case{C::INTERNAL, RegisterFailure::kUnreachable},
                         Case{C::OK, RegisterFailure::kUnreachable}}) {

@@ -1,6 +1,5 @@
 #include "common/status_line.h"
 
-#include "common/bounded_text.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -9,23 +8,6 @@ namespace {
 
 using testing::HasSubstr;
 using testing::Not;
-
-TEST(Bounded, ShortText_Unchanged) { EXPECT_EQ(Bounded("model.pt"), "model.pt"); }
-
-TEST(Bounded, ControlCharacters_Escaped) {
-  EXPECT_EQ(Bounded("a\nb\x01"
-                    "c\x7f"),
-            "a\\nb\\x01c\\x7f");
-}
-
-TEST(Bounded, LongText_CutAndSized) {
-  EXPECT_EQ(Bounded(std::string(500, 'x'), 10), "xxxxxxxxxx... (500 bytes)");
-}
-
-TEST(Bounded, CutInsideACharacter_BacksOffToItsStart) {
-  // "é" is two bytes; a cut after 2 bytes would split the second one.
-  EXPECT_EQ(Bounded("aéé", 4), "aé... (5 bytes)");
-}
 
 TEST(StatusLine, RoundTrip_KeepsCodeAndMessage) {
   const absl::Status s = absl::InvalidArgumentError("model.path: \"/a b\" does not exist");

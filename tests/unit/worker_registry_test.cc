@@ -1,5 +1,6 @@
 #include "coordinator/worker_registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -162,6 +163,98 @@ TEST_F(WorkerRegistryTest, All_OrderedByHostThenDevice) {
   std::vector<std::string> ids;
   for (const WorkerRecord* w : registry_.All()) ids.push_back(w->id);
   EXPECT_EQ(ids, (std::vector<std::string>{"h1/cpu:2", "h1/cpu:10", "h2/cpu:0"}));
+}
+
+struct FieldLimitCase {
+  const char* name;
+  void (*set)(v1::RegisterRequest*);
+  const char* field;
+  const char* limit;
+};
+
+class RegisterFieldLimit : public testing::TestWithParam<FieldLimitCase> {};
+
+TEST_P(RegisterFieldLimit, Register_FieldOverLimit_InvalidArgumentNamingFieldAndLimit) {
+  FakeClock clock;
+  WorkerRegistry registry(&clock, WorkerRegistry::Options{});
+  v1::RegisterRequest r = Req("h1", "cpu:0");
+  GetParam().set(&r);
+  bool took_over = false;
+  auto w = registry.Register(r, "1.0", 1, &took_over);
+  EXPECT_THAT(w,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       testing::AllOf(HasSubstr(GetParam().field), HasSubstr(GetParam().limit))));
+  // Never the whole value back: the caller gets the reason, not a transport error.
+  EXPECT_LT(w.status().message().size(), 400u);
+  EXPECT_EQ(registry.num_attached(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, RegisterFieldLimit,
+    testing::Values(
+        FieldLimitCase{"HugeHost",
+                       [](v1::RegisterRequest* r) { r->set_host(std::string(2500000, 'h')); },
+                       "register.host", "limit is 253 bytes"},
+        FieldLimitCase{"Host254",
+                       [](v1::RegisterRequest* r) { r->set_host(std::string(254, 'h')); },
+                       "register.host", "limit is 253 bytes"},
+        FieldLimitCase{"HostWithNewline",
+                       [](v1::RegisterRequest* r) {
+                         r->set_host("h\n2026-01-01 00:00:00.000 I coordinator] forged");
+                       },
+                       "register.host", "printable ASCII"},
+        FieldLimitCase{"HostWithSpace", [](v1::RegisterRequest* r) { r->set_host("a b"); },
+                       "register.host", "printable ASCII"},
+        FieldLimitCase{"Name", [](v1::RegisterRequest* r) { r->set_name(std::string(129, 'n')); },
+                       "register.name", "limit is 128 bytes"},
+        FieldLimitCase{"NameWithEscape", [](v1::RegisterRequest* r) { r->set_name("w\x1b[2J"); },
+                       "register.name", "control character"},
+        FieldLimitCase{"Device",
+                       [](v1::RegisterRequest* r) { r->set_device(std::string(65, 'd')); },
+                       "register.device", "limit is 64 bytes"},
+        FieldLimitCase{"Version",
+                       [](v1::RegisterRequest* r) { r->set_version(std::string(65, 'v')); },
+                       "register.version", "limit is 64 bytes"},
+        FieldLimitCase{"MachineId",
+                       [](v1::RegisterRequest* r) { r->set_machine_id(std::string(257, 'm')); },
+                       "register.machine_id", "limit is 256 bytes"},
+        FieldLimitCase{"ManyBackends",
+                       [](v1::RegisterRequest* r) {
+                         for (int i = 0; i < 9; ++i)
+                           r->mutable_capabilities()->add_backends("gloo");
+                       },
+                       "register.capabilities.backends", "limit is 8"},
+        FieldLimitCase{"LongBackend",
+                       [](v1::RegisterRequest* r) {
+                         r->mutable_capabilities()->add_backends(std::string(17, 'b'));
+                       },
+                       "register.capabilities.backends", "limit is 16 bytes"}),
+    [](const testing::TestParamInfo<FieldLimitCase>& info) { return info.param.name; });
+
+TEST_F(WorkerRegistryTest, Register_FieldsAtTheirLimits_Accepted) {
+  v1::RegisterRequest r = Req(std::string(253, 'h'), "cpu:0", std::string(128, 'n'));
+  r.set_machine_id(std::string(256, 'm'));
+  for (int i = 0; i < 8; ++i) r.mutable_capabilities()->add_backends(std::string(16, 'b'));
+  r.set_name("n\xc3\xa9");  // names may be UTF-8
+  EXPECT_THAT(registry_.Register(r, "1.0", 1, &took_over_), IsOk());
+}
+
+TEST_F(WorkerRegistryTest, NoteUnusedParameters_OverLimits_CountedNotStored) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  google::protobuf::RepeatedPtrField<std::string> names;
+  for (int i = 0; i < 1500; ++i) *names.Add() = absl::StrCat("layer", i, ".weight");
+  *names.Add() = std::string(257, 'p');
+  registry_.NoteUnusedParameters(w, names);
+  EXPECT_EQ(w->unused_parameters.size(), kMaxNewUnusedNamesPerReport);
+  EXPECT_EQ(w->unused_names_dropped, 501u);
+  // Names already known cost nothing; the per-worker total holds.
+  for (int report = 0; report < 20; ++report) {
+    names.Clear();
+    for (int i = 0; i < 1000; ++i) *names.Add() = absl::StrCat("r", report, ".p", i);
+    registry_.NoteUnusedParameters(w, names);
+  }
+  EXPECT_EQ(w->unused_parameters.size(), kMaxUnusedNamesPerWorker);
+  EXPECT_EQ(w->unused_names_dropped, 501u + 11000u);
 }
 
 }  // namespace

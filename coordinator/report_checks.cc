@@ -1,0 +1,44 @@
+#include "coordinator/report_checks.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp {
+
+absl::Status CheckStep(uint64_t step, uint64_t start_step) {
+  if (step > start_step && step - start_step > kMaxStepAdvance) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " is more than ", kMaxStepAdvance,
+                     " (2^40) steps beyond the generation's start step ", start_step,
+                     "; the message was dropped"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_step) {
+  if (static_cast<size_t>(batch.reports_size()) > kMaxReportsPerBatch) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a step report batch holds ", batch.reports_size(), " reports; the limit is ",
+                     kMaxReportsPerBatch, "; it was dropped"));
+  }
+  for (const v1::StepReport& report : batch.reports()) {
+    if (absl::Status s = CheckStep(report.step(), start_step); !s.ok()) return s;
+    const double seconds = report.step_seconds();
+    if (!(std::isfinite(seconds) && seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("step report of step ", report.step(),
+                                                     ": step_seconds must be a finite number "
+                                                     ">= 0 (got ",
+                                                     seconds, "); the batch was dropped"));
+    }
+    if (report.parameter_digest().size() > kMaxDigestBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step report of step ", report.step(), ": parameter_digest is ",
+                       report.parameter_digest().size(), " bytes; the limit is ", kMaxDigestBytes,
+                       "; the batch was dropped"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp
