@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/quote.h"
 #include "common/logging.h"
+#include "common/quote.h"
 #include "common/status_line.h"
 #include "google/protobuf/util/json_util.h"
 
