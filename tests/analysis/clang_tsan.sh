@@ -10,10 +10,18 @@ cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety -fsanitize=thread" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
-  -DDDP_ANALYSIS=ON >/dev/null
+  -DDDP_ANALYSIS=ON -DDDP_TSAN=ON >/dev/null
 cmake --build "$out" --target ddp_unit_tests ddp_torch_tests ddp-coordinator ddp-worker ddp-run
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/tests/analysis/tsan.supp"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# First, that TSan sees through absl's locks and still catches a race.
+clang++ -std=c++17 -fsanitize=thread -O1 -g "$src/tests/analysis/tsan_canary.cc" \
+  "$src/tests/analysis/tsan_absl.cc" -o "$out/tsan_canary" -ldl $(pkg-config --libs absl_synchronization)
+"$out/tsan_canary" locked
+if "$out/tsan_canary" unlocked 2>"$out/canary.log"; then
+  echo "ThreadSanitizer missed the canary's race: the set-up can't fail"; exit 1
+fi
+grep -q "WARNING: ThreadSanitizer: data race" "$out/canary.log"
 "$out/bin/ddp_unit_tests" --gtest_brief=1
 "$out/bin/ddp_torch_tests" --gtest_brief=1 --gtest_filter='*Reducer*:*Communicator*:Trainer.*'
 echo "clang -Wthread-safety: clean; ThreadSanitizer: no report"
