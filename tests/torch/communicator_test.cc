@@ -1,4 +1,10 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <numeric>
 
 #include "absl/time/clock.h"
@@ -136,6 +142,48 @@ TEST(ShmCommunicator, Create_TooManyRanks_FailedPrecondition) {
   options.world_size = ShmCommunicator::kMaxRanks + 1;
   EXPECT_THAT(ShmCommunicator::Create(store, options),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// Segments of this process in /dev/shm (named /ddp-<creator pid>-...).
+std::vector<std::string> OwnSegments(pid_t pid = ::getpid()) {
+  std::vector<std::string> names;
+  const std::string prefix = "ddp-" + std::to_string(pid) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(ShmCommunicator, Create_PeerNeverComes_UnavailableAndNoSegmentLeft) {
+  gloo::rendezvous::HashStore store;
+  ShmCommunicator::Options options;
+  options.world_size = 2;
+  options.timeout = absl::Milliseconds(300);
+  EXPECT_THAT(ShmCommunicator::Create(store, options), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(OwnSegments(), testing::IsEmpty());
+}
+
+TEST(ShmCommunicator, Create_SegmentOfADeadCreator_RemovedOthersKept) {
+  // A creator that is gone (a child that exited) and one that is alive.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string stale = "/ddp-" + std::to_string(dead) + "-0000000000000001";
+  const std::string alive = "/ddp-" + std::to_string(::getppid()) + "-0000000000000002";
+  for (const std::string& name : {stale, alive}) {
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << name;
+    ::close(fd);
+  }
+  gloo::rendezvous::HashStore store;
+  ShmCommunicator::Options options;  // one rank: created and unlinked at once
+  EXPECT_THAT(ShmCommunicator::Create(store, options), IsOk());
+  EXPECT_THAT(OwnSegments(dead), testing::IsEmpty());
+  EXPECT_THAT(OwnSegments(::getppid()), testing::Contains(alive.substr(1)));
+  ::shm_unlink(alive.c_str());
+  EXPECT_THAT(OwnSegments(), testing::IsEmpty());
 }
 
 // A peer that aborts (or dies) while the others are still connecting, or
