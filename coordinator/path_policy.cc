@@ -97,9 +97,15 @@ absl::StatusOr<struct stat> Stat(absl::string_view field, const std::string& pat
   return st;
 }
 
-// A model or data file: under a data root, a regular file, not too big.
-absl::Status CheckInputFile(absl::string_view field, const std::string& path,
-                            const PathRoots& roots) {
+// An input's real location (every symlink resolved) and what it is, once
+// its spelling is fine and it lies under a data root.
+struct Examined {
+  std::string real;
+  struct stat st;
+};
+
+absl::StatusOr<Examined> ExamineInput(absl::string_view field, const std::string& path,
+                                      const PathRoots& roots) {
   if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
   absl::StatusOr<std::string> real = RealPath(field, path);
   if (!real.ok()) return real.status();
@@ -108,6 +114,15 @@ absl::Status CheckInputFile(absl::string_view field, const std::string& path,
   }
   absl::StatusOr<struct stat> st = Stat(field, *real);
   if (!st.ok()) return st.status();
+  return Examined{std::move(*real), *st};
+}
+
+// A model or data file: under a data root, a regular file, not too big.
+absl::Status CheckInputFile(absl::string_view field, const std::string& path,
+                            const PathRoots& roots) {
+  absl::StatusOr<Examined> input = ExamineInput(field, path, roots);
+  if (!input.ok()) return input.status();
+  const struct stat* st = &input->st;
   if (!S_ISREG(st->st_mode)) {
     return Refuse(field, path, absl::StrCat("is ", KindOf(st->st_mode), ", not a regular file"));
   }
@@ -123,17 +138,12 @@ absl::Status CheckInputFile(absl::string_view field, const std::string& path,
 // (one of them could be a symlink leading out).
 absl::Status CheckInputFolder(absl::string_view field, const std::string& path,
                               const PathRoots& roots) {
-  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
-  absl::StatusOr<std::string> real = RealPath(field, path);
-  if (!real.ok()) return real.status();
-  if (!UnderARoot(*real, roots.data)) {
-    return NotUnderRoots(field, path, *real, "--data_root", roots.data);
-  }
-  absl::StatusOr<struct stat> st = Stat(field, *real);
-  if (!st.ok()) return st.status();
-  if (!S_ISDIR(st->st_mode)) return Refuse(field, path, "is not a folder");
+  absl::StatusOr<Examined> folder = ExamineInput(field, path, roots);
+  if (!folder.ok()) return folder.status();
+  if (!S_ISDIR(folder->st.st_mode)) return Refuse(field, path, "is not a folder");
   for (const char* file : kFashionMnistFiles) {
-    if (absl::Status s = CheckInputFile(field, absl::StrCat(*real, "/", file), roots); !s.ok()) {
+    if (absl::Status s = CheckInputFile(field, absl::StrCat(folder->real, "/", file), roots);
+        !s.ok()) {
       return s;
     }
   }

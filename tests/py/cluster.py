@@ -122,6 +122,24 @@ def _read(path):
         return None
 
 
+def children_of(pid, comm=None):
+    """Processes whose parent is `pid` (named `comm`, when given), from /proc."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open("/proc/%s/comm" % entry) as f:
+                name = f.read().strip()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and comm in (None, name):
+            kids.append(int(entry))
+    return kids
+
+
 def synthetic_job(name, workers, **overrides):
     job = {"name": name, "model": {"kind": "mlp"},
            "dataset": {"kind": "synthetic", "trainSize": 2048, "testSize": 256},

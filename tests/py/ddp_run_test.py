@@ -13,24 +13,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, synthetic_job, wait_for  # noqa: E402
+from cluster import BIN, children_of, synthetic_job, wait_for  # noqa: E402
 
 DDP_RUN = os.path.join(BIN, "ddp-run")
-
-
-def children_of(pid):
-    kids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                kids.append(int(entry))
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            pass
-    return kids
 
 
 def alive(pid):

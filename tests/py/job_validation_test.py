@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, ROOT_FLAGS, Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import BIN, ROOT_FLAGS, Cluster, children_of, synthetic_job, wait_for  # noqa: E402
 
 AS_ROOT = os.geteuid() == 0
 
@@ -113,20 +113,7 @@ def save(folder, name, module):
 
 def helper_pids(parent):
     """ddp-validate processes the coordinator started."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/comm" % entry) as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if int(fields[1]) == parent and comm == "ddp-validate":
-            pids.append(int(entry))
-    return pids
+    return children_of(parent, "ddp-validate")
 
 
 def rss_kb(pid):
