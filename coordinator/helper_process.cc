@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -36,6 +37,7 @@ enum ChildStep : int {
   kGroups,
   kGid,
   kUid,
+  kCapabilities,
   kNoNewPrivs,
   kParentDeath,
   kExec
@@ -55,6 +57,8 @@ const char* StepName(int step) {
       return "changing group";
     case kUid:
       return "changing user";
+    case kCapabilities:
+      return "dropping capabilities";
     case kNoNewPrivs:
       return "setting no_new_privs";
     case kParentDeath:
@@ -166,6 +170,15 @@ struct ChildPlan {
     if (::syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(p.report_fd, kGroups);
     if (::syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0) ChildFail(p.report_fd, kGid);
     if (::syscall(SYS_setresuid, *p.uid, *p.uid, *p.uid) != 0) ChildFail(p.report_fd, kUid);
+    // Only leaving uid 0 clears capabilities: a coordinator that runs as
+    // its own user with CAP_SETUID/CAP_SETGID (the systemd unit) would pass
+    // them on, ambient ones even through exec. None survive.
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 ||
+        ::syscall(SYS_capset, &header, none) != 0) {
+      ChildFail(p.report_fd, kCapabilities);
+    }
   }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(p.report_fd, kNoNewPrivs);
   // After the user change, which clears it.
@@ -220,6 +233,17 @@ class Child {
   bool reaped_ = false;
 };
 
+// Root, or a user holding CAP_SETUID and CAP_SETGID (the systemd unit runs
+// the coordinator as ddp with those two alone).
+bool CanChangeUser() {
+  if (::geteuid() == 0) return true;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, caps) != 0) return false;
+  auto has = [&](int cap) { return (caps[CAP_TO_INDEX(cap)].effective & CAP_TO_MASK(cap)) != 0; };
+  return has(CAP_SETUID) && has(CAP_SETGID);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HelperProcess>> HelperProcess::Create(Options options) {
@@ -232,7 +256,7 @@ absl::StatusOr<std::unique_ptr<HelperProcess>> HelperProcess::Create(Options opt
   }
   std::optional<uid_t> uid;
   gid_t gid = 0;
-  if (::geteuid() == 0 && !options.user.empty()) {
+  if (CanChangeUser() && !options.user.empty()) {
     std::vector<char> buffer(1 << 14);
     passwd entry;
     passwd* found = nullptr;

@@ -1,8 +1,9 @@
 // Runs a helper program the coordinator does not trust (ddp-validate, which
 // runs a submitted job's own code) as a child process, boxed in:
-//  - unprivileged: when the coordinator runs as root, the child runs as
-//    `user` (its primary group, no supplementary groups), with
-//    PR_SET_NO_NEW_PRIVS, set before exec;
+//  - unprivileged: when the coordinator runs as root, or as another user
+//    holding CAP_SETUID and CAP_SETGID (as the systemd unit runs it), the
+//    child runs as `user` (its primary group, no supplementary groups, no
+//    capabilities), with PR_SET_NO_NEW_PRIVS, set before exec;
 //  - limited: address space, CPU seconds, no core dumps, no file written
 //    (RLIMIT_FSIZE 0), few open files; and a deadline, past which it is
 //    killed;
@@ -37,8 +38,9 @@ class HelperProcess {
     std::string program;            // absolute path
     std::vector<std::string> args;  // after argv[0]
     std::vector<std::string> env;   // its whole environment, "NAME=value"
-    // When the coordinator runs as root, the child runs as this user.
-    // Ignored otherwise (the child keeps the coordinator's user).
+    // When the coordinator may change user (root, or CAP_SETUID and
+    // CAP_SETGID), the child runs as this user. Ignored otherwise (the
+    // child keeps the coordinator's user).
     std::string user = "nobody";
     uint64_t max_address_space_bytes = uint64_t{4} << 30;
     uint64_t max_cpu_seconds = 60;
@@ -58,7 +60,7 @@ class HelperProcess {
   };
 
   // INVALID_ARGUMENT naming the user when it does not exist (checked only
-  // when running as root); FAILED_PRECONDITION when `program` is not an
+  // when the coordinator may change user); FAILED_PRECONDITION when `program` is not an
   // executable file.
   static absl::StatusOr<std::unique_ptr<HelperProcess>> Create(Options options);
 

@@ -74,8 +74,9 @@ ABSL_FLAG(std::string, validate_helper, "",
           "the program that checks a submitted job's model and data (default: ddp-validate "
           "beside this binary)");
 ABSL_FLAG(std::string, validate_user, "nobody",
-          "when running as root, the user the job check runs as (it runs the job's own code); "
-          "the job's files must be readable by it");
+          "the user the job check runs as (it runs the job's own code) when the coordinator may "
+          "change user: as root, or holding CAP_SETUID and CAP_SETGID (the systemd unit); the "
+          "job's files must be readable by it");
 ABSL_FLAG(absl::Duration, validate_timeout, absl::Seconds(60),
           "a job check still running after this long is stopped and the submission refused "
           "with DEADLINE_EXCEEDED; its CPU time limit is this plus 10 seconds");

@@ -11,6 +11,8 @@ too many submissions at once, SIGTERM during a check, a hung model in --job."""
 import gzip
 import json
 import os
+import pwd
+import shutil
 import signal
 import stat
 import subprocess
@@ -26,8 +28,10 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster import BIN, ROOT_FLAGS, Cluster, children_of, synthetic_job, wait_for  # noqa: E402
+from grpc_reflect import ReflectionClient  # noqa: E402
 
 AS_ROOT = os.geteuid() == 0
+DAEMON_UID = pwd.getpwnam("daemon").pw_uid
 
 
 class Reader(nn.Module):
@@ -102,6 +106,14 @@ def make_folder():
     folder = tempfile.mkdtemp(prefix="ddp-validate-")
     os.chmod(folder, 0o755)
     return folder
+
+
+def read_file(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
 
 
 def save(folder, name, module):
@@ -431,6 +443,73 @@ class StartupTest(unittest.TestCase):
         self.assertIn("--job", result.stderr)
         self.assertIn("longer than 2s", result.stderr)
         self.assertLess(time.time() - start, 30)
+
+
+class UnitUserTest(unittest.TestCase):
+    """As the systemd unit runs it: the coordinator as its own user (here
+    daemon) holding CAP_SETUID and CAP_SETGID alone. The check still runs as
+    --validate_user, so a model can't read what only the coordinator's user
+    may (under the unit: /etc/ddp's keys and tokens, the state directory).
+    Without the two capabilities it runs as the coordinator's user, and the
+    same model reads the file: the test can tell the two apart."""
+
+    def setUp(self):
+        if not AS_ROOT or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv (util-linux) to start a coordinator as daemon")
+        self.dir = make_folder()
+        self.secret_bytes = b"DAEMONONLY-" + os.urandom(6).hex().encode()
+        self.secret = os.path.join(self.dir, "secret")
+        with open(self.secret, "wb") as f:
+            f.write(self.secret_bytes)
+        os.chown(self.secret, DAEMON_UID, DAEMON_UID)
+        os.chmod(self.secret, 0o600)
+        self.model = save(self.dir, "reader", Reader(self.secret, len(self.secret_bytes)))
+
+    def check_as_daemon(self, caps):
+        run = tempfile.mkdtemp(prefix="ddp-unit-user-")
+        os.chown(run, DAEMON_UID, DAEMON_UID)
+        port_file = os.path.join(run, "port")
+        wrapper = ["setpriv", "--reuid=daemon", "--regid=daemon", "--clear-groups"]
+        if caps:
+            wrapper += ["--inh-caps=+setuid,+setgid", "--ambient-caps=+setuid,+setgid",
+                        "--bounding-set=-all,+setuid,+setgid"]
+        else:
+            wrapper += ["--inh-caps=-all", "--bounding-set=-all"]
+        with open(os.path.join(run, "coordinator.log"), "w") as log:
+            coordinator = subprocess.Popen(wrapper + [
+                os.path.join(os.path.abspath(BIN), "ddp-coordinator"), "--listen=127.0.0.1:0",
+                "--port_file=" + port_file, "--validate_user=nobody",
+                "--data_root=" + self.dir, "--output_root=" + self.dir],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            port = wait_for(lambda: read_file(port_file), 30, "the coordinator to serve")
+            client = ReflectionClient("127.0.0.1:%s" % port)
+            try:
+                call, _, _ = client.stub("ddp.v1.Coordinator/SubmitJob")
+                request = client.message("ddp.v1.SubmitJobRequest",
+                                         {"spec": job("reader", self.model)})
+                with self.assertRaises(grpc.RpcError) as e:
+                    call(request, timeout=60)
+            finally:
+                client.close()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT,
+                             e.exception.details())
+            with open(os.path.join(run, "coordinator.log")) as f:
+                return e.exception.details(), f.read()
+        finally:
+            coordinator.send_signal(signal.SIGTERM)
+            coordinator.wait(timeout=30)
+
+    def test_with_setuid_capabilities_the_check_runs_as_validate_user(self):
+        message, log = self.check_as_daemon(caps=True)
+        self.assertIn("as nobody (uid", log)
+        self.assertNotIn(", ".join(str(b) for b in self.secret_bytes[:4]), message)
+
+    def test_without_them_it_runs_as_the_coordinators_user(self):
+        message, log = self.check_as_daemon(caps=False)
+        self.assertIn("as the coordinator's own user", log)
+        # What the unit's two capabilities prevent: the model read the file.
+        self.assertIn(", ".join(str(b) for b in self.secret_bytes[:4]), message)
 
 
 if __name__ == "__main__":
