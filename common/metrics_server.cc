@@ -4,12 +4,26 @@
 #include <utility>
 #include <vector>
 
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "prometheus/exposer.h"
 
 namespace ddp {
+namespace {
+
+// civetweb says why it could not start only through its log callback;
+// Start runs on one thread at a time per process in practice, and the
+// message is read on the thread that wrote it.
+thread_local std::string civetweb_error;
+
+int KeepCivetwebMessage(const mg_connection* /*connection*/, const char* message) {
+  civetweb_error = message;
+  return 1;  // handled: civetweb writes nothing to stderr itself
+}
+
+}  // namespace
 
 absl::Status CheckMetricsListen(const std::string& flag, const std::string& listen, bool insecure) {
   if (auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true); !parsed.ok()) {
@@ -34,14 +48,18 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
                                                                     bool insecure) {
   if (absl::Status s = CheckMetricsListen(flag, listen, insecure); !s.ok()) return s;
   std::unique_ptr<prometheus::Exposer> exposer;
+  CivetCallbacks callbacks;
+  callbacks.log_message = KeepCivetwebMessage;
+  civetweb_error.clear();
   try {
     // Two threads: scrapes are rare and cheap.
-    exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+    exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", listen, "num_threads", "2"}, &callbacks);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("can't serve metrics on ", listen, " (", flag,
-                                               "): address in use, or not an address of this "
-                                               "host? (",
-                                               e.what(), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("can't serve metrics on ", listen, " (", flag,
+                     "): address in use, or not an address of this host? (",
+                     civetweb_error.empty() ? e.what() : civetweb_error, ")"));
   }
   const std::vector<int> ports = exposer->GetListeningPorts();
   const int port = ports.empty() ? 0 : ports.front();

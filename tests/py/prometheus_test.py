@@ -51,7 +51,8 @@ class PrometheusScrapeTest(unittest.TestCase):
         self.coordinator_port = free_port()
         self.worker_ports = [free_port(), free_port()]
         # Long enough to be scraped many times; cancelled once the checks pass.
-        job = synthetic_job("scraped", 2, epochs=50, trainSize=8192, testSize=256)
+        job = synthetic_job("scraped", 2, epochs=50, dataset={
+            "kind": "synthetic", "trainSize": 8192, "testSize": 256})
         self.cluster = Cluster(job=job, extra_flags=[
             "--metrics_listen=127.0.0.1:%d" % self.coordinator_port])
         for i, port in enumerate(self.worker_ports):
