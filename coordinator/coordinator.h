@@ -153,6 +153,9 @@ class Coordinator {
                                    absl::string_view store_token = {});
   // Gets waiting in the store (tests, and operators' limits).
   size_t store_waiters() const { return store_.num_waiters(); }
+  // Keys, and bytes of keys and values, in the store (metrics).
+  size_t store_keys() const { return store_.num_keys(); }
+  size_t store_bytes() const { return store_.num_bytes(); }
 
   // Periodic work: marks silent workers lost, evicts hung members, ends an
   // adoption window, forms a generation when the policy says so, fails

@@ -192,6 +192,14 @@ size_t KvStore::num_keys() const {
   return values_.size();
 }
 
+size_t KvStore::num_bytes() const {
+  absl::MutexLock lock(&mu_);
+  size_t bytes = 0;
+  // One entry per live generation's namespace: a handful.
+  for (const auto& [ns, usage] : usage_) bytes += usage.bytes;
+  return bytes;
+}
+
 size_t KvStore::num_waiters() const {
   absl::MutexLock lock(&mu_);
   return waiters_.size();

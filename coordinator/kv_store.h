@@ -91,6 +91,8 @@ class KvStore {
   const Options& options() const { return options_; }
   size_t num_keys() const;
   size_t num_waiters() const;
+  // Bytes of keys and values held in every namespace.
+  size_t num_bytes() const;
   // Bytes of keys and values held in namespace `ns`.
   size_t namespace_bytes(const std::string& ns) const;
 

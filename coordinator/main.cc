@@ -21,22 +21,26 @@
 #include "common/credentials.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "common/net_address.h"
 #include "common/process.h"
 #include "common/tokens.h"
 #include "coordinator/authorizer.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/health_service.h"
 #include "coordinator/helper_check.h"
 #include "coordinator/helper_process.h"
 #include "coordinator/job_validator.h"
 #include "coordinator/path_policy.h"
+#include "coordinator/rpc_metrics.h"
 #include "coordinator/service.h"
 #include "coordinator/state_store.h"
 #include "coordinator/status_watchers.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29400",
           "address:port to serve on; port 0 picks a free port (see --port_file)");
@@ -98,7 +102,15 @@ ABSL_FLAG(std::string, tokens_file, "",
           "and store calls the caller's store token; see README");
 ABSL_FLAG(bool, insecure, false,
           "allow a --listen address other than loopback without TLS and --tokens_file (on a "
-          "network you trust: anyone who reaches the port can cancel jobs or join as a worker)");
+          "network you trust: anyone who reaches the port can cancel jobs or join as a worker), "
+          "and a --metrics_listen address other than loopback (metrics have no TLS or tokens)");
+// The default metrics address: if it is taken, the coordinator runs without
+// metrics rather than not at all.
+constexpr char kDefaultMetricsListen[] = "127.0.0.1:9400";
+ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
+          "HOST:PORT to serve Prometheus metrics on (/metrics); port 0 picks one; empty: off. "
+          "Off loopback only with --insecure. If the default is taken, the coordinator runs "
+          "without metrics; an address given explicitly that can't be bound is an error");
 
 namespace ddp {
 namespace {
@@ -242,6 +254,15 @@ int Run() {
     DDP_LOG(Error) << security.status().message();
     return 2;
   }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    if (absl::Status s =
+            CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
+        !s.ok()) {
+      DDP_LOG(Error) << s.message();
+      return 2;
+    }
+  }
   absl::StatusOr<PathRoots> roots = RootsFromFlags();
   if (!roots.ok()) {
     DDP_LOG(Error) << roots.status().message();
@@ -327,6 +348,24 @@ int Run() {
   HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Every call is counted and timed by an interceptor; the rest is read
+  // from the snapshot at each scrape.
+  auto rpc_registry = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc_metrics(rpc_registry.get(), RealClock::Get());
+  auto core_metrics = std::make_shared<CoordinatorMetrics>([&core] {
+    CoordinatorSample sample;
+    sample.status = core.Snapshot();
+    sample.store_keys = core.store_keys();
+    sample.store_bytes = core.store_bytes();
+    sample.store_waiters = core.store_waiters();
+    sample.attach_streams = core.streams()->open();
+    return sample;
+  });
+  if (!metrics_listen.empty()) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(rpc_metrics.InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), security->credentials, &port);
   builder.RegisterService(&service);
@@ -341,6 +380,19 @@ int Run() {
     DDP_LOG(Error) << "can't listen on " << absl::GetFlag(FLAGS_listen)
                    << " (address in use, or not an address of this host?)";
     return 1;
+  }
+  // Served once the gRPC server is up (what it reads exists) and stopped
+  // before it goes (declared after everything it reads).
+  auto metrics_server = StartMetricsServer(metrics_listen, absl::GetFlag(FLAGS_insecure),
+                                           /*required=*/metrics_listen != kDefaultMetricsListen);
+  if (!metrics_server.ok()) {
+    DDP_LOG(Error) << metrics_server.status().message();
+    server->Shutdown();
+    return 2;
+  }
+  if (*metrics_server) {
+    (*metrics_server)->Register(core_metrics);
+    (*metrics_server)->Register(rpc_registry);
   }
   if (const std::string file = absl::GetFlag(FLAGS_port_file); !file.empty()) {
     std::ofstream(file + ".tmp") << port << "\n";

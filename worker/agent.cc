@@ -14,15 +14,22 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/refusal.h"
 #include "worker/training_state.h"
+#include "worker/worker_metrics.h"
 
 namespace ddp {
 
 WorkerAgent::WorkerAgent(Options options)
-    : options_(std::move(options)), outbox_(RealClock::Get(), Outbox::Options{}) {}
+    : options_(std::move(options)), outbox_(RealClock::Get(), Outbox::Options{}) {
+  if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
+}
 
 WorkerAgent::~WorkerAgent() {
-  absl::MutexLock lock(&mu_);
-  run_.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    run_.reset();
+  }
+  // A scrape may still come; the outbox goes with the agent.
+  if (options_.metrics != nullptr) options_.metrics->WatchReports(nullptr);
 }
 
 void WorkerAgent::Shutdown() {
@@ -134,6 +141,7 @@ void WorkerAgent::StartGeneration(const v1::Assignment& assignment,
   env.host = options_.host;
   env.device = options_.device;
   env.metrics_file = options_.metrics_file;
+  env.metrics = options_.metrics;
   env.index_log = options_.index_log;
   env.send_reports = options_.send_reports;
   env.debug_hang_file = options_.debug_hang_file;

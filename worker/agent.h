@@ -35,6 +35,8 @@
 
 namespace ddp {
 
+class WorkerMetrics;
+
 class WorkerAgent {
  public:
   struct Options {
@@ -47,6 +49,9 @@ class WorkerAgent {
     int threads = 0;
     // When set, one JSON line per training step is appended here.
     std::string metrics_file;
+    // When set, steps and the report queue feed these Prometheus series;
+    // must outlive the agent.
+    WorkerMetrics* metrics = nullptr;
     // When set, each step's dataset indices are logged here (a debug aid:
     // tests prove from it that every sample is trained once).
     std::string index_log;

@@ -16,6 +16,7 @@
 #include "worker/shm_communicator.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
+#include "worker/worker_metrics.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/nccl_communicator.h"
 #endif
@@ -35,6 +36,7 @@ class OutboxObserver final : public TrainingObserver {
         outbox_(outbox),
         board_(board),
         send_reports_(env.send_reports),
+        prometheus_(env.metrics),
         hang_file_(env.debug_hang_file),
         abort_(abort),
         on_started_(std::move(on_started)) {
@@ -75,6 +77,7 @@ class OutboxObserver final : public TrainingObserver {
     board_->epoch = epoch;
     board_->cursor = cursor;
     if (send_reports_) outbox_->PushReport(report);
+    if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
     if (metrics_.is_open()) {
       // Buffered; flushed when the run ends.
       metrics_ << absl::StrFormat(
@@ -104,6 +107,7 @@ class OutboxObserver final : public TrainingObserver {
   Outbox* outbox_;
   ProgressBoard* board_;
   const bool send_reports_;
+  WorkerMetrics* const prometheus_;
   const std::string hang_file_;
   const std::atomic<bool>* abort_;
   std::ofstream metrics_;

@@ -21,6 +21,7 @@
 namespace ddp {
 
 class TrainingState;
+class WorkerMetrics;
 
 // What the heartbeat reports while a step is in flight, and what the worker
 // holds for its registration after a lost stream.
@@ -48,6 +49,9 @@ class GenerationRun {
     Device device;
     // When set, one JSON line per step is appended here.
     std::string metrics_file;
+    // When set, every committed step feeds its Prometheus series; outlives
+    // the run.
+    WorkerMetrics* metrics = nullptr;
     // When set, one JSON line per step with the step's dataset indices is
     // appended here (and flushed) before the step's forward.
     std::string index_log;

@@ -7,14 +7,17 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/credentials.h"
 #include "common/device.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/metrics_server.h"
 #include "common/net_address.h"
 #include "common/process.h"
 #include "worker/agent.h"
 #include "worker/threads.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400", "the coordinator's HOST:PORT");
 ABSL_FLAG(std::string, device, "cpu", "device this worker owns: cpu, cpu:N or cuda:N");
@@ -37,6 +40,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's bearer token (a worker token from the coordinator's "
           "--tokens_file); never put a token on the command line");
+ABSL_FLAG(std::string, metrics_listen, "auto",
+          "HOST:PORT to serve Prometheus metrics on (/metrics); auto: 127.0.0.1:(9401 + N) for "
+          "--device cpu:N or cuda:N (if taken, the worker runs without metrics); empty: off. "
+          "Off loopback only with --insecure");
+ABSL_FLAG(bool, insecure, false,
+          "allow a --metrics_listen address other than loopback (metrics have no TLS or tokens: "
+          "anyone who reaches the port can read the job's progress)");
 ABSL_FLAG(std::string, index_log, "",
           "debug: append one JSON line per step with the dataset indices this rank trains in it, "
           "written before the step runs (to check that every sample is trained once)");
@@ -103,7 +113,29 @@ int Run() {
   DDP_LOG(Info) << "device " << device->ToString() << ", " << options.threads
                 << " compute thread(s), peers reach it at " << options.host;
 
+  std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  const bool metrics_auto = metrics_listen == "auto";
+  // One port per device, so the workers of one machine don't collide.
+  if (metrics_auto) metrics_listen = absl::StrCat("127.0.0.1:", 9401 + device->index);
+  if (!metrics_listen.empty()) {
+    if (absl::Status s =
+            CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
+        !s.ok()) {
+      DDP_LOG(Error) << s.message();
+      return 2;
+    }
+  }
+  auto metrics = std::make_shared<WorkerMetrics>();
+  options.metrics = metrics.get();
   WorkerAgent agent(options);
+  // Declared after the agent, so it stops serving before the agent goes.
+  auto metrics_server =
+      StartMetricsServer(metrics_listen, absl::GetFlag(FLAGS_insecure), !metrics_auto);
+  if (!metrics_server.ok()) {
+    DDP_LOG(Error) << metrics_server.status().message();
+    return 2;
+  }
+  if (*metrics_server) (*metrics_server)->Register(metrics);
   std::atomic<bool> done{false};
   std::thread signals([&] {
     while (!done) {

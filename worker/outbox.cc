@@ -84,4 +84,9 @@ uint64_t Outbox::dropped_total() const {
   return dropped_total_;
 }
 
+size_t Outbox::queued_reports() const {
+  absl::MutexLock lock(&mu_);
+  return reports_.size();
+}
+
 }  // namespace ddp

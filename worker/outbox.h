@@ -48,6 +48,8 @@ class Outbox {
   void Clear();
 
   uint64_t dropped_total() const;
+  // Step reports waiting to be sent.
+  size_t queued_reports() const;
 
  private:
   bool ReadyLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

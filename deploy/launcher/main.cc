@@ -45,6 +45,9 @@ ABSL_FLAG(int32_t, max_restarts, 3,
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, separated by spaces (see ddp-worker --help)");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "serve Prometheus metrics on loopback: the coordinator at this port, worker i at this "
+          "port + 1 + i (0: no metrics, so ddp-run never takes a port a cluster's daemons use)");
 ABSL_FLAG(std::string, tls_cert, "",
           "serve the coordinator over mutual TLS with this PEM certificate (valid for 127.0.0.1, "
           "for server and client use: workers present it too); needs --tls_key and --tls_ca");
@@ -276,6 +279,17 @@ int Run() {
             << spec.batch_size() << " per worker) on " << nproc << " worker(s), " << threads
             << " thread(s) each; logs in " << dir << std::endl;
 
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < 0 || metrics_port + nproc >= 65536) {
+    std::cerr << "ddp-run: --metrics_port must be 0 (off) or leave room for " << nproc
+              << " worker port(s) above it\n";
+    return 2;
+  }
+  if (metrics_port > 0) {
+    std::cout << "ddp-run: Prometheus metrics at http://127.0.0.1:" << metrics_port
+              << "/metrics (coordinator) and ports " << metrics_port + 1 << "-"
+              << metrics_port + nproc << " (workers)" << std::endl;
+  }
   ChildProcesses children;
   const std::string bin = BinDir();
   const std::vector<std::string> env = {absl::StrCat("OMP_NUM_THREADS=", threads),
@@ -285,7 +299,9 @@ int Run() {
       "--job=" + dir + "/job.json", "--exit_when_done", "--status_file=" + status_file,
       "--state_dir=" + dir + "/state",
       // One user's own machine: their files, wherever they are.
-      "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser()};
+      "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser(),
+      metrics_port > 0 ? absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)
+                       : std::string("--metrics_listen=")};
   coordinator_args.insert(coordinator_args.end(), security->coordinator_flags.begin(),
                           security->coordinator_flags.end());
   auto coordinator = children.Start("coordinator", coordinator_args, env, log("coordinator"));
@@ -318,7 +334,9 @@ int Run() {
         "--host=127.0.0.1",
         absl::StrCat("--name=w", i),
         absl::StrCat("--threads=", threads),
-        absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl")};
+        absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl"),
+        metrics_port > 0 ? absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port + 1 + i)
+                         : std::string("--metrics_listen=")};
     args.insert(args.end(), security->worker_flags.begin(), security->worker_flags.end());
     for (absl::string_view extra :
          absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {

@@ -49,7 +49,10 @@ class Cluster:
         self.worker_flags = list(worker_flags)
         port_file = os.path.join(self.dir, "port")
         args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
-                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout] + ROOT_FLAGS
+                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout,
+                # Metrics off unless a test turns them on (extra_flags win):
+                # tests run side by side and must not race for port 9400.
+                "--metrics_listen="] + ROOT_FLAGS
         if job is not None:
             job_file = os.path.join(self.dir, "job.json")
             with open(job_file, "w") as f:
@@ -75,6 +78,7 @@ class Cluster:
         return self._start(name, [
             os.path.join(BIN, "ddp-worker"), "--coordinator=" + self.target,
             "--device=cpu:%d" % index, "--host=127.0.0.1", "--name=" + name, "--threads=1",
+            "--metrics_listen=",
             "--metrics_file=" + os.path.join(self.dir, name + ".jsonl")] + self.worker_flags +
             list(extra))
 
