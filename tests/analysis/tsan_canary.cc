@@ -1,8 +1,11 @@
-// Proves the ThreadSanitizer set-up can fail: two threads add to a counter
-// behind an absl::Mutex (`locked`: no report expected; also through a
-// Condition and a Notification), or one of them skips the lock
-// (`unlocked`: a data race must be reported). Without tsan_absl.cc every
-// mode reports; with a shim that synchronized too much, none would.
+// Proves the ThreadSanitizer set-up can fail. Main adds to a counter under
+// an absl::Mutex, then lets the other thread go through a relaxed atomic
+// (which orders nothing for TSan); the other thread adds to it under the
+// same mutex (`locked`: no report expected) or without it (`unlocked`: a
+// data race must be reported, every run). A Notification and a Condition
+// are used too. Without tsan_absl.cc the locked run reports as well; with a
+// shim that synchronized too much, the unlocked one would not.
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -14,28 +17,29 @@ int main(int argc, char** argv) {
   absl::Mutex mu;
   long counter = 0;  // behind mu
   long handed = 0;   // written before Notify, read after the wait
-  absl::Notification ready;
+  std::atomic<bool> go{false};
+  absl::Notification done;
   std::thread other([&] {
-    for (int i = 0; i < 1000; ++i) {
-      if (unlocked) {
-        ++counter;
-      } else {
-        absl::MutexLock lock(&mu);
-        ++counter;
-      }
+    while (!go.load(std::memory_order_relaxed)) std::this_thread::yield();
+    if (unlocked) {
+      ++counter;
+    } else {
+      absl::MutexLock lock(&mu);
+      ++counter;
     }
     handed = 42;
-    ready.Notify();
+    done.Notify();
   });
-  for (int i = 0; i < 1000; ++i) {
+  {
     absl::MutexLock lock(&mu);
     ++counter;
   }
-  ready.WaitForNotification();
+  go.store(true, std::memory_order_relaxed);
+  done.WaitForNotification();
   {
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(
-        +[](long* c) { return *c == 2000; }, &counter));
+        +[](long* c) { return *c == 2; }, &counter));
   }
   other.join();
   return handed == 42 ? 0 : 1;
