@@ -49,7 +49,10 @@ class Cluster:
         self.worker_flags = list(worker_flags)
         port_file = os.path.join(self.dir, "port")
         args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
-                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout] + ROOT_FLAGS
+                "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout,
+                # No status page unless a test asks (extra_flags win): tests
+                # run side by side and must not race for its default port.
+                "--http_listen="] + ROOT_FLAGS
         if job is not None:
             job_file = os.path.join(self.dir, "job.json")
             with open(job_file, "w") as f:
