@@ -291,6 +291,8 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
     worker->reduction = report.reduction();
     worker->reduction.clear_newly_unused_parameter_names();  // kept once, below
     worker->phase = report.reduction().phase();
+    worker->timings = report.timings();
+    worker->step_seconds = report.step_seconds();
     registry_.NoteUnusedParameters(worker, report.reduction().newly_unused_parameter_names());
     samples += report.samples();
     seconds += report.step_seconds();

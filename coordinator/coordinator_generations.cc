@@ -346,6 +346,8 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     w->unused_parameters.clear();
     w->unused_names_dropped = 0;
     w->reduction.Clear();
+    w->timings.Clear();
+    w->step_seconds = 0;
     w->probe.Clear();
     w->parameter_digest.clear();
     w->digest_step = 0;

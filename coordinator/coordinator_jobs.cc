@@ -201,6 +201,8 @@ void Coordinator::PublishLocked() {
     ws->set_last_loss(w->last_loss);
     ws->set_samples_per_sec(w->samples_per_sec);
     *ws->mutable_reduction() = w->reduction;
+    *ws->mutable_timings() = w->timings;
+    ws->set_step_seconds(w->step_seconds);
     for (const auto& name : w->unused_parameters) ws->add_unused_parameters(name);
     ws->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - w->last_seen));
     ws->set_phase(w->phase);

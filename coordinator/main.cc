@@ -36,6 +36,8 @@
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/service.h"
 #include "coordinator/state_store.h"
+#include "coordinator/status_history.h"
+#include "coordinator/status_page.h"
 #include "coordinator/status_watchers.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -103,7 +105,8 @@ ABSL_FLAG(std::string, tokens_file, "",
 ABSL_FLAG(bool, insecure, false,
           "allow a --listen address other than loopback without TLS and --tokens_file (on a "
           "network you trust: anyone who reaches the port can cancel jobs or join as a worker), "
-          "and a --metrics_listen address other than loopback (metrics have no TLS or tokens)");
+          "and --metrics_listen or --http_listen addresses other than loopback (metrics and the "
+          "status page have no TLS or tokens)");
 // The default metrics address: if it is taken, the coordinator runs without
 // metrics rather than not at all.
 constexpr char kDefaultMetricsListen[] = "127.0.0.1:9400";
@@ -111,6 +114,17 @@ ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
           "HOST:PORT to serve Prometheus metrics on (/metrics); port 0 picks one; empty: off. "
           "Off loopback only with --insecure. If the default is taken, the coordinator runs "
           "without metrics; an address given explicitly that can't be bound is an error");
+// The default status page address: if it is taken (a second coordinator on
+// the machine), the coordinator runs without the page rather than not at all.
+constexpr char kDefaultHttpListen[] = "127.0.0.1:9401";
+ABSL_FLAG(std::string, http_listen, kDefaultHttpListen,
+          "HOST:PORT of the live status page (http://HOST:PORT/; the same as JSON at "
+          "/api/status); HOST an IP address or localhost, port 0 picks one (see "
+          "--http_port_file); empty: off. It has no TLS or tokens, so off loopback only with "
+          "--insecure. If the default is taken, the coordinator runs without the page; an "
+          "address given explicitly that can't be bound is an error");
+ABSL_FLAG(std::string, http_port_file, "",
+          "write the status page's port to this file once serving");
 
 namespace ddp {
 namespace {
@@ -175,6 +189,51 @@ absl::StatusOr<Security> LoadSecurity() {
     security.authorizer = std::make_unique<Authorizer>(std::move(*tokens));
   }
   return security;
+}
+
+// The status page shows workers, hosts, losses and the job's file paths to
+// anyone who can connect, and takes no token: loopback unless --insecure.
+absl::Status CheckHttpListen(const std::string& listen, bool insecure) {
+  auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--http_listen: ", parsed.status().message()));
+  }
+  if (IsLoopbackHost(parsed->host)) return absl::OkStatus();
+  if (!insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve the status page on ", listen,
+        ": it has no TLS and no tokens, so anyone who reaches that address could read the job's "
+        "status (workers, hosts, file paths). Listen on 127.0.0.1 (reach it through an SSH "
+        "tunnel), set --http_listen= to turn it off, or pass --insecure on a network you trust"));
+  }
+  DDP_LOG(Warning) << "--insecure: serving the status page on " << listen
+                   << " without TLS or tokens; anyone who reaches it can read the job's status";
+  return absl::OkStatus();
+}
+
+// Serves the page once the core exists; null when it is off, or when the
+// default address is taken (an explicit one that fails is an error).
+absl::StatusOr<std::unique_ptr<StatusPageServer>> StartStatusPage(
+    const StatusPageHandler* handler) {
+  const std::string listen = absl::GetFlag(FLAGS_http_listen);
+  if (listen.empty()) return nullptr;
+  StatusPageServer::Options options;
+  options.listen = listen;
+  auto server = StatusPageServer::Start(options, handler);
+  if (!server.ok()) {
+    if (listen == kDefaultHttpListen && absl::IsUnavailable(server.status())) {
+      DDP_LOG(Warning) << server.status().message() << "; running without the status page";
+      return nullptr;
+    }
+    return server.status();
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
+    std::ofstream(file + ".tmp") << (*server)->port() << "\n";
+    std::rename((file + ".tmp").c_str(), file.c_str());
+  }
+  DDP_LOG(Info) << "status page at http://" << listen.substr(0, listen.rfind(':')) << ":"
+                << (*server)->port() << "/";
+  return server;
 }
 
 int ExitCodeFor(v1::JobState state) {
@@ -259,6 +318,12 @@ int Run() {
     if (absl::Status s =
             CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
         !s.ok()) {
+      DDP_LOG(Error) << s.message();
+      return 2;
+    }
+  }
+  if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
+    if (absl::Status s = CheckHttpListen(http, absl::GetFlag(FLAGS_insecure)); !s.ok()) {
       DDP_LOG(Error) << s.message();
       return 2;
     }
@@ -394,6 +459,15 @@ int Run() {
     (*metrics_server)->Register(core_metrics);
     (*metrics_server)->Register(rpc_registry);
   }
+  // Curves for the page, fed by the ticker; handlers read snapshots only.
+  StatusHistory history(RealClock::Get(), StatusHistory::Options{});
+  StatusPageHandler page_handler([&core] { return core.Snapshot(); }, &history, RealClock::Get());
+  absl::StatusOr<std::unique_ptr<StatusPageServer>> page = StartStatusPage(&page_handler);
+  if (!page.ok()) {
+    DDP_LOG(Error) << "--http_listen: " << page.status().message();
+    server->Shutdown();
+    return 2;
+  }
   if (const std::string file = absl::GetFlag(FLAGS_port_file); !file.empty()) {
     std::ofstream(file + ".tmp") << port << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
@@ -411,7 +485,9 @@ int Run() {
     while (!stopping) {
       core.Tick();
       const absl::Time now = absl::Now();
-      watchers.Broadcast(core.Snapshot(), now);
+      const std::shared_ptr<const v1::JobStatus> snapshot = core.Snapshot();
+      watchers.Broadcast(snapshot, now);
+      if (*page) history.Record(*snapshot);
       if (now - trimmed >= absl::Seconds(5)) {
         ReturnFreeMemory();
         trimmed = now;
@@ -462,6 +538,7 @@ int Run() {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping = true;
   ticker.join();
+  page->reset();  // waits for requests in progress, before what they read goes
   DDP_LOG(Info) << "stopped";
   return exit_code;
 }

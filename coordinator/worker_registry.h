@@ -73,6 +73,8 @@ struct WorkerRecord {
   double last_loss = 0;
   double samples_per_sec = 0;
   v1::ReductionStatus reduction;
+  v1::StepTimings timings;  // of its last reported step
+  double step_seconds = 0;
   std::set<std::string> unused_parameters;
   // Names not stored for the limits above.
   uint64_t unused_names_dropped = 0;

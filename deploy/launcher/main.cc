@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, log_dir, "",
 ABSL_FLAG(int32_t, max_restarts, 3,
           "restart a worker that dies (exits other than by our own stop) up to this many times "
           "in all; the job goes on from the survivors' memory meanwhile");
+ABSL_FLAG(bool, status_page, true,
+          "serve the coordinator's live status page on a free loopback port (printed at "
+          "start); false: no page");
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, separated by spaces (see ddp-worker --help)");
@@ -242,8 +245,8 @@ int Run() {
     ::mkdir(dir.c_str(), 0755);
   }
   // A reused --log_dir must not hand us the last run's port or results.
-  for (const std::string& stale :
-       {std::string("/coordinator.port"), std::string("/final-status.json")}) {
+  for (const std::string& stale : {std::string("/coordinator.port"), std::string("/http.port"),
+                                   std::string("/final-status.json")}) {
     std::remove((dir + stale).c_str());
   }
   for (int i = 0; i < nproc; ++i) {
@@ -302,6 +305,15 @@ int Run() {
       "--data_root=/", "--output_root=/", "--validate_user=" + ThisUser(),
       metrics_port > 0 ? absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)
                        : std::string("--metrics_listen=")};
+  // A free port: the default one may belong to another coordinator.
+  const std::string http_port_file = dir + "/http.port";
+  const bool status_page = absl::GetFlag(FLAGS_status_page);
+  if (status_page) {
+    coordinator_args.push_back("--http_listen=127.0.0.1:0");
+    coordinator_args.push_back("--http_port_file=" + http_port_file);
+  } else {
+    coordinator_args.push_back("--http_listen=");
+  }
   coordinator_args.insert(coordinator_args.end(), security->coordinator_flags.begin(),
                           security->coordinator_flags.end());
   auto coordinator = children.Start("coordinator", coordinator_args, env, log("coordinator"));
@@ -325,6 +337,10 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(20));
   }
   const std::string target = absl::StrCat("127.0.0.1:", port);
+  // The page is up before the gRPC port is announced.
+  if (int http_port = 0; status_page && (std::ifstream(http_port_file) >> http_port)) {
+    std::cout << "ddp-run: status page at http://127.0.0.1:" << http_port << "/" << std::endl;
+  }
   std::vector<std::vector<std::string>> worker_args(nproc);
   for (int i = 0; i < nproc; ++i) {
     std::vector<std::string> args = {

@@ -50,9 +50,10 @@ class Cluster:
         port_file = os.path.join(self.dir, "port")
         args = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
                 "--port_file=" + port_file, "--heartbeat_timeout=" + heartbeat_timeout,
-                # Metrics off unless a test turns them on (extra_flags win):
-                # tests run side by side and must not race for port 9400.
-                "--metrics_listen="] + ROOT_FLAGS
+                # Metrics and the status page off unless a test turns them on
+                # (extra_flags win): tests run side by side and must not race
+                # for their default ports.
+                "--metrics_listen=", "--http_listen="] + ROOT_FLAGS
         if job is not None:
             job_file = os.path.join(self.dir, "job.json")
             with open(job_file, "w") as f:

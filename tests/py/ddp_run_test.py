@@ -39,6 +39,8 @@ class DefaultJobTest(unittest.TestCase):
         self.assertEqual(final["state"], "JOB_STATE_SUCCEEDED")
         self.assertGreaterEqual(final["testAccuracy"], 0.88)
         self.assertRegex(run.stdout, r"test accuracy: 0\.(8[89]|9)\d*")
+        # The status page on a free loopback port, announced at start.
+        self.assertRegex(run.stdout, r"status page at http://127\.0\.0\.1:\d+/")
         # Progress lines: epoch, step of steps, loss, samples/s, ETA, and never
         # more than a few seconds apart.
         progress = re.findall(r"\[\s*([\d.]+)s\] epoch \d+/3  step \d+/\d+ \([\d.]+%\)  "

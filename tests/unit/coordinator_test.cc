@@ -44,6 +44,25 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
   EXPECT_EQ(status.world_size(), 3u);
 }
 
+TEST_F(CoordinatorTest, Report_StepTimings_ShownForItsWorkerUntilTheNextGeneration) {
+  auto workers = Start(1, Job(1));
+  SendState(workers[0], 1, v1::WORKER_STATE_TRAINING);
+  v1::WorkerMessage m;
+  v1::StepReport* r = m.mutable_reports()->add_reports();
+  r->set_generation(1);
+  r->set_step(1);
+  r->set_samples(64);
+  r->set_step_seconds(0.02);
+  r->mutable_timings()->set_forward_ms(5);
+  r->mutable_timings()->set_allreduce_wait_ms(2.5);
+  Send(workers[0], m);
+  const v1::JobStatus status = Status();
+  const v1::WorkerStatus* w = Find(status, workers[0].id());
+  EXPECT_DOUBLE_EQ(w->step_seconds(), 0.02);
+  EXPECT_DOUBLE_EQ(w->timings().forward_ms(), 5);
+  EXPECT_DOUBLE_EQ(w->timings().allreduce_wait_ms(), 2.5);
+}
+
 TEST_F(CoordinatorTest, Assignment_SingleMachineOnlyWhenEveryMachineIdMatches) {
   auto a = *Attach("h", "cpu:0", "m1");
   auto b = *Attach("h", "cpu:1", "m1");

@@ -1,0 +1,27 @@
+# Writes OUT, a C++ file defining ddp::kStatusPageAssets from ASSETS:
+# "url-path|mime-type|file" entries separated by commas (a semicolon would
+# split the command line). Run by coordinator/CMakeLists.txt.
+string(REPLACE "," ";" ASSETS "${ASSETS}")
+set(delim "ddp_asset")
+set(body "// Generated from coordinator/web by embed.cmake; do not edit.\n")
+string(APPEND body "#include \"coordinator/status_page_assets.h\"\n\nnamespace ddp {\n\n")
+string(APPEND body "const StaticAsset kStatusPageAssets[] = {\n")
+set(count 0)
+foreach(entry IN LISTS ASSETS)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 url)
+  list(GET parts 1 type)
+  list(GET parts 2 file)
+  file(READ "${file}" text)
+  string(FIND "${text}" ")${delim}\"" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${file} contains the raw-string delimiter )${delim}\"")
+  endif()
+  string(APPEND body "    {\"${url}\", \"${type}; charset=utf-8\", R\"${delim}(${text})${delim}\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\n\nconst size_t kStatusPageAssetCount = ${count};\n\n}  // namespace ddp\n")
+# Rewritten only when it changes, so an unchanged page rebuilds nothing.
+file(WRITE "${OUT}.tmp" "${body}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUT}.tmp")
