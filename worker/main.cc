@@ -40,8 +40,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's bearer token (a worker token from the coordinator's "
           "--tokens_file); never put a token on the command line");
+// Worker N's default metrics port: clear of the coordinator's metrics (9400)
+// and status page (9401) on a machine that runs both.
+constexpr int kWorkerMetricsBasePort = 9410;
 ABSL_FLAG(std::string, metrics_listen, "auto",
-          "HOST:PORT to serve Prometheus metrics on (/metrics); auto: 127.0.0.1:(9401 + N) for "
+          "HOST:PORT to serve Prometheus metrics on (/metrics); auto: 127.0.0.1:(9410 + N) for "
           "--device cpu:N or cuda:N (if taken, the worker runs without metrics); empty: off. "
           "Off loopback only with --insecure");
 ABSL_FLAG(bool, insecure, false,
@@ -116,7 +119,8 @@ int Run() {
   std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   const bool metrics_auto = metrics_listen == "auto";
   // One port per device, so the workers of one machine don't collide.
-  if (metrics_auto) metrics_listen = absl::StrCat("127.0.0.1:", 9401 + device->index);
+  if (metrics_auto)
+    metrics_listen = absl::StrCat("127.0.0.1:", kWorkerMetricsBasePort + device->index);
   if (!metrics_listen.empty()) {
     if (absl::Status s =
             CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
