@@ -9,11 +9,16 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libtorch-dev libopenblas0-pthread zlib1g-dev
   libgtest-dev libgmock-dev
-  prometheus-cpp-dev libcivetweb-dev prometheus chromium nodejs npm
+  prometheus-cpp-dev libcivetweb-dev prometheus chromium
   python3 python3-torch python3-grpcio python3-protobuf
   dataset-fashion-mnist systemd iproute2 util-linux
 )
 missing=()
+# The status page's browser test drives Chromium from Node (playwright-core
+# from npm). Debian's nodejs and npm only where no node/npm is there: a
+# machine with another Node build (npm bundled) can't take Debian's npm.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
