@@ -732,7 +732,7 @@ def main():
 def reanalyze(data):
     """Analysis again from the run folders (after a change to the analysis)."""
     def again(r):
-        run = faults.RunFiles(r["dir"], r["job"])
+        run = chaos.RunFiles(r["dir"], r["job"])
         res = faults.analyze(run, [faults.injection_from(d) for d in r["raw_injections"]],
                              r["final"])
         for k in ("crashed", "processes_left", "shm_left", "baseline"):

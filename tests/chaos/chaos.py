@@ -47,14 +47,32 @@ def shm_segments():
     return {n for n in os.listdir("/dev/shm") if n.startswith("ddp-")}
 
 
-class ChaosRun:
+class RunFiles:
+    """A finished run's folder, read again later (bench/resilience.py
+    --reanalyze): what faults.analyze() needs of a run; a ChaosRun is one."""
+
+    def __init__(self, folder, job):
+        self.dir = folder
+        self.job = job
+
+    def metrics(self, name):
+        path = os.path.join(self.dir, name + ".jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def index_lines(self):
+        return coverage.read_lines(os.path.join(self.dir, "*.idx.jsonl"))
+
+
+class ChaosRun(RunFiles):
     """One job on a coordinator and `workers` workers; processes are started
     in `net`'s namespaces when one is given (coordinator on host 0, worker i
     on host i + 1), else on loopback."""
 
     def __init__(self, job, workers=3, net=None, heartbeat_timeout="2s", extra_coordinator=()):
-        self.dir = tempfile.mkdtemp(prefix="ddp-chaos-")
-        self.job = job
+        super().__init__(tempfile.mkdtemp(prefix="ddp-chaos-"), job)
         self.net = net
         self.procs = {}
         self.finished = []  # (name, Popen) of processes replaced by a restart
@@ -185,16 +203,6 @@ class ChaosRun:
 
     def generation(self):
         return int(self.status().get("generation", 0))
-
-    def metrics(self, name):
-        path = os.path.join(self.dir, name + ".jsonl")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-    def index_lines(self):
-        return coverage.read_lines(os.path.join(self.dir, "*.idx.jsonl"))
 
     def log(self, name):
         with open(os.path.join(self.dir, name + ".log")) as f:

@@ -679,25 +679,6 @@ def analyze(run, injections, final, dataset_size=chaos.FASHION_MNIST_TRAIN, work
     }
 
 
-class RunFiles:
-    """A finished run's folder, read again later (bench/resilience.py
-    --reanalyze): what analyze() needs of a ChaosRun."""
-
-    def __init__(self, folder, job):
-        self.dir = folder
-        self.job = job
-
-    def metrics(self, name):
-        path = os.path.join(self.dir, name + ".jsonl")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-    def index_lines(self):
-        return coverage.read_lines(os.path.join(self.dir, "*.idx.jsonl"))
-
-
 def injection_from(d):
     return Injection(**{f.name: d[f.name] for f in dataclasses.fields(Injection) if f.name in d})
 
