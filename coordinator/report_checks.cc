@@ -1,6 +1,7 @@
 #include "coordinator/report_checks.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,12 +25,22 @@ absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_s
   }
   for (const v1::StepReport& report : batch.reports()) {
     if (absl::Status s = CheckStep(report.step(), start_step); !s.ok()) return s;
-    const double seconds = report.step_seconds();
-    if (!(std::isfinite(seconds) && seconds >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("step report of step ", report.step(),
-                                                     ": step_seconds must be a finite number "
-                                                     ">= 0 (got ",
-                                                     seconds, "); the batch was dropped"));
+    // Durations end up in status, metrics and the status page: a NaN or a
+    // negative time would poison every sum and chart built on them.
+    const v1::StepTimings& t = report.timings();
+    const std::pair<const char*, double> durations[] = {
+        {"step_seconds", report.step_seconds()},
+        {"timings.data_ms", t.data_ms()},
+        {"timings.forward_ms", t.forward_ms()},
+        {"timings.backward_ms", t.backward_ms()},
+        {"timings.allreduce_wait_ms", t.allreduce_wait_ms()},
+        {"timings.optimizer_ms", t.optimizer_ms()}};
+    for (const auto& [name, value] : durations) {
+      if (!(std::isfinite(value) && value >= 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("step report of step ", report.step(), ": ",
+                                                       name, " must be a finite number >= 0 (got ",
+                                                       value, "); the batch was dropped"));
+      }
     }
     if (report.parameter_digest().size() > kMaxDigestBytes) {
       return absl::InvalidArgumentError(

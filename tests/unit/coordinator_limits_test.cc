@@ -53,6 +53,22 @@ TEST_F(CoordinatorLimitsTest, Report_StepFarBeyondTheStart_RejectedAndNotTaken) 
   EXPECT_EQ(Find(after, workers[0].id())->step(), kMaxStepAdvance);
 }
 
+TEST_F(CoordinatorLimitsTest, Report_NanOrNegativeTiming_Refused) {
+  auto workers = Start(1, Job(1));
+  SendState(workers[0], 1, v1::WORKER_STATE_TRAINING);
+  for (double bad : {std::nan(""), -1.0, std::numeric_limits<double>::infinity()}) {
+    v1::WorkerMessage m;
+    v1::StepReport* r = m.mutable_reports()->add_reports();
+    r->set_generation(1);
+    r->set_step(1);
+    r->mutable_timings()->set_backward_ms(bad);
+    Send(workers[0], m);
+  }
+  EXPECT_EQ(workers[0].rejected(), 3u);
+  EXPECT_THAT(LastRejected(workers[0]).message(), HasSubstr("timings.backward_ms"));
+  EXPECT_EQ(Find(Status(), workers[0].id())->step(), 0u);
+}
+
 TEST_F(CoordinatorLimitsTest, Report_NanLossAndSeconds_LossKeptAsNanSecondsRefused) {
   auto workers = Start(1, Job(1));
   SendState(workers[0], 1, v1::WORKER_STATE_TRAINING);
