@@ -155,4 +155,12 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return CRYPTO_memcmp(da, db, SHA256_DIGEST_LENGTH) == 0;
 }
 
+std::optional<Role> FindTokenRole(const std::vector<TokenEntry>& tokens, absl::string_view token) {
+  std::optional<Role> role;
+  for (const TokenEntry& entry : tokens) {
+    if (ConstantTimeEquals(entry.token, token)) role = entry.role;
+  }
+  return role;
+}
+
 }  // namespace ddp

@@ -62,6 +62,11 @@ std::string RandomToken(size_t bytes = 16);
 // are compared with CRYPTO_memcmp (no early exit on the first difference).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
+// The role of `token` among `tokens`, if it is one of them. Compares with
+// every entry, matched or not: the time taken says nothing about which (or
+// whether one) matched, nor how much of a guess was right.
+std::optional<Role> FindTokenRole(const std::vector<TokenEntry>& tokens, absl::string_view token);
+
 }  // namespace ddp
 
 #endif  // DDP_COMMON_TOKENS_H_

@@ -68,12 +68,7 @@ absl::Status Authorizer::Check(absl::string_view method,
         "the authorization metadata must be \"Bearer <token>\" (RFC 6750)");
   }
   token = token.substr(7);
-  // Compare with every token, matched or not: the time taken says nothing
-  // about which (or whether one) matched, nor how much of a guess was right.
-  std::optional<Role> role;
-  for (const TokenEntry& entry : tokens_) {
-    if (ConstantTimeEquals(entry.token, token)) role = entry.role;
-  }
+  const std::optional<Role> role = FindTokenRole(tokens_, token);
   if (!role) {
     return absl::UnauthenticatedError(
         "unknown bearer token: it is not in the coordinator's --tokens_file");

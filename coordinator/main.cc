@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
@@ -19,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/credentials.h"
+#include "common/http_server.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics_server.h"
@@ -103,26 +105,27 @@ ABSL_FLAG(std::string, tokens_file, "",
           "call must then carry \"authorization: Bearer <token>\" of a role allowed to make it, "
           "and store calls the caller's store token; see README");
 ABSL_FLAG(bool, insecure, false,
-          "allow a --listen address other than loopback without TLS and --tokens_file (on a "
-          "network you trust: anyone who reaches the port can cancel jobs or join as a worker), "
-          "and --metrics_listen or --http_listen addresses other than loopback (metrics and the "
-          "status page have no TLS or tokens)");
+          "allow --listen, --metrics_listen and --http_listen addresses other than loopback "
+          "without TLS and --tokens_file (on a network you trust: anyone who reaches the port "
+          "can cancel jobs or join as a worker, or read the job's status)");
 // The default metrics address: if it is taken, the coordinator runs without
 // metrics rather than not at all.
 constexpr char kDefaultMetricsListen[] = "127.0.0.1:9400";
 ABSL_FLAG(std::string, metrics_listen, kDefaultMetricsListen,
           "HOST:PORT to serve Prometheus metrics on (/metrics); port 0 picks one; empty: off. "
-          "Off loopback only with --insecure. If the default is taken, the coordinator runs "
-          "without metrics; an address given explicitly that can't be bound is an error");
+          "With --tls_cert it is HTTPS (--tls_ca: client certificates required), with "
+          "--tokens_file it needs an operator or admin token; off loopback only with both, or "
+          "--insecure. If the default is taken, the coordinator runs without metrics; an "
+          "address given explicitly that can't be bound is an error");
 // The default status page address: if it is taken (a second coordinator on
 // the machine), the coordinator runs without the page rather than not at all.
 constexpr char kDefaultHttpListen[] = "127.0.0.1:9401";
 ABSL_FLAG(std::string, http_listen, kDefaultHttpListen,
           "HOST:PORT of the live status page (http://HOST:PORT/; the same as JSON at "
           "/api/status); HOST an IP address or localhost, port 0 picks one (see "
-          "--http_port_file); empty: off. It has no TLS or tokens, so off loopback only with "
-          "--insecure. If the default is taken, the coordinator runs without the page; an "
-          "address given explicitly that can't be bound is an error");
+          "--http_port_file); empty: off. TLS and tokens as for --metrics_listen (a browser "
+          "asks for the token as a password). If the default is taken, the coordinator runs "
+          "without the page; an address given explicitly that can't be bound is an error");
 ABSL_FLAG(std::string, http_port_file, "",
           "write the status page's port to this file once serving");
 
@@ -145,6 +148,8 @@ constexpr char kUsage[] =
 struct Security {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   std::unique_ptr<Authorizer> authorizer;  // null: every call allowed
+  // The metrics and the status page: the same certificate, CA and tokens.
+  HttpAccess http;
 };
 
 absl::StatusOr<Security> LoadSecurity() {
@@ -176,6 +181,10 @@ absl::StatusOr<Security> LoadSecurity() {
                      << "; anyone who reaches it may control the job";
   }
   Security security;
+  security.http.tls_cert = tls.cert;
+  security.http.tls_key = tls.key;
+  security.http.tls_ca = tls.ca;
+  security.http.insecure = absl::GetFlag(FLAGS_insecure);
   auto credentials = MakeServerCredentials(tls);
   if (!credentials.ok()) return credentials.status();
   security.credentials = std::move(*credentials);
@@ -186,40 +195,28 @@ absl::StatusOr<Security> LoadSecurity() {
     for (const TokenEntry& t : *tokens) ++counts[static_cast<int>(t.role)];
     DDP_LOG(Info) << "tokens required: " << counts[0] << " worker, " << counts[1] << " operator, "
                   << counts[2] << " admin token(s) from " << tokens_file;
+    security.http.tokens = *tokens;
     security.authorizer = std::make_unique<Authorizer>(std::move(*tokens));
   }
   return security;
 }
 
-// The status page shows workers, hosts, losses and the job's file paths to
-// anyone who can connect, and takes no token: loopback unless --insecure.
-absl::Status CheckHttpListen(const std::string& listen, bool insecure) {
-  auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--http_listen: ", parsed.status().message()));
-  }
-  if (IsLoopbackHost(parsed->host)) return absl::OkStatus();
-  if (!insecure) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to serve the status page on ", listen,
-        ": it has no TLS and no tokens, so anyone who reaches that address could read the job's "
-        "status (workers, hosts, file paths). Listen on 127.0.0.1 (reach it through an SSH "
-        "tunnel), set --http_listen= to turn it off, or pass --insecure on a network you trust"));
-  }
-  DDP_LOG(Warning) << "--insecure: serving the status page on " << listen
-                   << " without TLS or tokens; anyone who reaches it can read the job's status";
-  return absl::OkStatus();
-}
-
 // Serves the page once the core exists; null when it is off, or when the
 // default address is taken (an explicit one that fails is an error).
-absl::StatusOr<std::unique_ptr<StatusPageServer>> StartStatusPage(
-    const StatusPageHandler* handler) {
+absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusPage(const StatusPageHandler* handler,
+                                                            const HttpAccess& access) {
   const std::string listen = absl::GetFlag(FLAGS_http_listen);
   if (listen.empty()) return nullptr;
-  StatusPageServer::Options options;
+  HttpServer::Options options;
+  options.what = "the status page";
+  options.flag = "--http_listen";
   options.listen = listen;
-  auto server = StatusPageServer::Start(options, handler);
+  options.access = access;
+  options.headers = StatusPageHeaders();
+  auto server = HttpServer::Start(std::move(options),
+                                  [handler](absl::string_view method, absl::string_view path) {
+                                    return handler->Respond(method, path);
+                                  });
   if (!server.ok()) {
     if (listen == kDefaultHttpListen && absl::IsUnavailable(server.status())) {
       DDP_LOG(Warning) << server.status().message() << "; running without the status page";
@@ -231,8 +228,8 @@ absl::StatusOr<std::unique_ptr<StatusPageServer>> StartStatusPage(
     std::ofstream(file + ".tmp") << (*server)->port() << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
-  DDP_LOG(Info) << "status page at http://" << listen.substr(0, listen.rfind(':')) << ":"
-                << (*server)->port() << "/";
+  DDP_LOG(Info) << "status page at " << (*server)->url() << "/"
+                << (access.tokens.empty() ? "" : " (tokens required)");
   return server;
 }
 
@@ -314,16 +311,12 @@ int Run() {
     return 2;
   }
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
-    if (absl::Status s =
-            CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
-        !s.ok()) {
-      DDP_LOG(Error) << s.message();
-      return 2;
-    }
-  }
-  if (const std::string http = absl::GetFlag(FLAGS_http_listen); !http.empty()) {
-    if (absl::Status s = CheckHttpListen(http, absl::GetFlag(FLAGS_insecure)); !s.ok()) {
+  const std::string http_listen = absl::GetFlag(FLAGS_http_listen);
+  for (const auto& [flag, what, listen] :
+       {std::tuple{"--metrics_listen", "metrics", metrics_listen},
+        std::tuple{"--http_listen", "the status page", http_listen}}) {
+    if (listen.empty()) continue;
+    if (absl::Status s = CheckHttpListen(flag, what, listen, security->http); !s.ok()) {
       DDP_LOG(Error) << s.message();
       return 2;
     }
@@ -448,7 +441,7 @@ int Run() {
   }
   // Served once the gRPC server is up (what it reads exists) and stopped
   // before it goes (declared after everything it reads).
-  auto metrics_server = StartMetricsServer(metrics_listen, absl::GetFlag(FLAGS_insecure),
+  auto metrics_server = StartMetricsServer(metrics_listen, security->http,
                                            /*required=*/metrics_listen != kDefaultMetricsListen);
   if (!metrics_server.ok()) {
     DDP_LOG(Error) << metrics_server.status().message();
@@ -462,7 +455,7 @@ int Run() {
   // Curves for the page, fed by the ticker; handlers read snapshots only.
   StatusHistory history(RealClock::Get(), StatusHistory::Options{});
   StatusPageHandler page_handler([&core] { return core.Snapshot(); }, &history, RealClock::Get());
-  absl::StatusOr<std::unique_ptr<StatusPageServer>> page = StartStatusPage(&page_handler);
+  absl::StatusOr<std::unique_ptr<HttpServer>> page = StartStatusPage(&page_handler, security->http);
   if (!page.ok()) {
     DDP_LOG(Error) << "--http_listen: " << page.status().message();
     server->Shutdown();

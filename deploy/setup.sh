@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libtorch-dev libopenblas0-pthread zlib1g-dev
   libgtest-dev libgmock-dev
-  prometheus-cpp-dev libcivetweb-dev prometheus chromium
+  prometheus-cpp-dev libmicrohttpd-dev prometheus chromium
   python3 python3-torch python3-grpcio python3-protobuf
   dataset-fashion-mnist systemd iproute2 util-linux
 )

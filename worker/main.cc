@@ -15,6 +15,7 @@
 #include "common/metrics_server.h"
 #include "common/net_address.h"
 #include "common/process.h"
+#include "common/tokens.h"
 #include "worker/agent.h"
 #include "worker/threads.h"
 #include "worker/worker_metrics.h"
@@ -46,10 +47,19 @@ constexpr int kWorkerMetricsBasePort = 9410;
 ABSL_FLAG(std::string, metrics_listen, "auto",
           "HOST:PORT to serve Prometheus metrics on (/metrics); auto: 127.0.0.1:(9410 + N) for "
           "--device cpu:N or cuda:N (if taken, the worker runs without metrics); empty: off. "
-          "Off loopback only with --insecure");
+          "Off loopback only with --metrics_tls_cert and --metrics_tokens_file, or --insecure");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "PEM certificate (chain) the metrics endpoint presents: serve HTTPS (needs "
+          "--metrics_tls_key)");
+ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics_tls_cert");
+ABSL_FLAG(std::string, metrics_tls_ca, "",
+          "PEM CA certificate(s): scrapers must present a certificate they signed");
+ABSL_FLAG(std::string, metrics_tokens_file, "",
+          "a tokens file like the coordinator's --tokens_file: each scrape must then carry an "
+          "operator or admin token from it (\"authorization: Bearer <token>\")");
 ABSL_FLAG(bool, insecure, false,
-          "allow a --metrics_listen address other than loopback (metrics have no TLS or tokens: "
-          "anyone who reaches the port can read the job's progress)");
+          "allow a --metrics_listen address other than loopback without TLS and tokens (anyone "
+          "who reaches the port can read the job's progress)");
 ABSL_FLAG(std::string, index_log, "",
           "debug: append one JSON line per step with the dataset indices this rank trains in it, "
           "written before the step runs (to check that every sample is trained once)");
@@ -121,9 +131,22 @@ int Run() {
   // One port per device, so the workers of one machine don't collide.
   if (metrics_auto)
     metrics_listen = absl::StrCat("127.0.0.1:", kWorkerMetricsBasePort + device->index);
+  HttpAccess metrics_access;
+  metrics_access.tls_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
+  metrics_access.tls_key = absl::GetFlag(FLAGS_metrics_tls_key);
+  metrics_access.tls_ca = absl::GetFlag(FLAGS_metrics_tls_ca);
+  metrics_access.insecure = absl::GetFlag(FLAGS_insecure);
+  if (const std::string file = absl::GetFlag(FLAGS_metrics_tokens_file); !file.empty()) {
+    auto tokens = LoadTokensFile("--metrics_tokens_file", file);
+    if (!tokens.ok()) {
+      DDP_LOG(Error) << tokens.status().message();
+      return 2;
+    }
+    metrics_access.tokens = std::move(*tokens);
+  }
   if (!metrics_listen.empty()) {
     if (absl::Status s =
-            CheckMetricsListen("--metrics_listen", metrics_listen, absl::GetFlag(FLAGS_insecure));
+            CheckHttpListen("--metrics_listen", "metrics", metrics_listen, metrics_access);
         !s.ok()) {
       DDP_LOG(Error) << s.message();
       return 2;
@@ -133,8 +156,7 @@ int Run() {
   options.metrics = metrics.get();
   WorkerAgent agent(options);
   // Declared after the agent, so it stops serving before the agent goes.
-  auto metrics_server =
-      StartMetricsServer(metrics_listen, absl::GetFlag(FLAGS_insecure), !metrics_auto);
+  auto metrics_server = StartMetricsServer(metrics_listen, metrics_access, !metrics_auto);
   if (!metrics_server.ok()) {
     DDP_LOG(Error) << metrics_server.status().message();
     return 2;

@@ -2,11 +2,16 @@
 """A real Prometheus (Debian's /usr/bin/prometheus) scrapes a coordinator and
 two workers while they train, and the series are checked through
 Prometheus' own query API, as a dashboard would read them: the job's step
-moves, the workers' step-time histograms fill, the RPC counters count."""
+moves, the workers' step-time histograms fill, the RPC counters count. Then
+the same over HTTPS with client certificates and tokens, as a cluster off
+loopback runs it, with the refusals a scraper without them gets."""
+import base64
+import http.client
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -16,6 +21,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+from certs import Pki  # noqa: E402
 from cluster import Cluster, synthetic_job, wait_for  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -28,8 +34,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http_get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+def http_get(url, timeout=5, context=None, headers=None):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as r:
         return r.read().decode()
 
 
@@ -46,6 +53,13 @@ class ExampleConfigTest(unittest.TestCase):
 @unittest.skipUnless(os.path.exists(PROMETHEUS),
                      PROMETHEUS + " is missing (apt-get install prometheus; deploy/setup.sh does)")
 class PrometheusScrapeTest(unittest.TestCase):
+    # Prometheus' scrape settings beyond the targets (a subclass adds TLS).
+    scrape_settings = {}
+
+    def cluster_flags(self):
+        """(coordinator flags, worker flags) beyond the metrics addresses."""
+        return [], []
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="ddp-prometheus-")
         self.coordinator_port = free_port()
@@ -53,10 +67,13 @@ class PrometheusScrapeTest(unittest.TestCase):
         # Long enough to be scraped many times; cancelled once the checks pass.
         job = synthetic_job("scraped", 2, epochs=50, dataset={
             "kind": "synthetic", "trainSize": 8192, "testSize": 256})
+        coordinator_flags, worker_flags = self.cluster_flags()
         self.cluster = Cluster(job=job, extra_flags=[
-            "--metrics_listen=127.0.0.1:%d" % self.coordinator_port])
+            "--metrics_listen=127.0.0.1:%d" % self.coordinator_port] + coordinator_flags,
+            client_options=getattr(self, "client_options", None))
         for i, port in enumerate(self.worker_ports):
-            self.cluster.start_worker(i, extra=["--metrics_listen=127.0.0.1:%d" % port])
+            self.cluster.start_worker(i, extra=["--metrics_listen=127.0.0.1:%d" % port] +
+                                      worker_flags)
         self.prometheus = None
         self.prom_port = free_port()
         config = os.path.join(self.dir, "prometheus.yml")
@@ -66,10 +83,12 @@ class PrometheusScrapeTest(unittest.TestCase):
                 "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                            "evaluation_interval": "1s"},
                 "scrape_configs": [
-                    {"job_name": "ddp-coordinator", "static_configs": [
+                    dict({"job_name": "ddp-coordinator", "static_configs": [
                         {"targets": ["127.0.0.1:%d" % self.coordinator_port]}]},
-                    {"job_name": "ddp-worker", "static_configs": [
+                        **self.scrape_settings),
+                    dict({"job_name": "ddp-worker", "static_configs": [
                         {"targets": ["127.0.0.1:%d" % p for p in self.worker_ports]}]},
+                        **self.scrape_settings),
                 ]}, f)
         self.prometheus_log = open(os.path.join(self.dir, "prometheus.log"), "w")
         self.prometheus = subprocess.Popen(
@@ -179,6 +198,101 @@ class PrometheusScrapeTest(unittest.TestCase):
                         "the cancellation to be scraped")
         print("prometheus_test: checks passed %.1f s after the cluster started" % (
             time.time() - started))
+
+
+class SecuredScrapeTest(PrometheusScrapeTest):
+    """Metrics and the status page over HTTPS with client certificates and
+    tokens: the coordinator's from its --tls_* and --tokens_file, the
+    workers' from --metrics_tls_* and --metrics_tokens_file."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = Pki()
+        cls.client_options = cls.pki.client_options("admin")
+        cls.scrape_settings = {
+            "scheme": "https",
+            "tls_config": {"ca_file": cls.pki.ca, "cert_file": cls.pki.client[0],
+                           "key_file": cls.pki.client[1]},
+            "authorization": {"type": "Bearer",
+                              "credentials_file": cls.pki.token_files["operator"]}}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.remove()
+
+    def cluster_flags(self):
+        self.page_port = free_port()
+        metrics_tls = ["--metrics_tls_cert=" + self.pki.server[0],
+                       "--metrics_tls_key=" + self.pki.server[1],
+                       "--metrics_tls_ca=" + self.pki.ca,
+                       "--metrics_tokens_file=" + self.pki.tokens_file]
+        return (self.pki.coordinator_flags() + ["--http_listen=127.0.0.1:%d" % self.page_port],
+                self.pki.worker_flags("worker") + metrics_tls)
+
+    def tls(self, client_cert=True, ca=None):
+        context = ssl.create_default_context(cafile=ca or self.pki.ca)
+        if client_cert:
+            context.load_cert_chain(*self.pki.client)
+        return context
+
+    def status(self, url, context=None, token=None, basic=None):
+        """The HTTP status `url` answers with (and the response's headers)."""
+        headers = {}
+        if token:
+            headers["Authorization"] = "Bearer " + token
+        if basic:
+            headers["Authorization"] = "Basic " + base64.b64encode(basic.encode()).decode()
+        try:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=5, context=context or self.tls()) as r:
+                return r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read().decode()
+
+    def test_refusals(self):
+        tokens = self.pki.tokens
+        for port in [self.coordinator_port] + self.worker_ports:
+            url = "https://127.0.0.1:%d/metrics" % port
+            def served(url=url):
+                try:
+                    return self.status(url, token=tokens["operator"])[0] == 200
+                except OSError:  # not listening yet
+                    return False
+            wait_for(served, 30, "metrics at " + url)
+            code, headers, body = self.status(url)
+            self.assertEqual(code, 401, body)
+            self.assertIn("Basic", headers.get("WWW-Authenticate", ""))
+            self.assertNotIn("ddp_", body)
+            self.assertEqual(self.status(url, token=tokens["worker"])[0], 403)
+            self.assertEqual(self.status(url, token="x" * 32)[0], 401)
+            code, _, body = self.status(url, token=tokens["admin"])
+            self.assertEqual(code, 200)
+            self.assertIn("# TYPE ddp_", body)
+            # mutual TLS: the right token without a client certificate
+            code, _, body = self.status(url, self.tls(client_cert=False), token=tokens["admin"])
+            self.assertEqual(code, 403, body)
+            self.assertIn("client certificate", body)
+            # A scraper that doesn't trust our CA stops at the handshake;
+            # plain HTTP gets no metrics.
+            with self.assertRaises(urllib.error.URLError):
+                self.status(url, self.tls(ca=self.pki.rogue_ca), token=tokens["admin"])
+            with self.assertRaises((OSError, http.client.HTTPException)):
+                http_get("http://127.0.0.1:%d/metrics" % port)
+
+        page = "https://127.0.0.1:%d" % self.page_port
+        code, headers, _ = self.status(page + "/")
+        self.assertEqual(code, 401)
+        self.assertIn('Basic realm="ddp"', headers.get("WWW-Authenticate", ""))
+        # What a browser sends once the user typed the token as password.
+        code, headers, body = self.status(page + "/", basic="me:" + tokens["operator"])
+        self.assertEqual(code, 200)
+        self.assertIn("<html", body.lower())
+        self.assertIn("default-src 'none'", headers.get("Content-Security-Policy", ""))
+        code, _, body = self.status(page + "/api/status", token=tokens["operator"])
+        self.assertEqual(code, 200)
+        self.assertEqual(json.loads(body)["status"]["jobId"], "scraped")
+        self.assertEqual(self.status(page + "/api/status", token=tokens["worker"])[0], 403)
+
 
 
 def _ready(base):

@@ -1,11 +1,6 @@
 // The Prometheus series: what a status snapshot, an RPC and a step map to,
 // and the endpoint's address rules. tests/py/prometheus_test.py scrapes the
 // real daemons with a real Prometheus.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +21,6 @@
 namespace ddp {
 namespace {
 
-using ::testing::HasSubstr;
 using Labels = std::vector<prometheus::ClientMetric::Label>;
 
 const prometheus::MetricFamily* Find(const std::vector<prometheus::MetricFamily>& families,
@@ -57,69 +51,6 @@ double GaugeValue(const std::vector<prometheus::MetricFamily>& f, const std::str
 double CounterValue(const std::vector<prometheus::MetricFamily>& f, const std::string& name,
                     Labels labels = {}) {
   return Metric(f, name, std::move(labels)).counter.value;
-}
-
-TEST(CheckMetricsListen, Loopback_Ok) {
-  EXPECT_THAT(CheckMetricsListen("--metrics_listen", "127.0.0.1:9400", false), IsOk());
-  EXPECT_THAT(CheckMetricsListen("--metrics_listen", "localhost:0", false), IsOk());
-}
-
-TEST(CheckMetricsListen, OffLoopbackWithoutInsecure_FailsWithFailedPrecondition) {
-  EXPECT_THAT(CheckMetricsListen("--metrics_listen", "0.0.0.0:9400", false),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--insecure")));
-  EXPECT_THAT(CheckMetricsListen("--metrics_listen", "0.0.0.0:9400", true), IsOk());
-}
-
-TEST(CheckMetricsListen, Malformed_FailsWithInvalidArgument) {
-  EXPECT_THAT(CheckMetricsListen("--metrics_listen", "nonsense", true),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--metrics_listen")));
-}
-
-// GET /metrics over a plain socket; the body, or "" on failure.
-std::string Scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
-TEST(MetricsServer, Start_ServesRegisteredSeries_SecondOnSamePortUnavailable) {
-  auto server = MetricsServer::Start("--metrics_listen", "127.0.0.1:0", false);
-  ASSERT_THAT(server, IsOk());
-  ASSERT_GT((*server)->port(), 0);
-  auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildCounter()
-      .Name("ddp_test_total")
-      .Help("t")
-      .Register(*registry)
-      .Add({})
-      .Increment(3);
-  (*server)->Register(registry);
-  EXPECT_THAT(Scrape((*server)->port()), HasSubstr("ddp_test_total 3"));
-
-  const std::string taken = "127.0.0.1:" + std::to_string((*server)->port());
-  EXPECT_THAT(MetricsServer::Start("--metrics_listen", taken, false),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(taken)));
-  // The default address taken: metrics off, the daemon runs.
-  auto optional = StartMetricsServer(taken, false, /*required=*/false);
-  ASSERT_THAT(optional, IsOk());
-  EXPECT_EQ(*optional, nullptr);
-  EXPECT_THAT(StartMetricsServer(taken, false, /*required=*/true),
-              StatusIs(absl::StatusCode::kUnavailable));
-  auto off = StartMetricsServer("", false, true);
-  ASSERT_THAT(off, IsOk());
-  EXPECT_EQ(*off, nullptr);
 }
 
 v1::GenerationChange Change(double at, uint64_t from, v1::ChangeCause cause) {

@@ -1,10 +1,5 @@
 #include "coordinator/status_page.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -72,58 +67,6 @@ TEST_F(StatusPageTest, Respond_UnknownPathOrMethod_404Or405) {
   EXPECT_EQ(handler_.Respond("GET", "/etc/passwd").code, 404);
   EXPECT_EQ(handler_.Respond("GET", "/status.js/").code, 404);
   EXPECT_EQ(handler_.Respond("POST", "/api/status").code, 405);
-}
-
-// A raw HTTP exchange: what a browser sends, nothing more.
-std::string Fetch(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) answer.append(buf, n);
-  ::close(fd);
-  return answer;
-}
-
-TEST_F(StatusPageTest, Server_PortZero_ServesApiWithSecurityHeaders) {
-  auto server = StatusPageServer::Start({"127.0.0.1:0"}, &handler_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ASSERT_GT((*server)->port(), 0);
-  const std::string answer =
-      Fetch((*server)->port(), "GET /api/status HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
-  EXPECT_THAT(answer, HasSubstr("Content-Security-Policy: default-src 'none'"));
-  EXPECT_THAT(answer, HasSubstr("\"jobId\":\"job-7\""));
-  EXPECT_THAT(Fetch((*server)->port(), "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"),
-              StartsWith("HTTP/1.1 404"));
-}
-
-TEST_F(StatusPageTest, Server_OversizedRequest_NotServed) {
-  StatusPageServer::Options options{"127.0.0.1:0"};
-  options.max_request_bytes = 1024;
-  auto server = StatusPageServer::Start(options, &handler_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string big =
-      "GET /api/status HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(4096, 'a') + "\r\n\r\n";
-  EXPECT_THAT(Fetch((*server)->port(), big), ::testing::Not(HasSubstr("job-7")));
-}
-
-TEST_F(StatusPageTest, Server_AddressInUseOrNotAnAddress_Refused) {
-  auto first = StatusPageServer::Start({"127.0.0.1:0"}, &handler_);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_THAT(StatusPageServer::Start({"127.0.0.1:" + std::to_string((*first)->port())}, &handler_)
-                  .status(),
-              StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(StatusPageServer::Start({"example.com:80"}, &handler_).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("IP address")));
 }
 
 }  // namespace

@@ -1,0 +1,290 @@
+#include "common/http_server.h"
+
+#include <arpa/inet.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/net_address.h"
+
+namespace ddp {
+
+struct HttpServer::Context {
+  Options options;
+  HttpHandler handler;
+  // The last message libmicrohttpd logged while starting: why it failed.
+  absl::Mutex mu;
+  std::string start_error ABSL_GUARDED_BY(mu);
+  bool started ABSL_GUARDED_BY(mu) = false;
+};
+
+namespace {
+
+// libmicrohttpd's messages go to our log; while starting, the last one is
+// kept as the reason a start failed.
+void LogHttpdMessage(void* cls, const char* format, va_list args) {
+  char text[512];
+  std::vsnprintf(text, sizeof(text), format, args);
+  absl::string_view message = absl::StripAsciiWhitespace(text);
+  auto* context = static_cast<HttpServer::Context*>(cls);
+  {
+    absl::MutexLock lock(&context->mu);
+    if (!context->started) {
+      context->start_error = std::string(message);
+      return;
+    }
+  }
+  DDP_LOG(Warning) << context->options.what << ": " << message;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::UnavailableError(absl::StrCat("can't read the ", what, " ", path));
+  }
+  return text.str();
+}
+
+// Whether the TLS client presented a certificate the trusted CA signed.
+bool ClientCertificateVerified(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (info == nullptr || info->tls_session == nullptr) return false;
+  unsigned int status = 0;
+  return gnutls_certificate_verify_peers2(static_cast<gnutls_session_t>(info->tls_session),
+                                          &status) == GNUTLS_E_SUCCESS &&
+         status == 0;
+}
+
+MHD_Result Send(MHD_Connection* connection, const HttpServer::Context& context,
+                const HttpResponse& response,
+                std::initializer_list<std::pair<const char*, const char*>> extra = {}) {
+  MHD_Response* r = MHD_create_response_from_buffer(
+      response.body.size(), const_cast<char*>(response.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (r == nullptr) return MHD_NO;
+  MHD_add_response_header(r, "Content-Type", response.content_type.c_str());
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  // Each response closes its connection: a client can't park idle
+  // keep-alive connections on the few handler threads.
+  MHD_add_response_header(r, "Connection", "close");
+  for (const auto& [name, value] : context.options.headers) {
+    MHD_add_response_header(r, name.c_str(), value.c_str());
+  }
+  for (const auto& [name, value] : extra) MHD_add_response_header(r, name, value);
+  const MHD_Result queued = MHD_queue_response(connection, response.code, r);
+  MHD_destroy_response(r);
+  return queued;
+}
+
+HttpResponse Text(int code, std::string body) {
+  return {code, "text/plain; charset=utf-8", std::move(body)};
+}
+
+MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                  const char* /*version*/, const char* /*upload_data*/,
+                  size_t* /*upload_data_size*/, void** /*request_state*/) {
+  const auto* context = static_cast<const HttpServer::Context*>(cls);
+  const HttpAccess& access = context->options.access;
+  if (!access.tls_ca.empty() && !ClientCertificateVerified(connection)) {
+    return Send(connection, *context,
+                Text(403, "a client certificate signed by the server's CA is required\n"));
+  }
+  if (!access.tokens.empty()) {
+    const char* header =
+        MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const absl::Status allowed = CheckHttpAuthorization(
+        access.tokens, header ? std::optional<absl::string_view>(header) : std::nullopt);
+    if (absl::IsUnauthenticated(allowed)) {
+      // Basic: a browser then asks for the token (as the password).
+      return Send(connection, *context, Text(401, absl::StrCat(allowed.message(), "\n")),
+                  {{"WWW-Authenticate", "Basic realm=\"ddp\", charset=\"UTF-8\""}});
+    }
+    if (!allowed.ok()) {
+      return Send(connection, *context, Text(403, absl::StrCat(allowed.message(), "\n")));
+    }
+  }
+  // Answered on the first call, before any request body is read: these
+  // pages take none.
+  const HttpResponse response = context->handler(method ? method : "", url ? url : "");
+  if (response.code == 405) return Send(connection, *context, response, {{"Allow", "GET, HEAD"}});
+  return Send(connection, *context, response);
+}
+
+}  // namespace
+
+absl::Status CheckHttpListen(absl::string_view flag, absl::string_view what,
+                             const std::string& listen, const HttpAccess& access) {
+  auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", parsed.status().message()));
+  }
+  if (access.tls_cert.empty() != access.tls_key.empty() ||
+      (!access.tls_ca.empty() && access.tls_cert.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": TLS needs both a certificate and its key (and a client CA needs them too)"));
+  }
+  if (IsLoopbackHost(parsed->host) || (access.tls() && !access.tokens.empty())) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> missing;
+  if (!access.tls()) missing.push_back("TLS");
+  if (access.tokens.empty()) missing.push_back("tokens");
+  const std::string lacking = absl::StrJoin(missing, " and ");
+  if (!access.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve ", what, " on ", listen, " (", flag, ") without ", lacking,
+        ": anyone who reaches that address could read the job's progress, workers and hosts. "
+        "Listen on 127.0.0.1 (and reach it through a local Prometheus or an SSH tunnel), give "
+        "TLS and tokens as for the gRPC API, set ",
+        flag, "= (empty) to turn it off, or pass --insecure on a network you trust"));
+  }
+  DDP_LOG(Warning) << "--insecure: serving " << what << " on " << listen << " without " << lacking
+                   << "; anyone who reaches it can read it";
+  return absl::OkStatus();
+}
+
+absl::Status CheckHttpAuthorization(const std::vector<TokenEntry>& tokens,
+                                    std::optional<absl::string_view> authorization) {
+  if (tokens.empty()) return absl::OkStatus();
+  if (!authorization) {
+    return absl::UnauthenticatedError(
+        "this page needs an operator or admin token: send \"Authorization: Bearer <token>\", "
+        "or give the token as the password when the browser asks");
+  }
+  absl::string_view value = absl::StripAsciiWhitespace(*authorization);
+  std::string token;
+  if (value.size() > 7 && absl::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
+    token = std::string(absl::StripAsciiWhitespace(value.substr(7)));
+  } else if (value.size() > 6 && absl::EqualsIgnoreCase(value.substr(0, 6), "Basic ")) {
+    std::string decoded;
+    if (!absl::Base64Unescape(absl::StripAsciiWhitespace(value.substr(6)), &decoded) ||
+        decoded.find(':') == std::string::npos) {
+      return absl::UnauthenticatedError("malformed Basic credentials (base64 of user:token)");
+    }
+    token = decoded.substr(decoded.find(':') + 1);  // the user name is not checked
+  } else {
+    return absl::UnauthenticatedError(
+        "the Authorization header must be \"Bearer <token>\" or Basic with the token as "
+        "password");
+  }
+  const std::optional<Role> role = FindTokenRole(tokens, token);
+  if (!role) return absl::UnauthenticatedError("unknown token");
+  if (*role == Role::kWorker) {
+    return absl::PermissionDeniedError(
+        "a worker's token may not read this page; use an operator or admin token");
+  }
+  return absl::OkStatus();
+}
+
+HttpServer::HttpServer(std::unique_ptr<Context> context, MHD_Daemon* daemon, int port)
+    : context_(std::move(context)), daemon_(daemon), port_(port) {}
+
+HttpServer::~HttpServer() { MHD_stop_daemon(daemon_); }
+
+std::string HttpServer::url() const {
+  const std::string& listen = context_->options.listen;
+  return absl::StrCat(context_->options.access.tls() ? "https://" : "http://",
+                      listen.substr(0, listen.rfind(':')), ":", port_);
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
+                                                              HttpHandler handler) {
+  if (absl::Status s = CheckHttpListen(options.flag, options.what, options.listen, options.access);
+      !s.ok()) {
+    return s;
+  }
+  auto address = ParseHostPort(options.listen, /*allow_port_zero=*/true);
+  const std::string host = address->host == "localhost" ? "127.0.0.1" : address->host;
+  // Bound to the address given, not to every interface.
+  sockaddr_storage bind_address{};
+  unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&bind_address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&bind_address);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(address->port);
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(address->port);
+    flags |= MHD_USE_IPv6;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.flag, ": ", options.what, " listens on an IP address (or localhost), not ", host));
+  }
+  auto context = std::make_unique<Context>();
+  context->options = std::move(options);
+  context->handler = std::move(handler);
+  const Options& o = context->options;
+  std::string cert, key, ca;
+  if (o.access.tls()) {
+    flags |= MHD_USE_TLS;
+    auto read = [&](const std::string& path, absl::string_view what,
+                    std::string* out) -> absl::Status {
+      auto pem = ReadPem(path, what);
+      if (!pem.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("can't serve ", o.what, " (", o.flag, "): ", pem.status().message()));
+      }
+      *out = std::move(*pem);
+      return absl::OkStatus();
+    };
+    if (absl::Status s = read(o.access.tls_cert, "certificate", &cert); !s.ok()) return s;
+    if (absl::Status s = read(o.access.tls_key, "private key", &key); !s.ok()) return s;
+    if (!o.access.tls_ca.empty()) {
+      if (absl::Status s = read(o.access.tls_ca, "CA certificate", &ca); !s.ok()) return s;
+    }
+  }
+  const size_t memory = static_cast<size_t>(o.max_request_bytes) + 8192;  // + the response head
+  std::vector<MHD_OptionItem> items = {
+      {MHD_OPTION_SOCK_ADDR, 0, &bind_address},
+      {MHD_OPTION_THREAD_POOL_SIZE, o.threads, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, o.threads + o.queue, nullptr},
+      {MHD_OPTION_LISTEN_BACKLOG_SIZE, o.queue, nullptr},
+      {MHD_OPTION_CONNECTION_TIMEOUT,
+       std::max<intptr_t>(1, absl::ToInt64Seconds(o.request_timeout)), nullptr},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(memory), nullptr},
+      {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogHttpdMessage), context.get()},
+  };
+  if (o.access.tls()) {
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, cert.data()});
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, key.data()});
+    items.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0,
+                     const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")});
+    if (!ca.empty()) items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, ca.data()});
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Handle, context.get(),
+                                        MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+  {
+    absl::MutexLock lock(&context->mu);
+    if (daemon == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "can't serve ", o.what, " on ", o.listen, " (", o.flag,
+          "): ", context->start_error.empty() ? "unknown error" : context->start_error));
+    }
+    context->started = true;
+  }
+  const MHD_DaemonInfo* bound = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+  const int port = bound != nullptr ? bound->port : address->port;
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(context), daemon, port));
+}
+
+}  // namespace ddp

@@ -1,0 +1,121 @@
+// A small HTTP(S) server for the daemons' read-only pages: Prometheus
+// metrics and the coordinator's status page, on GNU libmicrohttpd (TLS by
+// GnuTLS). Not civetweb: Debian 12's build can't start TLS with OpenSSL 3.
+//
+// They follow the gRPC API's rules: on loopback anything goes; elsewhere
+// they need TLS and tokens, or the operator's --insecure. When tokens are
+// configured they are required even on loopback (a local user without one
+// reads nothing), as "Authorization: Bearer <token>" (Prometheus'
+// `authorization`) or as HTTP Basic with the token as password (what a
+// browser prompts for); only operator and admin tokens may read. With a CA,
+// clients must present a certificate it signed (checked once the handshake
+// is done: a request without one is answered 403).
+//
+// What a client can make it hold is bounded: a few handler threads, a short
+// accept queue, small requests, a request timeout, no keep-alive.
+#ifndef DDP_COMMON_HTTP_SERVER_H_
+#define DDP_COMMON_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/tokens.h"
+
+struct MHD_Daemon;  // libmicrohttpd's, kept out of this header
+
+namespace ddp {
+
+// Who may read, and over what.
+struct HttpAccess {
+  // PEM certificate (chain) and key: serve HTTPS.
+  std::string tls_cert;
+  std::string tls_key;
+  // PEM CA certificate(s): clients must present a certificate they signed.
+  std::string tls_ca;
+  // Non-empty: every request needs one of these, of role operator or admin.
+  std::vector<TokenEntry> tokens;
+  // Allow a non-loopback address without TLS and tokens.
+  bool insecure = false;
+
+  bool tls() const { return !tls_cert.empty(); }
+};
+
+// OK when `listen` (HOST:PORT, port 0 picks one) may be served with
+// `access`: a loopback address, one with TLS and tokens, or any with
+// insecure (logged). INVALID_ARGUMENT for a malformed address or TLS flags
+// without a certificate and key; FAILED_PRECONDITION, saying what to set,
+// otherwise. `flag` names the flag and `what` the page, in messages.
+absl::Status CheckHttpListen(absl::string_view flag, absl::string_view what,
+                             const std::string& listen, const HttpAccess& access);
+
+// Whether a request whose Authorization header is `authorization` may read,
+// given `tokens` (empty: everyone may). UNAUTHENTICATED: no header, a
+// malformed one, or an unknown token; PERMISSION_DENIED: a worker's token.
+// Messages never quote a token.
+absl::Status CheckHttpAuthorization(const std::vector<TokenEntry>& tokens,
+                                    std::optional<absl::string_view> authorization);
+
+struct HttpResponse {
+  int code = 200;
+  std::string content_type;
+  std::string body;
+};
+
+// Answers one request: its method and path (no query). Called on the
+// server's threads, so it must be thread-safe and must not wait long.
+using HttpHandler = std::function<HttpResponse(absl::string_view method, absl::string_view path)>;
+
+class HttpServer {
+ public:
+  struct Options {
+    // Names the page and its flag in messages: "the status page", "--http_listen".
+    std::string what = "HTTP";
+    std::string flag = "--http_listen";
+    // HOST:PORT, the host an IP address or "localhost"; port 0 picks one.
+    std::string listen;
+    HttpAccess access;
+    // Requests served at once; more wait in a queue of `queue` connections,
+    // and beyond that are not accepted.
+    int threads = 4;
+    int queue = 16;
+    absl::Duration request_timeout = absl::Seconds(10);
+    // Largest request head accepted (these pages take no request bodies).
+    int max_request_bytes = 8192;
+    // Added to every response: (name, value).
+    std::vector<std::pair<std::string, std::string>> headers;
+  };
+
+  // Serves `handler` after CheckHttpListen. INVALID_ARGUMENT for a malformed
+  // address; UNAVAILABLE when a TLS file can't be read or the address can't
+  // be bound (with the reason).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Options options, HttpHandler handler);
+  // Stops accepting and waits for the requests in progress.
+  ~HttpServer();
+
+  // The port served on (the one picked, for port 0).
+  int port() const { return port_; }
+  // "http://HOST:PORT" or "https://HOST:PORT".
+  std::string url() const;
+
+  // For libmicrohttpd's callbacks.
+  struct Context;
+
+ private:
+  HttpServer(std::unique_ptr<Context> context, MHD_Daemon* daemon, int port);
+
+  std::unique_ptr<Context> context_;
+  MHD_Daemon* daemon_;
+  int port_;
+};
+
+}  // namespace ddp
+
+#endif  // DDP_COMMON_HTTP_SERVER_H_
