@@ -6,7 +6,6 @@ moves, the workers' step-time histograms fill, the RPC counters count."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,16 +15,11 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import free_port, wait_for  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5):
