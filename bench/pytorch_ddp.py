@@ -13,9 +13,9 @@ Same data, same initial weights (built-in models are seeded like ours; a
 TorchScript file is loaded as it is), same sampler, same optimizer math.
 """
 import argparse
-import gzip
 import json
 import os
+import sys
 import time
 
 import torch
@@ -26,7 +26,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+# load_dataset: one copy, shared with the tests that compare with this script.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+from harness import load_dataset  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -55,44 +57,6 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return torch.frombuffer(bytearray(data[4 + 4 * dims:]), dtype=torch.uint8).reshape(shape)
-
-
-def load_dataset(spec, seed):
-    """(train_x, train_y, test_x, test_y), exactly as worker/dataset.cc makes them."""
-    kind = spec.get("kind", "fashion-mnist")
-    if kind == "fashion-mnist":
-        d = spec.get("path", "/usr/share/datasets/fashion-mnist")
-        norm = lambda x: ((x.to(torch.float32) / 255.0 - FASHION_MEAN) / FASHION_STD).unsqueeze(1)
-        tx, ty = read_idx(d + "/train-images-idx3-ubyte.gz"), read_idx(d + "/train-labels-idx1-ubyte.gz")
-        vx, vy = read_idx(d + "/t10k-images-idx3-ubyte.gz"), read_idx(d + "/t10k-labels-idx1-ubyte.gz")
-        out = [norm(tx), ty.to(torch.int64), norm(vx), vy.to(torch.int64)]
-    elif kind == "synthetic":
-        n_train = int(spec.get("trainSize", 4096))
-        n = n_train + int(spec.get("testSize", 1024))
-        g = torch.Generator()
-        g.manual_seed(seed)
-        prototypes = torch.randn(10, 1, 28, 28, generator=g) * 0.3
-        y = torch.randint(10, (n,), generator=g)
-        x = prototypes.index_select(0, y) + torch.randn(n, 1, 28, 28, generator=g)
-        return x[:n_train].contiguous(), y[:n_train].contiguous(), x[n_train:], y[n_train:]
-    elif kind == "tensors":
-        tx, ty = torch.load(spec["path"])
-        vx, vy = torch.load(spec["testPath"]) if spec.get("testPath") else (None, None)
-        out = [tx.to(torch.float32), ty.to(torch.int64), vx, vy]
-    else:
-        raise ValueError("unknown dataset kind " + kind)
-    size = int(spec.get("trainSize", 0))
-    if size:
-        out[0], out[1] = out[0][:size].contiguous(), out[1][:size].contiguous()
-    return tuple(out)
-
-
 def make_model(spec, sample_shape, classes, seed):
     kind = spec.get("kind", "cnn")
     if kind == "torchscript":
@@ -109,7 +73,8 @@ def make_model(spec, sample_shape, classes, seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", required=True, help="one of our JobSpec JSON files")
-    parser.add_argument("--metrics", help="write one JSON line per step here")
+    parser.add_argument("--metrics", help="write each step's ddp.v1.StepRecord here, as the "
+                        "worker's --metrics_file does (a JSON line; only the fields PyTorch has)")
     parser.add_argument("--output", help="rank 0 saves the trained state dict here")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--find-unused-parameters", action="store_true")
@@ -151,8 +116,6 @@ def main():
 
     metrics = open(args.metrics, "w") if args.metrics else None
     step = 0
-    start = time.perf_counter()
-    samples = 0
     for epoch in range(int(job.get("epochs", 1))):
         sampler.set_epoch(epoch)
         iterator = iter(loader)
@@ -176,19 +139,16 @@ def main():
                 n += x.shape[0]
             optimizer.step()
             step += 1
-            samples += n
             if metrics:
-                metrics.write(json.dumps({"rank": rank, "epoch": epoch, "step": step,
-                                          "loss": step_loss, "samples": n,
-                                          "step_seconds": time.perf_counter() - t0}) + "\n")
+                seconds = time.perf_counter() - t0
+                metrics.write(json.dumps({"time": time.time(), "rank": rank, "report": {
+                    "epoch": epoch, "step": step, "loss": step_loss, "samples": n,
+                    "step_seconds": seconds}}) + "\n")
             if step == max_steps:
                 break
         if step == max_steps:
             break
-    elapsed = time.perf_counter() - start
     if metrics:
-        metrics.write(json.dumps({"rank": rank, "summary": True, "steps": step,
-                                  "samples": samples, "seconds": elapsed}) + "\n")
         metrics.close()
     if rank == 0 and args.output:
         torch.save({k: v.detach() for k, v in model.state_dict().items()}, args.output)

@@ -44,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def snapshot_binaries():
     """Copies build/bin's ddp-coordinator and ddp-worker to a folder of this
-    run's own (DDP_BIN, which tests/py/cluster.py reads), so a rebuild in the
+    run's own (DDP_BIN, which tests/py/harness.py reads), so a rebuild in the
     shared tree mid-run can't mix versions; what was measured is recorded."""
     import hashlib
     src = os.environ.get("DDP_BIN", os.path.join(ROOT, "build", "bin"))
@@ -409,7 +409,8 @@ def write_markdown(path, data):
              "(%d in network namespaces, where Gloo over TCP is slower), min 2 / max 3 workers, "
              "`hangTimeoutSeconds` %s, `reformMinIntervalSeconds` %s, `rejoinTimeoutSeconds` %s, "
              "checkpoint every %d steps (keep 2). Three workers, each `--threads=1`, "
-             "`OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1`, on loopback (shared-memory ring), except "
+             "`OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1`, on loopback "
+             "(shared-memory ring), except "
              "the partition row: coordinator and workers each in a network namespace of their own "
              "(`tests/py/netns.py`, Gloo over TCP)." % (
                  job["seed"], data["epochs"], data["netns_epochs"], job["hangTimeoutSeconds"],

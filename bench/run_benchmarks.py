@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -18,24 +17,18 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-BIN = os.path.join(REPO, "build/bin")
-PYTHON = "/usr/bin/python3"
-REFERENCE = os.path.join(REPO, "bench/pytorch_ddp.py")
+sys.path.insert(0, os.path.join(REPO, "tests", "py"))
+# One core per worker for both systems: --threads=1 (LibTorch's intra-op
+# pool) and thread_env() (OpenMP, OpenBLAS, MKL) in every process.
+from harness import (BIN, PYTHON, free_port, run_ddp_run, run_reference,  # noqa: E402
+                     samples_per_second, thread_env, wait_port_file)
+
 DOCS = os.path.join(REPO, "docs")
 WORK = tempfile.mkdtemp(prefix="ddp-bench-")
-# One core per worker for both systems: LibTorch's intra-op pool, OpenMP and
-# OpenBLAS all sized to 1, by flag and by environment.
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def log(*args):
     print(time.strftime("%H:%M:%S"), *args, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def median(xs):
@@ -49,64 +42,28 @@ def write_job(name, job):
     return path
 
 
-def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 # ---------------------------------------------------------------- runners
 
 
 def run_ours(job_file, nproc, worker_args=""):
     """ddp-run with one thread per worker. Returns samples/s over the training
     loop (all ranks), per-step medians, and rank 0's losses."""
-    logs = tempfile.mkdtemp(prefix="ours-", dir=WORK)
-    cmd = [os.path.join(BIN, "ddp-run"), "--nproc=%d" % nproc, "--threads=1",
-           "--job=" + job_file, "--log_dir=" + logs]
-    if worker_args:
-        cmd.append("--worker_args=" + worker_args)
-    subprocess.run(cmd, env=ENV, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=1800)
-    rate, ranks = 0.0, []
-    for r in range(nproc):
-        m = read_jsonl(os.path.join(logs, "metrics-w%d.jsonl" % r))
-        ranks.append(m)
-        # The loop's wall time: from the first step's start to the last's end.
-        seconds = m[-1]["time"] - m[0]["time"] + m[0]["step_seconds"]
-        rate += sum(x["samples"] for x in m) / seconds
-    steps = [x for x in ranks[0][5:]] or ranks[0]
+    ranks = run_ddp_run(job_file, nproc, tempfile.mkdtemp(prefix="ours-", dir=WORK), worker_args,
+                        timeout=1800)
+    steps = ranks[0][5:] or ranks[0]
     keys = ["data_ms", "forward_ms", "backward_ms", "wait_ms", "optimizer_ms", "allreduce_ms"]
     breakdown = {k: median([x[k] for x in steps]) for k in keys}
     breakdown["step_ms"] = median([x["step_seconds"] * 1000 for x in steps])
-    breakdown["buckets"] = steps[0]["buckets"]
-    return {"rate": rate, "breakdown": breakdown, "losses": [x["loss"] for x in ranks[0]]}
+    breakdown["buckets"] = steps[0]["buckets_total"]
+    return {"rate": samples_per_second(ranks), "breakdown": breakdown,
+            "losses": [x["loss"] for x in ranks[0]]}
 
 
-def run_torch(job_file, nproc, find_unused=False):
-    """pytorch_ddp.py ranks started by hand with env:// variables."""
-    port = str(free_port())
-    procs, paths = [], []
-    for rank in range(nproc):
-        paths.append(os.path.join(WORK, "torch-%s-%d-%d.jsonl" % (os.path.basename(job_file), rank,
-                                                                 time.time_ns())))
-        env = dict(ENV, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(nproc),
-                   RANK=str(rank))
-        cmd = [PYTHON, REFERENCE, "--job", job_file, "--metrics", paths[-1], "--threads", "1"]
-        if find_unused:
-            cmd.append("--find-unused-parameters")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-    for p in procs:
-        if p.wait(timeout=1800) != 0:
-            raise RuntimeError("PyTorch reference failed")
-    rate, losses = 0.0, None
-    for rank, path in enumerate(paths):
-        m = read_jsonl(path)
-        summary = m[-1]
-        rate += summary["samples"] / summary["seconds"]
-        if rank == 0:
-            losses = [x["loss"] for x in m if "loss" in x]
-    return {"rate": rate, "losses": losses}
+def run_torch(job_file, nproc):
+    """The PyTorch reference on the same job file."""
+    ranks = run_reference(job_file, nproc, tempfile.mkdtemp(prefix="torch-", dir=WORK),
+                          timeout=1800)
+    return {"rate": samples_per_second(ranks), "losses": [x["loss"] for x in ranks[0]]}
 
 
 # ---------------------------------------------------------------- benchmarks
@@ -167,8 +124,8 @@ def allreduce(worlds, quick):
                 procs = [subprocess.Popen(
                     [PYTHON, os.path.join(REPO, "bench/torch_allreduce.py"), "--sizes", sizes,
                      "--seconds", seconds],
-                    env=dict(ENV, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                             WORLD_SIZE=str(world), RANK=str(r)),
+                    env=thread_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                                   WORLD_SIZE=str(world), RANK=str(r)),
                     stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True)
                     for r in range(world)]
             else:
@@ -177,7 +134,8 @@ def allreduce(worlds, quick):
                     [os.path.join(BIN, "ddp_allreduce_bench"), "--impl", impl, "--rank", str(r),
                      "--world", str(world), "--store", store, "--sizes", sizes,
                      "--seconds", seconds],
-                    env=ENV, stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True)
+                    env=thread_env(), stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
+                    text=True)
                     for r in range(world)]
             out = procs[0].communicate(timeout=900)[0]
             for p in procs[1:]:
@@ -253,16 +211,13 @@ def coordinator_load(sizes, seconds):
         port_file = os.path.join(WORK, "load-%d.port" % n)
         coordinator = subprocess.Popen(
             [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:0",
-             "--port_file=" + port_file], env=ENV, stdout=subprocess.DEVNULL,
+             "--port_file=" + port_file], env=thread_env(), stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
-        while not os.path.exists(port_file):
-            time.sleep(0.05)
-        with open(port_file) as f:
-            port = f.read().strip()
+        port = str(wait_port_file(port_file, 30, "the coordinator to serve", coordinator))
         start_cpu, start = cpu_seconds(coordinator.pid), time.time()
         out = subprocess.run([os.path.join(BIN, "ddp_load_generator"),
                               "--coordinator=127.0.0.1:" + port, "--workers=%d" % n,
-                              "--loaded=%ds" % seconds], env=ENV, capture_output=True,
+                              "--loaded=%ds" % seconds], env=thread_env(), capture_output=True,
                              text=True, timeout=900)
         cpu = (cpu_seconds(coordinator.pid) - start_cpu) / (time.time() - start)
         with open("/proc/%d/status" % coordinator.pid) as f:

@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/store_client.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
 #include "worker/shm_communicator.h"
@@ -23,6 +24,15 @@
 
 namespace ddp {
 namespace {
+
+// The metrics file's lines (v1::StepRecord): every field printed, so a line
+// always has the same keys, under the proto's names.
+google::protobuf::util::JsonPrintOptions RecordJsonOptions() {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  return options;
+}
 
 // Forwards the trainer's news to the outbox, the heartbeat board, the
 // metrics file and the index log.
@@ -80,20 +90,14 @@ class OutboxObserver final : public TrainingObserver {
     if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
     if (metrics_.is_open()) {
       // Buffered; flushed when the run ends.
-      metrics_ << absl::StrFormat(
-          "{\"generation\": %d, \"rank\": %d, \"world_size\": %d, \"epoch\": %d, "
-          "\"step\": %d, \"loss\": %.9g, \"samples\": %d, \"step_seconds\": %.6f, "
-          "\"allreduce_ms\": %.4f, \"wait_ms\": %.4f, \"buckets\": %d, \"unused\": %d, "
-          "\"digest\": \"%s\", \"data_ms\": %.4f, \"forward_ms\": %.4f, "
-          "\"backward_ms\": %.4f, \"optimizer_ms\": %.4f, \"lr\": %.9g, \"cursor\": %d, "
-          "\"time\": %.6f}\n",
-          report.generation(), a_.rank(), a_.world_size(), report.epoch(), report.step(),
-          report.loss(), report.samples(), report.step_seconds(), report.reduction().allreduce_ms(),
-          report.reduction().wait_ms(), report.reduction().buckets_total(),
-          report.reduction().unused_parameters(), report.parameter_digest(),
-          report.timings().data_ms(), report.timings().forward_ms(), report.timings().backward_ms(),
-          report.timings().optimizer_ms(), report.lr(), report.cursor(),
-          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+      v1::StepRecord record;
+      record.set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+      record.set_rank(a_.rank());
+      *record.mutable_report() = report;
+      std::string line;
+      if (google::protobuf::util::MessageToJsonString(record, &line, RecordJsonOptions()).ok()) {
+        metrics_ << line << '\n';
+      }
     }
   }
   void OnEpoch(const v1::EpochResult& result) override {

@@ -29,7 +29,8 @@ ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
 ABSL_FLAG(bool, send_reports, true,
           "send step reports to the coordinator (turn off only to measure their cost)");
 ABSL_FLAG(std::string, metrics_file, "",
-          "append one JSON line per training step here (loss, timings, reduction)");
+          "append one line per training step here: a ddp.v1.StepRecord (loss, timings, "
+          "reduction) as protobuf JSON");
 ABSL_FLAG(std::string, debug_hang_file, "",
           "test-only fault injection: while this file exists, training stalls before its next "
           "step while heartbeats go on (the coordinator must evict this worker as hung)");

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "py"))
 sys.path.insert(0, HERE)
 
 import coverage  # noqa: E402
-from cluster import BIN, wait_for  # noqa: E402
+from harness import BIN, RunFolder, free_port, thread_env, wait_for, wait_listening  # noqa: E402
 from grpc_reflect import ReflectionClient  # noqa: E402
 
 FASHION_MNIST_TRAIN = 60000
@@ -37,30 +36,17 @@ def chaos_job(name, **overrides):
     return job
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def shm_segments():
     return {n for n in os.listdir("/dev/shm") if n.startswith("ddp-")}
 
 
-class RunFiles:
+class RunFiles(RunFolder):
     """A finished run's folder, read again later (bench/resilience.py
     --reanalyze): what faults.analyze() needs of a run; a ChaosRun is one."""
 
     def __init__(self, folder, job):
-        self.dir = folder
+        super().__init__(folder)
         self.job = job
-
-    def metrics(self, name):
-        path = os.path.join(self.dir, name + ".jsonl")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
 
     def index_lines(self):
         return coverage.read_lines(os.path.join(self.dir, "*.idx.jsonl"))
@@ -113,7 +99,7 @@ class ChaosRun(RunFiles):
         return out
 
     def _start(self, name, args, host=None):
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        env = thread_env()
         log = open(os.path.join(self.dir, name + ".log"), "a")
         if self.net is not None and host is not None:
             p = self.net.popen(host, args, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -130,13 +116,7 @@ class ChaosRun(RunFiles):
     def start_coordinator(self):
         p = self._start("coordinator", self.coordinator_args, host=0)
         host, port = self.target.rsplit(":", 1)
-        deadline = time.time() + 30
-        while time.time() < deadline:  # until it listens
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
+        wait_listening(host, port, 30, "the coordinator to listen on " + self.target, p)
         if hasattr(self, "client"):
             # A fresh channel: the old one backs off after the refused
             # connections of the outage.
@@ -150,11 +130,9 @@ class ChaosRun(RunFiles):
     def start_worker(self, i):
         name = self.worker_name(i)
         host = "127.0.0.1" if self.net is None else self.net.hosts[i + 1].ip
-        args = [os.path.join(BIN, "ddp-worker"), "--coordinator=" + self.target,
-                "--device=cpu:%d" % i, "--host=" + host, "--name=" + name, "--threads=1",
-                "--metrics_file=" + os.path.join(self.dir, name + ".jsonl"),
-                "--index_log=" + os.path.join(self.dir, name + ".idx.jsonl"),
-                "--debug_hang_file=" + self.hang_file(i)]
+        args = self.worker_command(self.target, i, name, host, extra=[
+            "--index_log=" + os.path.join(self.dir, name + ".idx.jsonl"),
+            "--debug_hang_file=" + self.hang_file(i)])
         return self._start(name, args, host=None if self.net is None else i + 1)
 
     def hang_file(self, i):
@@ -203,10 +181,6 @@ class ChaosRun(RunFiles):
 
     def generation(self):
         return int(self.status().get("generation", 0))
-
-    def log(self, name):
-        with open(os.path.join(self.dir, name + ".log")) as f:
-            return f.read()
 
     # ---- the end ---------------------------------------------------------
 

@@ -12,9 +12,12 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "py"))
 import chaos  # noqa: E402
 from chaos import ChaosRun, chaos_job, check_run  # noqa: E402
+from harness import wait_for  # noqa: E402
 
 
 class LoopbackChaosTest(unittest.TestCase):
@@ -57,7 +60,7 @@ class LoopbackChaosTest(unittest.TestCase):
         self.assertNotIn("w1", run.members())
         run.signal("w1", signal.SIGCONT)
         # Back as new: admitted at the next step boundary, state from a peer.
-        chaos.wait_for(lambda: "w1" in run.members(), 30, "w1 to rejoin")
+        wait_for(lambda: "w1" in run.members(), 30, "w1 to rejoin")
         final = run.finish()
         check_run(self, run, final, self.baseline)
 
@@ -72,7 +75,7 @@ class LoopbackChaosTest(unittest.TestCase):
         self.assertIn("w2", final_change["reason"])
         self.assertIn("data", final_change["reason"])  # the phase it was stuck in
         os.remove(run.hang_file(2))
-        chaos.wait_for(lambda: "w2" in run.members(), 30, "w2 to rejoin")
+        wait_for(lambda: "w2" in run.members(), 30, "w2 to rejoin")
         final = run.finish()
         check_run(self, run, final, self.baseline)
 
@@ -85,7 +88,7 @@ class LoopbackChaosTest(unittest.TestCase):
         time.sleep(1.5)  # an outage: workers train on without it
         run.start_coordinator()
         # (The job may even finish right after: it is short.)
-        chaos.wait_for(
+        wait_for(
             lambda: any(c["cause"] == "CHANGE_CAUSE_ADOPTED"
                         for c in run.status().get("generation_changes", [])), 30,
             "the restarted coordinator to adopt the generation")
@@ -127,7 +130,7 @@ class LoopbackChaosTest(unittest.TestCase):
         run.wait_step_past(60)
         self.assertEqual(len(run.members()), 2)
         run.start_worker(2)
-        chaos.wait_for(lambda: len(run.members()) == 3, 30, "the third worker to join")
+        wait_for(lambda: len(run.members()) == 3, 30, "the third worker to join")
         change = run.status()["generation_changes"][-1]
         self.assertEqual(change["cause"], "CHANGE_CAUSE_JOINED")
         self.assertEqual(change.get("joined"), ["w2"])

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "py"))
 import chaos  # noqa: E402
 import netns  # noqa: E402
 from chaos import ChaosRun, chaos_job, check_run  # noqa: E402
+from harness import wait_for  # noqa: E402
 
 
 class NetnsChaosTest(unittest.TestCase):
@@ -57,7 +58,7 @@ class NetnsChaosTest(unittest.TestCase):
         net.link_up(host)
         run.events.append((time.time(), "link up " + cut))
         # Back as new once its stale connections fail: admitted again.
-        chaos.wait_for(lambda: cut in run.members(), 60, cut + " to rejoin", interval=0.2)
+        wait_for(lambda: cut in run.members(), 60, cut + " to rejoin", interval=0.2)
         final = run.finish()
         check_run(self, run, final, self.baseline)
 

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def snapshot_binaries():
     """A long soak runs its own copy of ddp-coordinator and ddp-worker
-    (DDP_BIN, read by tests/py/cluster.py): a rebuild meanwhile can't mix
+    (DDP_BIN, read by tests/py/harness.py): a rebuild meanwhile can't mix
     versions into one job."""
     src = os.environ.get("DDP_BIN", os.path.join(HERE, "..", "..", "build", "bin"))
     dst = tempfile.mkdtemp(prefix="ddp-soak-bin-")

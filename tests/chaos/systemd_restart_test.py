@@ -18,8 +18,10 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "py"))
 import chaos  # noqa: E402
 from chaos import ChaosRun, chaos_job  # noqa: E402
+from harness import BIN, free_port, wait_for  # noqa: E402
 
 UNITS = os.path.join(HERE, "..", "..", "deploy", "systemd")
 
@@ -62,7 +64,7 @@ class UnitRestartTest(unittest.TestCase):
         restart_sec = float(unit["RestartSec"].rstrip("s"))
         state = tempfile.mkdtemp(prefix="ddp-unit-state-")
         job = chaos_job("unit-restart", epochs=16)
-        port = chaos.free_port()
+        port = free_port()
         run = ChaosRun(job, workers=0)  # its own coordinator is replaced below
         self.addCleanup(run.close)
         run.kill("coordinator")
@@ -73,7 +75,7 @@ class UnitRestartTest(unittest.TestCase):
                    % os.path.join(run.dir, "job.json"))
         argv = expand_exec_start(unit["ExecStart"], env)
         self.assertEqual(os.path.basename(argv[0]), "ddp-coordinator")
-        argv[0] = os.path.join(chaos.BIN, "ddp-coordinator")
+        argv[0] = os.path.join(BIN, "ddp-coordinator")
         run.coordinator_args = argv
         run.target = "127.0.0.1:%d" % port
         run.start_coordinator()
@@ -90,7 +92,7 @@ class UnitRestartTest(unittest.TestCase):
         run.start_coordinator()
         adopted = lambda n: sum(c["cause"] == "CHANGE_CAUSE_ADOPTED"  # noqa: E731
                                 for c in run.status().get("generation_changes", [])) >= n
-        chaos.wait_for(lambda: adopted(1), 30, "the restarted coordinator to adopt the generation")
+        wait_for(lambda: adopted(1), 30, "the restarted coordinator to adopt the generation")
         self.assertEqual(run.generation(), generation)
         self.assertGreater(max(m["step"] for m in run.metrics("w0")), step_at_crash,
                            "training stopped while the coordinator was down")
@@ -99,7 +101,7 @@ class UnitRestartTest(unittest.TestCase):
         run.signal("coordinator", signal.SIGTERM)
         self.assertEqual(run.procs["coordinator"].wait(timeout=30), 0)
         run.start_coordinator()
-        chaos.wait_for(lambda: adopted(2), 30, "the coordinator to adopt the generation again")
+        wait_for(lambda: adopted(2), 30, "the coordinator to adopt the generation again")
         self.assertEqual(run.generation(), generation)
 
         final = run.finish()

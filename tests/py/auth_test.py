@@ -24,7 +24,8 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
-from cluster import BIN, Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import BIN, wait_for, wait_port_file  # noqa: E402
 from grpc_reflect import ReflectionClient  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
@@ -401,15 +402,11 @@ class ListenPolicyTest(unittest.TestCase):
             log.close()
         self.addCleanup(stop)
 
-        def port():
-            if p.poll() is not None:
-                log.seek(0)
-                raise AssertionError("exited %d: %s" % (p.returncode, log.read()))
-            if not os.path.exists(port_file):
-                return None
-            with open(port_file) as f:
-                return int(f.read())
-        port = wait_for(port, 30, "the coordinator to serve")
+        try:
+            port = wait_port_file(port_file, 30, "the coordinator to serve", p)
+        except AssertionError as e:
+            log.seek(0)
+            raise AssertionError("%s: %s" % (e, log.read())) from None
         log.seek(0)
         return p, port, log.read()
 

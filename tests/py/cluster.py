@@ -5,14 +5,10 @@ import pwd
 import signal
 import subprocess
 import tempfile
-import time
-
-import grpc
 
 from grpc_reflect import ReflectionClient
+from harness import BIN, RunFolder, thread_env, wait_for, wait_port_file
 
-BIN = os.environ.get("DDP_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin"))
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
 TMP = os.path.realpath(tempfile.gettempdir())
 # Tests keep their models, data and outputs in temporary folders, and run as
 # the user who runs them, as ddp-run does: the coordinator must allow both.
@@ -20,31 +16,14 @@ ROOT_FLAGS = ["--data_root=/usr/share/datasets," + TMP, "--output_root=" + TMP,
               "--validate_user=" + pwd.getpwuid(os.geteuid()).pw_name]
 
 
-def wait_for(predicate, timeout, what, interval=0.05):
-    """Polls `predicate` until it returns something true; RPC errors count as
-    not yet (a server may still be starting)."""
-    deadline = time.time() + timeout
-    last_error = None
-    while time.time() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except grpc.RpcError as e:
-            last_error = e
-        time.sleep(interval)
-    raise AssertionError("timed out after %.0fs waiting for %s%s" % (
-        timeout, what, " (last error: %s)" % last_error.details() if last_error else ""))
-
-
-class Cluster:
+class Cluster(RunFolder):
     """A coordinator on a free port and the workers the test starts."""
 
     def __init__(self, job=None, heartbeat_timeout="5s", extra_flags=(), client_options=None,
                  worker_flags=()):
         """`client_options`: ReflectionClient's TLS and token arguments;
         `worker_flags`: added to every worker's command line (TLS, token)."""
-        self.dir = tempfile.mkdtemp(prefix="ddp-test-")
+        super().__init__(tempfile.mkdtemp(prefix="ddp-test-"))
         self.procs = []
         self.worker_flags = list(worker_flags)
         port_file = os.path.join(self.dir, "port")
@@ -61,14 +40,13 @@ class Cluster:
             args.append("--job=" + job_file)
         args.extend(extra_flags)
         self.coordinator = self._start("coordinator", args)
-        self.port = int(wait_for(lambda: _read(port_file), 30, "the coordinator to serve"))
+        self.port = wait_port_file(port_file, 30, "the coordinator to serve", self.coordinator)
         self.target = "127.0.0.1:%d" % self.port
         self.client = ReflectionClient(self.target, **(client_options or {}))
 
     def _start(self, name, args):
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         with open(os.path.join(self.dir, name + ".log"), "w") as log:
-            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=thread_env(),
                                  start_new_session=True)
         p.name = name
         self.procs.append(p)
@@ -76,12 +54,9 @@ class Cluster:
 
     def start_worker(self, index, name=None, extra=()):
         name = name or "w%d" % index
-        return self._start(name, [
-            os.path.join(BIN, "ddp-worker"), "--coordinator=" + self.target,
-            "--device=cpu:%d" % index, "--host=127.0.0.1", "--name=" + name, "--threads=1",
-            "--metrics_listen=",
-            "--metrics_file=" + os.path.join(self.dir, name + ".jsonl")] + self.worker_flags +
-            list(extra))
+        # Metrics endpoint off: tests run side by side (extra may turn it on).
+        extra = ["--metrics_listen="] + self.worker_flags + list(extra)
+        return self._start(name, self.worker_command(self.target, index, name, extra=extra))
 
     def status(self):
         return self.client.call("ddp.v1.Coordinator/GetStatus")
@@ -98,14 +73,6 @@ class Cluster:
         except Exception as e:  # noqa: BLE001 - only for the error message
             return repr(e)
 
-    def log(self, name):
-        with open(os.path.join(self.dir, name + ".log")) as f:
-            return f.read()
-
-    def metrics(self, name):
-        with open(os.path.join(self.dir, name + ".jsonl")) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
     def stop(self):
         self.client.close()
         for p in self.procs:
@@ -117,14 +84,6 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
 
 
 def children_of(pid, comm=None):

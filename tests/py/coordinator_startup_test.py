@@ -15,7 +15,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, ROOT_FLAGS, Cluster, synthetic_job  # noqa: E402
+from cluster import ROOT_FLAGS, Cluster, synthetic_job  # noqa: E402
+from harness import BIN  # noqa: E402
 
 
 def run_coordinator(*flags, timeout=60):

@@ -7,8 +7,6 @@ rank for over 100 steps, and so do the final weights. SGD with momentum and
 weight decay, and Adam."""
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,12 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, PYTHON  # noqa: E402
-
-REPO = os.path.join(os.path.dirname(__file__), "../..")
-REFERENCE = os.path.join(REPO, "bench/pytorch_ddp.py")
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from pytorch_ddp import load_dataset  # noqa: E402
+from harness import load_dataset, run_ddp_run, run_reference  # noqa: E402
 
 
 class Net(nn.Module):
@@ -34,12 +27,6 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DdpParityTest(unittest.TestCase):
@@ -65,42 +52,15 @@ class DdpParityTest(unittest.TestCase):
                 "backend": "gloo", "bucketCapMb": 0.1,
                 "outputPath": os.path.join(self.dir, name + "-ours.pt")}
 
-    def run_ours(self, job):
-        job_file = os.path.join(self.dir, job["name"] + ".json")
-        with open(job_file, "w") as f:
-            json.dump(job, f)
-        logs = os.path.join(self.dir, job["name"] + "-ours")
-        run = subprocess.run([os.path.join(BIN, "ddp-run"), "--nproc=2", "--threads=1",
-                              "--job=" + job_file, "--log_dir=" + logs],
-                             capture_output=True, text=True, timeout=300)
-        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
-        losses = []
-        for rank in range(2):
-            with open(os.path.join(logs, "metrics-w%d.jsonl" % rank)) as f:
-                losses.append([json.loads(line)["loss"] for line in f])
-        return losses, job_file
-
-    def run_reference(self, job_file, name):
-        port = str(free_port())
-        procs, metrics = [], []
-        for rank in range(2):
-            metrics.append(os.path.join(self.dir, "%s-ref-%d.jsonl" % (name, rank)))
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE="2",
-                       RANK=str(rank), OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen(
-                [PYTHON, REFERENCE, "--job", job_file, "--metrics", metrics[-1],
-                 "--output", os.path.join(self.dir, name + "-ref.pt")], env=env))
-        for p in procs:
-            self.assertEqual(p.wait(timeout=300), 0)
-        losses = []
-        for path in metrics:
-            with open(path) as f:
-                losses.append([r["loss"] for r in map(json.loads, f) if "loss" in r])
-        return losses
-
     def check(self, name, optimizer):
-        ours, job_file = self.run_ours(self.job(name, optimizer))
-        ref = self.run_reference(job_file, name)
+        job_file = os.path.join(self.dir, name + ".json")
+        with open(job_file, "w") as f:
+            json.dump(self.job(name, optimizer), f)
+        ours = [[r["loss"] for r in rank] for rank in run_ddp_run(
+            job_file, 2, tempfile.mkdtemp(prefix=name + "-ours-", dir=self.dir), timeout=300)]
+        ref = [[r["loss"] for r in rank] for rank in run_reference(
+            job_file, 2, tempfile.mkdtemp(prefix=name + "-ref-", dir=self.dir),
+            extra=["--output", os.path.join(self.dir, name + "-ref.pt")], timeout=300)]
         for rank in range(2):
             self.assertEqual(len(ours[rank]), 130)
             self.assertEqual(len(ref[rank]), 130)

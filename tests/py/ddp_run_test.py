@@ -13,7 +13,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, children_of, synthetic_job, wait_for  # noqa: E402
+from cluster import children_of, synthetic_job  # noqa: E402
+from harness import BIN, wait_for  # noqa: E402
 
 DDP_RUN = os.path.join(BIN, "ddp-run")
 

@@ -11,7 +11,8 @@ import unittest
 import grpc
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import BIN, free_port, wait_for  # noqa: E402
 
 
 class ThreeWorkersTest(unittest.TestCase):
@@ -194,11 +195,7 @@ class BadInputTest(unittest.TestCase):
 
 class WorkerBeforeCoordinatorTest(unittest.TestCase):
     def test_worker_waits_then_attaches(self):
-        import socket
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
+        port = free_port()
         worker = subprocess.Popen(
             [os.path.join(BIN, "ddp-worker"), "--coordinator=127.0.0.1:%d" % port,
              "--device=cpu:0", "--host=127.0.0.1", "--name=early", "--threads=1"],

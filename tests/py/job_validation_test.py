@@ -27,7 +27,8 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN, ROOT_FLAGS, Cluster, children_of, synthetic_job, wait_for  # noqa: E402
+from cluster import ROOT_FLAGS, Cluster, children_of, synthetic_job  # noqa: E402
+from harness import BIN, wait_for, wait_port_file  # noqa: E402
 from grpc_reflect import ReflectionClient  # noqa: E402
 
 AS_ROOT = os.geteuid() == 0
@@ -106,14 +107,6 @@ def make_folder():
     folder = tempfile.mkdtemp(prefix="ddp-validate-")
     os.chmod(folder, 0o755)
     return folder
-
-
-def read_file(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        return None
 
 
 def save(folder, name, module):
@@ -482,7 +475,7 @@ class UnitUserTest(unittest.TestCase):
                 "--data_root=" + self.dir, "--output_root=" + self.dir],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            port = wait_for(lambda: read_file(port_file), 30, "the coordinator to serve")
+            port = wait_port_file(port_file, 30, "the coordinator to serve", coordinator)
             client = ReflectionClient("127.0.0.1:%s" % port)
             try:
                 call, _, _ = client.stub("ddp.v1.Coordinator/SubmitJob")

@@ -22,7 +22,8 @@ import unittest
 import grpc
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import wait_for  # noqa: E402
 
 ATTACH = "/ddp.v1.Coordinator/Attach"
 MAX_ATTACH_STREAMS = 12

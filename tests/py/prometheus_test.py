@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -22,16 +21,11 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
-from cluster import Cluster, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import free_port, wait_for  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5, context=None, headers=None):

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data.distributed import DistributedSampler
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN  # noqa: E402
+from harness import BIN  # noqa: E402
 
 
 def run_tool(lines):

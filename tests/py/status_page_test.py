@@ -18,7 +18,8 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, _read, synthetic_job, wait_for  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
+from harness import wait_port_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "..", "web", "status_page_check.js")
@@ -60,7 +61,8 @@ class StatusPageTest(unittest.TestCase):
         self.cluster = Cluster(job=job, extra_flags=[
             "--http_listen=127.0.0.1:0", "--http_port_file=" + port_file])
         self.addCleanup(self.cluster.stop)
-        self.port = int(wait_for(lambda: _read(port_file), 10, "the status page to serve"))
+        self.port = wait_port_file(port_file, 10, "the status page to serve",
+                                   self.cluster.coordinator)
 
     def test_page_shows_workers_and_curves_grow(self):
         c = self.cluster

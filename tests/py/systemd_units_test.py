@@ -13,7 +13,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import BIN  # noqa: E402
+from harness import BIN  # noqa: E402
 
 UNITS = os.path.join(os.path.dirname(__file__), "../../deploy/systemd")
 # systemd-analyze security: below 5 is "OK", below 2 "good". README says

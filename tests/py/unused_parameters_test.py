@@ -66,7 +66,7 @@ class UnusedParametersTest(unittest.TestCase):
             # `extra` was skipped somewhere, and used somewhere.
             self.assertTrue(any("extra.weight" in w["unused_parameters"] for w in done["workers"]))
             metrics = [cluster.metrics("w%d" % i) for i in range(workers)]
-            unused_counts = {m["unused"] for rank in metrics for m in rank}
+            unused_counts = {m["unused_parameters"] for rank in metrics for m in rank}
             self.assertEqual(unused_counts, {2, 4})  # never.*, and sometimes extra.* too
             self.assertEqual(len({w["parameter_digest"] for w in done["workers"]}), 1)
             self.assertGreater(done["epoch_results"][-1]["test_accuracy"], 0.3)

@@ -20,7 +20,8 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
-from cluster import BIN, Cluster, wait_for  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from harness import BIN, free_port, wait_for  # noqa: E402
 
 # The worker's deadline for an answer to its register (WorkerAgent::Options).
 REGISTER_TIMEOUT = 10
@@ -60,12 +61,6 @@ class Worker:
                 self.proc.wait()
                 raise AssertionError("the worker did not stop on SIGTERM:\n" + self.log())
         return self.proc.returncode
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeCoordinator:
