@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include <algorithm>
+
 #include <signal.h>
 
 #include <atomic>
@@ -18,7 +20,8 @@
 
 namespace ddp {
 
-void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
+std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usage,
+                                          bool program_allowed) {
   // A crash prints where it happened before the process dies.
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
@@ -44,6 +47,15 @@ void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
       if (arg[c] == '-') arg[c] = '_';
     }
   }
+  // "-- PROGRAM ARGS...": not ours to parse.
+  std::vector<std::string> program;
+  if (program_allowed) {
+    const auto dashes = std::find(normalized.begin() + 1, normalized.end(), "--");
+    if (dashes != normalized.end()) {
+      program.assign(dashes + 1, normalized.end());
+      normalized.erase(dashes, normalized.end());
+    }
+  }
   std::vector<char*> args;
   for (auto& a : normalized) args.push_back(a.data());
   std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -51,6 +63,7 @@ void ParseFlagsOrExit(int argc, char** argv, const char* usage) {
     std::fprintf(stderr, "%s: unexpected argument \"%s\"; see --help\n", argv[0], rest[1]);
     std::exit(2);
   }
+  return program;
 }
 
 namespace {

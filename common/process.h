@@ -2,14 +2,20 @@
 #ifndef DDP_COMMON_PROCESS_H_
 #define DDP_COMMON_PROCESS_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/time/time.h"
 
 namespace ddp {
 
 // Parses absl flags, accepting the dashed spelling of every flag as well
 // (--state-dir for --state_dir). Prints usage and exits 0 on --help, exits
-// non-zero with the reason on a bad flag or a stray argument.
-void ParseFlagsOrExit(int argc, char** argv, const char* usage);
+// non-zero with the reason on a bad flag or a stray argument. With
+// `program_allowed`, what follows a "--" is not parsed but returned (the
+// program a launcher starts, and its arguments).
+std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usage,
+                                          bool program_allowed = false);
 
 // Catches SIGINT and SIGTERM so that WaitForTermination can report them.
 // A handler, not a blocked mask: libraries (OpenBLAS, OpenMP) start threads

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -41,6 +42,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, Communicator* comm, Options op
     : comm_(comm), options_(options) {
   for (auto& [name, tensor] : params) params_.push_back(Param{name, tensor, {}, 0, 0});
   reported_unused_.assign(params_.size(), false);
+  had_grad_.assign(params_.size(), false);
   absl::MutexLock lock(&mu_);
   used_.assign(params_.size(), false);
   marked_.assign(params_.size(), false);
@@ -93,7 +95,12 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
       Param& param = params_[bucket.params[j]];
       param.bucket = b;
       param.index_in_bucket = j;
-      param.view = bucket.buffer.narrow(0, offset, param.tensor.numel()).view(param.tensor.sizes());
+      // An alias of the bucket's memory, not an autograd view: the
+      // optimizers' zero_grad detaches gradients in place, which a view
+      // refuses. The deleter keeps the bucket's buffer alive.
+      param.view = torch::from_blob(
+          bucket.buffer.data_ptr<float>() + offset, param.tensor.sizes(),
+          [keep = bucket.buffer](void*) mutable { keep.reset(); }, bucket.buffer.options());
       offset += param.tensor.numel();
     }
     buckets_.push_back(std::move(bucket));
@@ -106,7 +113,7 @@ std::vector<std::vector<size_t>> Reducer::plan() const {
   return plan;
 }
 
-absl::Status Reducer::StartGroup() {
+absl::Status Reducer::RebuildIfDue() {
   if (first_sync_done_ && !rebuilt_ && options_.rebuild_after_first_step) {
     rebuilt_ = true;
     std::vector<size_t> observed;
@@ -123,7 +130,13 @@ absl::Status Reducer::StartGroup() {
     std::vector<size_t> agreed(order.begin(), order.end());
     BuildBuckets(agreed);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::StartGroup() {
+  if (absl::Status s = RebuildIfDue(); !s.ok()) return s;
   for (Bucket& b : buckets_) b.buffer.zero_();
+  for (size_t i = 0; i < params_.size(); ++i) had_grad_[i] = params_[i].tensor.grad().defined();
   for (Param& p : params_) {
     if (!p.tensor.grad().defined() || !p.tensor.grad().is_same(p.view)) {
       p.tensor.mutable_grad() = p.view;
@@ -152,7 +165,50 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   if (!first_sync_done_) ready_order_.clear();
 }
 
+void Reducer::EnableImplicit(std::function<bool()> sync, FinishedCallback finished) {
+  implicit_sync_ = std::move(sync);
+  implicit_finished_ = std::move(finished);
+}
+
+void Reducer::ArmImplicit() {
+  armed_ = true;
+  const bool sync = implicit_sync_();
+  if (!group_open_) {
+    group_open_ = true;
+    absl::Status s = RebuildIfDue();
+    // The gradients the user left (zeroed, or accumulated on purpose) go
+    // into the buckets; an unset one counts as zero. The first hook's own
+    // gradient is already in its .grad.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = params_[i];
+      const at::Tensor& grad = p.tensor.grad();
+      had_grad_[i] = grad.defined();
+      if (grad.defined() && grad.is_same(p.view)) continue;
+      if (grad.defined()) {
+        p.view.copy_(grad);
+      } else {
+        p.view.zero_();
+      }
+      p.tensor.mutable_grad() = p.view;
+    }
+    absl::MutexLock lock(&mu_);
+    used_.assign(params_.size(), false);
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+  PrepareBackward(sync);
+  torch::autograd::Engine::get_default_engine().queue_callback([this, sync] {
+    armed_ = false;
+    if (!sync) {
+      implicit_finished_(false, ReductionStats{});
+      return;
+    }
+    group_open_ = false;
+    implicit_finished_(true, FinishBackward());
+  });
+}
+
 void Reducer::MarkReady(size_t param) {
+  if (implicit_finished_ && !armed_) ArmImplicit();
   absl::MutexLock lock(&mu_);
   used_[param] = true;
   if (marked_[param]) return;  // reentrant backward: already counted
@@ -244,12 +300,15 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
     first_sync_done_ = true;
   }
-  for (Param& p : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
     const Bucket& bucket = buckets_[p.bucket];
     const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
     if (flag <= 0.0f) {
       ++stats.globally_unused;
-      p.tensor.mutable_grad().reset();
+      // As PyTorch: a gradient no rank produced leaves .grad as it was, so
+      // one that had none stays without (the optimizer skips it).
+      if (!had_grad_[i]) p.tensor.mutable_grad().reset();
     }
   }
   for (const Bucket& b : buckets_) stats.bytes += b.buffer.numel() * sizeof(float);

@@ -1,8 +1,9 @@
 // Gradient all-reduce with DDP's semantics, split into a bucket plan
 // (bucket_plan.h), readiness tracking (autograd hooks), and a communicator.
 //
-// Each parameter's .grad is a view into a flat bucket buffer, so backward
-// writes gradients where the all-reduce reads them, and nothing is copied.
+// Each parameter's .grad aliases its place in a flat bucket buffer, so
+// backward writes gradients where the all-reduce reads them, and nothing is
+// copied.
 // A bucket is all-reduced on the communication thread as soon as its last
 // gradient is ready, overlapping the rest of backward; buckets are launched
 // in plan order on every rank, so collectives always match.
@@ -15,8 +16,9 @@
 //
 // Unused parameters: each bucket carries one "used" flag per parameter,
 // all-reduced with the gradients. Locally unused parameters contribute
-// zeros; globally unused ones (flag sum 0) are left without a gradient, as
-// PyTorch leaves them, so the optimizer skips them. Nothing waits for a
+// what their .grad holds (zeros, once zeroed); globally unused ones (flag
+// sum 0) keep .grad as it was, as PyTorch keeps it: one that had no
+// gradient stays without, so the optimizer skips it. Nothing waits for a
 // gradient that will never come, and no extra collective is needed.
 //
 // Not thread-safe: one trainer thread calls every method; the autograd
@@ -26,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -104,19 +107,30 @@ class Reducer {
   // micro-batches only accumulate locally.
   void PrepareBackward(bool sync, ControlWords control = {});
   // After the synchronized backward: reduces the buckets backward did not
-  // complete, waits for all, and leaves globally unused parameters without a
-  // gradient. The communicator's error (ABORTED, UNAVAILABLE, ...) if a
-  // collective failed.
+  // complete, waits for all, and leaves the .grad of globally unused
+  // parameters as it was before the group. The communicator's error (ABORTED, UNAVAILABLE, ...) if
+  // a collective failed.
   absl::StatusOr<ReductionStats> FinishBackward();
 
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<size_t>> plan() const;
 
+  // The implicit protocol (ddp::DistributedDataParallel): nothing is called
+  // around backward. The first gradient of a backward arms the reducer: a
+  // new group adopts what each .grad holds (the user zeroes gradients, as
+  // in PyTorch), then PrepareBackward(sync()); and `finished` is queued on
+  // the autograd engine, which runs it on the backward's thread once
+  // backward is done, with FinishBackward's result for a synchronized
+  // backward (an OK, empty one otherwise). `finished` may throw: backward
+  // then rethrows. Call once, before the first backward.
+  using FinishedCallback = std::function<void(bool sync, absl::StatusOr<ReductionStats>)>;
+  void EnableImplicit(std::function<bool()> sync, FinishedCallback finished);
+
  private:
   struct Param {
     std::string name;
     at::Tensor tensor;
-    at::Tensor view;  // its gradient inside the bucket buffer
+    at::Tensor view;  // its gradient: an alias of its place in the bucket buffer
     size_t bucket = 0;
     size_t index_in_bucket = 0;
   };
@@ -133,6 +147,11 @@ class Reducer {
   Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options);
   void InstallHooks();
   void BuildBuckets(const std::vector<size_t>& order);
+  // After the first synchronized step: buckets in the observed ready order
+  // (rank 0's). A collective.
+  absl::Status RebuildIfDue();
+  // Implicit protocol: arms the reducer from the first hook of a backward.
+  void ArmImplicit();
   void MarkReady(size_t param);
   // Marks a bucket complete and queues every complete bucket whose
   // predecessors are queued, in plan order.
@@ -145,8 +164,15 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   std::vector<bool> reported_unused_;
+  // Per parameter: .grad was set when the group started (trainer thread).
+  std::vector<bool> had_grad_;
   bool rebuilt_ = false;
   bool first_sync_done_ = false;
+  // Implicit protocol (backward's thread only).
+  std::function<bool()> implicit_sync_;
+  FinishedCallback implicit_finished_;
+  bool armed_ = false;
+  bool group_open_ = false;
   std::thread comm_thread_;
 
   absl::Mutex mu_;

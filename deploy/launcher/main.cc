@@ -27,6 +27,7 @@
 #include "common/tokens.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "deploy/launcher/child_processes.h"
+#include "deploy/launcher/program_launch.h"
 #include "deploy/launcher/progress_printer.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -68,6 +69,7 @@ constexpr char kUsage[] =
     "torchrun --standalone --nproc-per-node N.\n"
     "  ddp-run --nproc 2                 # the default job: a CNN on Fashion-MNIST\n"
     "  ddp-run --nproc 4 --job job.json\n"
+    "  ddp-run --nproc 4 -- ./my_trainer --lr 0.1   # your program on the ddp library\n"
     "Everything runs as you, so the job may name any file you can read (model, data) or\n"
     "write (output_path).";
 
@@ -206,11 +208,27 @@ absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
   return out;
 }
 
-int Run() {
+int Run(const std::vector<std::string>& program) {
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc < 1 || nproc > 1024) {
     std::cerr << "ddp-run: --nproc must be between 1 and 1024\n";
     return 2;
+  }
+  if (!program.empty()) {
+    if (!absl::GetFlag(FLAGS_job).empty()) {
+      std::cerr << "ddp-run: --job and a program (after --) can't be given together\n";
+      return 2;
+    }
+    ProgramLaunch launch;
+    launch.argv = program;
+    launch.nproc = nproc;
+    launch.threads = absl::GetFlag(FLAGS_threads);
+    if (launch.threads <= 0) {
+      launch.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nproc);
+    }
+    launch.log_dir = absl::GetFlag(FLAGS_log_dir);
+    if (!launch.log_dir.empty()) ::mkdir(launch.log_dir.c_str(), 0755);
+    return RunProgram(launch);
   }
   v1::JobSpec spec = DefaultJobSpec(nproc);
   if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
@@ -428,6 +446,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   ddp::CatchTerminationSignals();
-  ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
-  return ddp::Run();
+  const std::vector<std::string> program =
+      ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage, /*program_allowed=*/true);
+  return ddp::Run(program);
 }

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""The library (ddp::Session, ddp::DistributedDataParallel,
+ddp::DistributedSampler) against PyTorch DDP: a C++ model with a
+data-dependent branch and one never used, the same model in PyTorch, the
+same initial weights, data, sampler and optimizer, two ranks started the
+torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no coordinator):
+every step's loss on every rank equal to 1e-6, the final weights allclose.
+Then what a user gets wrong: no environment, models that differ, no_sync
+guards nested."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BIN, PYTHON, free_port, thread_env  # noqa: E402
+
+TRAINER = os.path.join(BIN, "ddp_library_parity_trainer")
+INPUTS, HIDDEN, CLASSES, BATCH, N = 20, 32, 4, 16, 2048  # 64 steps an epoch on 2 ranks
+
+REFERENCE = r'''
+import os, sys, torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+d = sys.argv[1]
+torch.set_num_threads(1)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(20, 32), nn.Linear(32, 4)
+        self.aux, self.never = nn.Linear(32, 4), nn.Linear(32, 4)
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        out = self.fc2(h)
+        if x[0][0].item() > 0:
+            out = out + self.aux(h)
+        return out
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+net = Net()
+with torch.no_grad():
+    for name, p in net.named_parameters():
+        p.copy_(torch.load(os.path.join(d, "init.pt"))[name])
+data = torch.load(os.path.join(d, "data.pt"))
+ds = TensorDataset(data["x"], data["y"])
+sampler = DistributedSampler(ds, seed=7)
+loader = DataLoader(ds, batch_size=16, sampler=sampler)
+model = DDP(net, bucket_cap_mb=0.001, find_unused_parameters=True)
+opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+with open(os.path.join(d, "ref-losses-%d.txt" % rank), "w") as f:
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            f.write("%.9g\n" % loss.item())
+if rank == 0:
+    torch.save({k: v.detach() for k, v in net.state_dict().items()}, os.path.join(d, "ref-final.pt"))
+dist.destroy_process_group()
+'''
+
+
+def run_ranks(cmd, world=2, env_extra=None, timeout=300):
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        env = thread_env(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                         MASTER_PORT=port, **(env_extra or {}))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [p.returncode for p in procs], outs
+
+
+@unittest.skipUnless(os.path.exists(TRAINER), TRAINER + " is not built")
+class LibraryParityTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import torch
+        cls.torch = torch
+        cls.dir = tempfile.mkdtemp(prefix="ddp-library-")
+        torch.manual_seed(11)
+        shapes = {"fc1.weight": (HIDDEN, INPUTS), "fc1.bias": (HIDDEN,),
+                  "fc2.weight": (CLASSES, HIDDEN), "fc2.bias": (CLASSES,),
+                  "aux.weight": (CLASSES, HIDDEN), "aux.bias": (CLASSES,),
+                  "never.weight": (CLASSES, HIDDEN), "never.bias": (CLASSES,)}
+        init = {k: torch.randn(s) * 0.2 for k, s in shapes.items()}
+        os.makedirs(os.path.join(cls.dir, "init"))
+        for k, t in init.items():
+            t.numpy().astype("float32").tofile(os.path.join(cls.dir, "init", k + ".bin"))
+        torch.save(init, os.path.join(cls.dir, "init.pt"))
+        x = torch.randn(N, INPUTS)
+        y = (x[:, :CLASSES].argmax(1) + (x[:, 5] > 1).long()) % CLASSES
+        x.numpy().astype("float32").tofile(os.path.join(cls.dir, "x.bin"))
+        y.numpy().astype("float32").tofile(os.path.join(cls.dir, "y.bin"))
+        with open(os.path.join(cls.dir, "n"), "w") as f:
+            f.write(str(N))
+        torch.save({"x": x, "y": y}, os.path.join(cls.dir, "data.pt"))
+
+    def test_losses_and_weights_match_pytorch_ddp(self):
+        codes, outs = run_ranks([TRAINER, self.dir])
+        self.assertEqual(codes, [0, 0], "\n".join(outs))
+        self.assertIn("globally unused", outs[0])
+        script = os.path.join(self.dir, "reference.py")
+        with open(script, "w") as f:
+            f.write(REFERENCE)
+        codes, outs = run_ranks([PYTHON, script, self.dir])
+        self.assertEqual(codes, [0, 0], "\n".join(outs))
+        steps = 2 * N // (2 * BATCH)
+        for rank in range(2):
+            ours = [float(v) for v in open(os.path.join(self.dir, "losses-%d.txt" % rank))]
+            ref = [float(v) for v in open(os.path.join(self.dir, "ref-losses-%d.txt" % rank))]
+            self.assertEqual(len(ours), steps)
+            self.assertEqual(len(ref), steps)
+            for step, (a, b) in enumerate(zip(ours, ref), start=1):
+                self.assertAlmostEqual(a, b, delta=1e-6 * max(1.0, abs(b)),
+                                       msg="rank %d step %d" % (rank, step))
+        torch = self.torch
+        ref_final = torch.load(os.path.join(self.dir, "ref-final.pt"))
+        for name, ref in ref_final.items():
+            ours = torch.from_file(os.path.join(self.dir, "final-%s.bin" % name),
+                                   size=ref.numel(), dtype=torch.float32).view(ref.shape)
+            self.assertTrue(torch.allclose(ours, ref, atol=1e-6, rtol=1e-5), name)
+        # Never used: no gradient, so SGD never moved it, in either.
+        self.assertTrue(torch.equal(ref_final["never.weight"],
+                                    torch.load(os.path.join(self.dir, "init.pt"))["never.weight"]))
+
+    def test_no_environment_says_what_to_set(self):
+        env = {k: v for k, v in thread_env().items()
+               if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        run = subprocess.run([TRAINER, self.dir], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(run.returncode, 1)
+        self.assertIn("RANK is not set", run.stderr)
+        self.assertIn("MASTER_ADDR", run.stderr)
+        self.assertIn("ddp-run", run.stderr)
+
+    def test_models_that_differ_fail_on_every_rank_naming_the_parameter(self):
+        codes, outs = run_ranks([TRAINER, self.dir, "--mismatch"], timeout=60)
+        self.assertEqual(codes, [1, 1], "\n".join(outs))
+        for out in outs:
+            self.assertIn("the ranks' models differ", out)
+            self.assertIn("fc1.weight [32, 20]", out)
+        self.assertIn("fc1.weight [33, 20]", outs[1])
+
+    def test_nested_no_sync_is_an_error(self):
+        codes, outs = run_ranks([TRAINER, self.dir, "--nested_no_sync"], timeout=60)
+        self.assertEqual(codes, [1, 1], "\n".join(outs))
+        self.assertIn("guards don't nest", outs[0])
+
+
+if __name__ == "__main__":
+    unittest.main()

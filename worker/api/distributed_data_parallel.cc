@@ -1,0 +1,180 @@
+#include "ddp/distributed_data_parallel.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ddp/error.h"
+#include "ddp/session.h"
+#include "worker/bucket_plan.h"
+#include "worker/communicator.h"
+#include "worker/reducer.h"
+
+namespace ddp {
+namespace {
+
+using Named = std::vector<std::pair<std::string, torch::Tensor>>;
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) throw Error(absl::StrCat(what, ": ", s.message()));
+}
+
+std::string Describe(const std::string& name, const torch::Tensor& t) {
+  return absl::StrCat(name, " [", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+// Every rank must train the same parameters. Rank `root`'s list (name and
+// shape of each) reaches every rank, which compares it with its own; then
+// every rank learns where each rank first differs, so they all fail at once
+// and each names the parameter.
+void CheckSameParameters(Communicator& comm, const Named& params, int root) {
+  std::vector<std::string> mine;
+  for (const auto& [name, t] : params) mine.push_back(Describe(name, t));
+  std::string text = absl::StrJoin(mine, "\n");
+  uint64_t size = text.size();
+  Check(comm.Broadcast(&size, sizeof(size), root), "comparing the ranks' parameters");
+  std::string theirs = comm.rank() == root ? text : std::string(size, '\0');
+  Check(comm.Broadcast(theirs.data(), size, root), "comparing the ranks' parameters");
+  std::vector<std::string> reference =
+      theirs.empty() ? std::vector<std::string>{} : absl::StrSplit(theirs, '\n');
+  size_t first = 0;  // 0: same; i + 1: differs at position i
+  for (size_t i = 0; i < std::max(mine.size(), reference.size()); ++i) {
+    if (i >= mine.size() || i >= reference.size() || mine[i] != reference[i]) {
+      first = i + 1;
+      break;
+    }
+  }
+  std::vector<float> differs(comm.world_size(), 0.0f);
+  differs[comm.rank()] = static_cast<float>(first);
+  Check(comm.AllReduceSum(differs.data(), differs.size()), "comparing the ranks' parameters");
+  std::vector<std::string> ranks;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (differs[r] == 0) continue;
+    const size_t at = static_cast<size_t>(std::lround(differs[r])) - 1;
+    ranks.push_back(absl::StrCat("rank ", r, " at parameter #", at, " (rank ", root, " has ",
+                                 at < reference.size() ? reference[at] : "no more parameters",
+                                 ")"));
+  }
+  if (ranks.empty()) return;
+  const std::string here = first == 0                ? "same as rank " + std::to_string(root)
+                           : first - 1 < mine.size() ? mine[first - 1]
+                                                     : "no more parameters";
+  throw Error(absl::StrCat("the ranks' models differ: ", absl::StrJoin(ranks, "; "),
+                           ". This rank (", comm.rank(), ") has ", here,
+                           ". Every rank must build the same model"));
+}
+
+// Copies `t` from rank `root` to every rank, whatever its dtype.
+void BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor contiguous = t.contiguous();
+  Check(comm.Broadcast(contiguous.data_ptr(), contiguous.nbytes(), root),
+        "copying the parameters from rank " + std::to_string(root));
+  if (!contiguous.is_same(t)) t.copy_(contiguous);
+}
+
+}  // namespace
+
+struct DistributedDataParallel::Impl {
+  Session* session = nullptr;
+  std::vector<std::string> names;
+  std::unique_ptr<Reducer> reducer;
+  bool no_sync = false;
+  Reduction last;
+};
+
+DistributedDataParallel::DistributedDataParallel(Session& session, Named params, Named buffers,
+                                                 const Options& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->session = &session;
+  Communicator& comm = session.communicator();
+  if (options.broadcast_from < 0 || options.broadcast_from >= comm.world_size()) {
+    throw Error(absl::StrCat("broadcast_from ", options.broadcast_from, " is not a rank"));
+  }
+  if (!(options.bucket_cap_mb > 0)) throw Error("bucket_cap_mb must be positive");
+  CheckSameParameters(comm, params, options.broadcast_from);
+  for (auto& [name, t] : params) BroadcastTensor(comm, t, options.broadcast_from);
+  for (auto& [name, t] : buffers) BroadcastTensor(comm, t, options.broadcast_from);
+  std::vector<NamedTensor> trainable;
+  for (auto& [name, t] : params) {
+    impl_->names.push_back(name);
+    if (t.requires_grad()) trainable.emplace_back(name, t);
+  }
+  Reducer::Options reducer;
+  reducer.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
+  reducer.first_bucket_cap_bytes = std::min(reducer.bucket_cap_bytes, kDefaultFirstBucketBytes);
+  auto created = Reducer::Create(std::move(trainable), &comm, reducer);
+  Check(created.status(), "ddp::DistributedDataParallel");
+  impl_->reducer = std::move(*created);
+  Impl* impl = impl_.get();
+  impl_->reducer->EnableImplicit([impl] { return !impl->no_sync; },
+                                 [impl](bool sync, absl::StatusOr<ReductionStats> stats) {
+                                   if (!sync) return;
+                                   if (!stats.ok()) {
+                                     throw Error(absl::StrCat("all-reducing the gradients failed: ",
+                                                              stats.status().message()));
+                                   }
+                                   impl->last.buckets = stats->buckets_reduced;
+                                   impl->last.bytes = stats->bytes;
+                                   impl->last.allreduce_ms = stats->allreduce_ms;
+                                   impl->last.wait_ms = stats->wait_ms;
+                                   impl->last.unused_parameters = stats->unused;
+                                   impl->last.globally_unused_parameters = stats->globally_unused;
+                                 });
+}
+
+namespace {
+Named NamedOf(const torch::OrderedDict<std::string, torch::Tensor>& dict) {
+  Named out;
+  for (const auto& item : dict) out.emplace_back(item.key(), item.value());
+  return out;
+}
+template <typename List>
+Named NamedOfJit(const List& list) {
+  Named out;
+  for (const auto& item : list) out.emplace_back(item.name, item.value);
+  return out;
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(Session& session,
+                                                 std::shared_ptr<torch::nn::Module> module,
+                                                 Options options)
+    : DistributedDataParallel(session, NamedOf(module->named_parameters(/*recurse=*/true)),
+                              NamedOf(module->named_buffers(/*recurse=*/true)), options) {}
+
+DistributedDataParallel::DistributedDataParallel(Session& session, torch::jit::Module& module,
+                                                 Options options)
+    : DistributedDataParallel(session, NamedOfJit(module.named_parameters(/*recurse=*/true)),
+                              NamedOfJit(module.named_buffers(/*recurse=*/true)), options) {}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
+  if (impl_->no_sync) {
+    throw Error("no_sync() while another no_sync() guard lives: guards don't nest");
+  }
+  impl_->no_sync = true;
+  return NoSync(this);
+}
+
+DistributedDataParallel::NoSync::~NoSync() {
+  if (owner_ != nullptr) owner_->impl_->no_sync = false;
+}
+
+DistributedDataParallel::NoSync::NoSync(NoSync&& other) noexcept : owner_(other.owner_) {
+  other.owner_ = nullptr;
+}
+
+const DistributedDataParallel::Reduction& DistributedDataParallel::last_reduction() const {
+  return impl_->last;
+}
+
+std::vector<std::string> DistributedDataParallel::parameter_names() const { return impl_->names; }
+
+}  // namespace ddp

@@ -1,0 +1,93 @@
+#include "ddp/distributed_sampler.h"
+
+#include <algorithm>
+
+#include <torch/serialize/archive.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/sampler.h"
+#include "ddp/error.h"
+#include "ddp/session.h"
+
+namespace ddp {
+
+struct DistributedSampler::State {
+  SamplerOptions sampler;
+  uint64_t next_epoch = 0;
+  uint64_t cursor = 0;
+  bool started = false;
+  std::vector<int64_t> indices;
+  size_t position = 0;
+};
+
+DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size,
+                                       Options options)
+    : state_(std::make_shared<State>()) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw Error(absl::StrCat("DistributedSampler: rank ", rank, " of world size ", world_size,
+                             ": the rank must be in [0, world size)"));
+  }
+  state_->sampler.dataset_size = dataset_size;
+  state_->sampler.seed = options.seed;
+  state_->sampler.rank = static_cast<uint32_t>(rank);
+  state_->sampler.world_size = static_cast<uint32_t>(world_size);
+  state_->sampler.shuffle = options.shuffle;
+  state_->sampler.drop_last = options.drop_last;
+  state_->sampler.epoch = options.epoch;
+  state_->next_epoch = options.epoch;
+}
+
+DistributedSampler::DistributedSampler(size_t dataset_size, const Session& session, Options options)
+    : DistributedSampler(dataset_size, session.rank(), session.world_size(), options) {}
+
+void DistributedSampler::set_epoch(uint64_t epoch) { state_->next_epoch = epoch; }
+
+uint64_t DistributedSampler::epoch() const {
+  return state_->started ? state_->sampler.epoch : state_->next_epoch;
+}
+
+void DistributedSampler::set_cursor(uint64_t cursor) { state_->cursor = cursor; }
+
+size_t DistributedSampler::size() const {
+  const State& s = *state_;
+  return SamplesPerRankFrom(s.sampler.dataset_size, std::min(s.cursor, s.sampler.dataset_size),
+                            s.sampler.world_size, s.sampler.drop_last);
+}
+
+void DistributedSampler::reset(torch::optional<size_t> new_size) {
+  State& s = *state_;
+  if (new_size) s.sampler.dataset_size = *new_size;
+  s.sampler.epoch = s.next_epoch;
+  s.next_epoch = s.sampler.epoch + 1;
+  s.started = true;
+  s.indices = ElasticSamplerIndices(s.sampler, std::min(s.cursor, s.sampler.dataset_size));
+  s.cursor = 0;  // a cursor is for one epoch
+  s.position = 0;
+}
+
+torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
+  State& s = *state_;
+  if (s.position >= s.indices.size() || batch_size == 0) return torch::nullopt;
+  const size_t n = std::min(batch_size, s.indices.size() - s.position);
+  std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);
+  s.position += n;
+  return batch;
+}
+
+void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
+  const State& s = *state_;
+  archive.write("epoch", torch::tensor(static_cast<int64_t>(s.sampler.epoch)));
+  archive.write("position", torch::tensor(static_cast<int64_t>(s.position)));
+}
+
+void DistributedSampler::load(torch::serialize::InputArchive& archive) {
+  torch::Tensor epoch, position;
+  archive.read("epoch", epoch);
+  archive.read("position", position);
+  State& s = *state_;
+  s.next_epoch = static_cast<uint64_t>(epoch.item<int64_t>());
+  reset();
+  s.position = std::min<size_t>(static_cast<size_t>(position.item<int64_t>()), s.indices.size());
+}
+
+}  // namespace ddp

@@ -1,0 +1,167 @@
+#include "ddp/session.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/net_address.h"
+#include "common/store_client.h"
+#include "ddp/error.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/api/store_server.h"
+#include "worker/gloo_communicator.h"
+#include "worker/gloo_store.h"
+
+namespace ddp {
+namespace {
+
+constexpr char kEnvHelp[] =
+    "ddp::Session needs to know its place in the job: set RANK, WORLD_SIZE, MASTER_ADDR and "
+    "MASTER_PORT (as torchrun does; LOCAL_RANK optional), or start the program with "
+    "ddp-run --nproc N -- PROGRAM";
+
+int EnvInt(const char* name, bool required, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    if (!required) return fallback;
+    throw Error(absl::StrCat(name, " is not set. ", kEnvHelp));
+  }
+  int parsed = 0;
+  if (!absl::SimpleAtoi(value, &parsed) || parsed < 0) {
+    throw Error(absl::StrCat(name, "=", value, " is not a non-negative integer. ", kEnvHelp));
+  }
+  return parsed;
+}
+
+// The address of this host that reaches `peer` (no packet is sent).
+std::string LocalAddressTowards(const std::string& peer, int port) {
+  if (IsLoopbackHost(peer)) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(peer.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    throw Error(absl::StrCat("MASTER_ADDR=", peer, " does not resolve"));
+  }
+  std::string local = "127.0.0.1";
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  sockaddr_storage mine{};
+  socklen_t len = sizeof(mine);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) == 0) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr =
+        mine.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&mine)->sin_addr)
+            : &reinterpret_cast<sockaddr_in6*>(&mine)->sin6_addr;
+    if (::inet_ntop(mine.ss_family, addr, text, sizeof(text)) != nullptr) local = text;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return local;
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) throw Error(absl::StrCat(what, ": ", s.message()));
+}
+
+}  // namespace
+
+struct Session::Impl {
+  Options options;
+  std::unique_ptr<StoreServer> server;  // rank 0's
+  std::unique_ptr<GlooCommunicator> comm;
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::FromEnvironment() {
+  Options options;
+  options.rank = EnvInt("RANK", true, 0);
+  options.world_size = EnvInt("WORLD_SIZE", true, 1);
+  options.local_rank = EnvInt("LOCAL_RANK", false, 0);
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0')
+    throw Error(absl::StrCat("MASTER_ADDR is not set. ", kEnvHelp));
+  options.master_addr = addr;
+  options.master_port = EnvInt("MASTER_PORT", true, 0);
+  return Start(options);
+}
+
+std::unique_ptr<Session> Session::Start(const Options& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    throw Error(absl::StrCat("RANK=", options.rank, " with WORLD_SIZE=", options.world_size,
+                             ": the rank must be in [0, WORLD_SIZE)"));
+  }
+  if (options.master_port < 1 || options.master_port > 65535) {
+    throw Error(absl::StrCat("MASTER_PORT=", options.master_port, " is not a TCP port"));
+  }
+  if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  const std::string master = options.master_addr.find(':') != std::string::npos
+                                 ? absl::StrCat("[", options.master_addr, "]")
+                                 : options.master_addr;
+  const std::string address = absl::StrCat(master, ":", options.master_port);
+  const absl::Duration timeout = absl::Seconds(options.timeout_seconds);
+  if (options.rank == 0) {
+    auto server = StoreServer::Start(address);
+    Check(server.status(), "ddp::Session");
+    impl->server = std::move(*server);
+  }
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    throw Error(absl::StrCat("rank ", options.rank, " could not reach rank 0's rendezvous at ",
+                             address, " within ", options.timeout_seconds,
+                             " s: is rank 0 running, and are MASTER_ADDR and MASTER_PORT the "
+                             "same for every rank?"));
+  }
+  StoreClient store(v1::Coordinator::NewStub(channel), "session", 1);
+  CoordinatorGlooStore gloo_store(&store, timeout);
+  GlooCommunicator::Options comm;
+  comm.rank = options.rank;
+  comm.world_size = options.world_size;
+  comm.host = options.host.empty() ? LocalAddressTowards(options.master_addr, options.master_port)
+                                   : options.host;
+  comm.timeout = timeout;
+  auto created = GlooCommunicator::Create(gloo_store, comm);
+  Check(created.status(), absl::StrCat("rank ", options.rank, " of ", options.world_size,
+                                       ": the ranks could not connect"));
+  impl->comm = std::move(*created);
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+int Session::rank() const { return impl_->options.rank; }
+int Session::world_size() const { return impl_->options.world_size; }
+int Session::local_rank() const { return impl_->options.local_rank; }
+Communicator& Session::communicator() { return *impl_->comm; }
+
+void Session::all_reduce_sum(torch::Tensor& tensor) {
+  if (tensor.scalar_type() != torch::kFloat32 || !tensor.device().is_cpu() ||
+      !tensor.is_contiguous()) {
+    throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
+  }
+  Check(impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel()), "all_reduce_sum");
+}
+
+void Session::broadcast(torch::Tensor& tensor, int root) {
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    throw Error("broadcast takes a contiguous CPU tensor");
+  }
+  Check(impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root), "broadcast");
+}
+
+void Session::barrier() {
+  float one = 1;
+  Check(impl_->comm->AllReduceSum(&one, 1), "barrier");
+}
+
+}  // namespace ddp
