@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor
 
 Reducer::Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options)
     : comm_(comm), options_(options) {
-  for (auto& [name, tensor] : params) params_.push_back(Param{name, tensor, {}, 0, 0});
+  for (auto& [name, tensor] : params) params_.push_back(Param{name, tensor, {}, {}, 0, 0});
   reported_unused_.assign(params_.size(), false);
   had_grad_.assign(params_.size(), false);
   absl::MutexLock lock(&mu_);
@@ -223,7 +223,13 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   Bucket& bucket = buckets_[b];
   float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    flags[j] = (from_backward || used_[bucket.params[j]]) ? 1.0f : 0.0f;
+    // As PyTorch counts it: used in this (synchronized) backward; earlier
+    // micro-batches of the group don't count, though their gradient does.
+    const size_t p = bucket.params[j];
+    const bool used = from_backward || marked_[p];
+    flags[j] = used ? 1.0f : 0.0f;
+    // Kept in case no rank used it: then .grad stays this rank's own.
+    if (!used) params_[p].local = params_[p].view.clone();
   }
   if (bucket.control_words > 0) {
     float* control = flags + bucket.params.size();
@@ -306,10 +312,22 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
     if (flag <= 0.0f) {
       ++stats.globally_unused;
-      // As PyTorch: a gradient no rank produced leaves .grad as it was, so
-      // one that had none stays without (the optimizer skips it).
-      if (!had_grad_[i]) p.tensor.mutable_grad().reset();
+      // As PyTorch: a gradient no rank produced in this backward leaves
+      // .grad as this rank had it (what it had before the group, plus what
+      // earlier micro-batches added), and one that had none stays without
+      // (the optimizer skips it).
+      bool used_in_group;
+      {
+        absl::MutexLock lock(&mu_);
+        used_in_group = used_[i];
+      }
+      if (had_grad_[i] || used_in_group) {
+        if (p.local.defined()) p.view.copy_(p.local);
+      } else {
+        p.tensor.mutable_grad().reset();
+      }
     }
+    p.local.reset();
   }
   for (const Bucket& b : buckets_) stats.bytes += b.buffer.numel() * sizeof(float);
   const Bucket& last = buckets_.back();

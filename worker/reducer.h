@@ -14,11 +14,13 @@
 // it, and a vote to leave the generation after this step, so that all ranks
 // leave at the same step boundary.
 //
-// Unused parameters: each bucket carries one "used" flag per parameter,
-// all-reduced with the gradients. Locally unused parameters contribute
-// what their .grad holds (zeros, once zeroed); globally unused ones (flag
-// sum 0) keep .grad as it was, as PyTorch keeps it: one that had no
-// gradient stays without, so the optimizer skips it. Nothing waits for a
+// Unused parameters: each bucket carries one "used" flag per parameter
+// (used in the synchronized backward, as PyTorch counts), all-reduced with
+// the gradients. Locally unused parameters contribute what their .grad
+// holds (zeros once zeroed, or what no_sync micro-batches accumulated);
+// globally unused ones (flag sum 0) keep this rank's .grad untouched, as
+// PyTorch does: one that had no gradient stays without, so the optimizer
+// skips it. Nothing waits for a
 // gradient that will never come, and no extra collective is needed.
 //
 // Not thread-safe: one trainer thread calls every method; the autograd
@@ -131,6 +133,9 @@ class Reducer {
     std::string name;
     at::Tensor tensor;
     at::Tensor view;  // its gradient: an alias of its place in the bucket buffer
+    // This rank's gradient before the all-reduce, when this backward didn't
+    // produce one (restored if no rank did).
+    at::Tensor local;
     size_t bucket = 0;
     size_t index_in_bucket = 0;
   };

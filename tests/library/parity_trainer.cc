@@ -4,7 +4,8 @@
 // and data the test wrote, writing each step's loss and the final weights.
 //
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P \
-//     ddp_library_parity_trainer DIR [--mismatch] [--nested_no_sync]
+//     ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]
+// --accumulate: each batch in two halves, the first under no_sync().
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -70,7 +71,7 @@ class FileDataset : public torch::data::datasets::Dataset<FileDataset> {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: ddp_library_parity_trainer DIR [--mismatch] [--nested_no_sync]\n";
+    std::cerr << "usage: ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -97,21 +98,37 @@ int main(int argc, char** argv) {
         torch::data::make_data_loader(dataset.map(torch::data::transforms::Stack<>()), sampler,
                                       torch::data::DataLoaderOptions().batch_size(kBatch));
     torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    std::ofstream losses(dir + "/losses-" + std::to_string(session->rank()) + ".txt");
+    const std::string tag = flag == "--accumulate" ? "acc-" : "";
+    std::ofstream losses(dir + "/" + tag + "losses-" + std::to_string(session->rank()) + ".txt");
     for (int epoch = 0; epoch < 2; ++epoch) {
       for (auto& batch : *loader) {
         optimizer.zero_grad();
-        torch::Tensor loss = torch::cross_entropy_loss(net->forward(batch.data), batch.target);
-        loss.backward();
+        double step_loss = 0;
+        if (flag == "--accumulate") {
+          const std::vector<torch::Tensor> x = batch.data.chunk(2), y = batch.target.chunk(2);
+          {
+            auto local_only = model.no_sync();
+            torch::Tensor loss = torch::cross_entropy_loss(net->forward(x[0]), y[0]) / 2;
+            loss.backward();
+            step_loss += loss.item<double>();
+          }
+          torch::Tensor loss = torch::cross_entropy_loss(net->forward(x[1]), y[1]) / 2;
+          loss.backward();
+          step_loss += loss.item<double>();
+        } else {
+          torch::Tensor loss = torch::cross_entropy_loss(net->forward(batch.data), batch.target);
+          loss.backward();
+          step_loss = loss.item<double>();
+        }
         optimizer.step();
         char line[64];
-        std::snprintf(line, sizeof(line), "%.9g\n", loss.item<double>());
+        std::snprintf(line, sizeof(line), "%.9g\n", step_loss);
         losses << line;
       }
     }
     if (session->rank() == 0) {
       for (auto& p : net->named_parameters()) {
-        std::ofstream out(dir + "/final-" + p.key() + ".bin", std::ios::binary);
+        std::ofstream out(dir + "/" + tag + "final-" + p.key() + ".bin", std::ios::binary);
         torch::Tensor t = p.value().contiguous();
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());
       }

@@ -25,6 +25,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 d = sys.argv[1]
+accumulate = len(sys.argv) > 2 and sys.argv[2] == "--accumulate"
+tag = "acc-" if accumulate else ""
 torch.set_num_threads(1)
 class Net(nn.Module):
     def __init__(self):
@@ -49,19 +51,35 @@ sampler = DistributedSampler(ds, seed=7)
 loader = DataLoader(ds, batch_size=16, sampler=sampler)
 model = DDP(net, bucket_cap_mb=0.001, find_unused_parameters=True)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-with open(os.path.join(d, "ref-losses-%d.txt" % rank), "w") as f:
+with open(os.path.join(d, tag + "ref-losses-%d.txt" % rank), "w") as f:
     for epoch in range(2):
         sampler.set_epoch(epoch)
         for x, y in loader:
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
+            if accumulate:
+                xs, ys = x.chunk(2), y.chunk(2)
+                with model.no_sync():
+                    first = F.cross_entropy(model(xs[0]), ys[0]) / 2
+                    first.backward()
+                second = F.cross_entropy(model(xs[1]), ys[1]) / 2
+                second.backward()
+                value = first.item() + second.item()
+            else:
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                value = loss.item()
             opt.step()
-            f.write("%.9g\n" % loss.item())
+            f.write("%.9g\n" % value)
 if rank == 0:
-    torch.save({k: v.detach() for k, v in net.state_dict().items()}, os.path.join(d, "ref-final.pt"))
+    torch.save({k: v.detach() for k, v in net.state_dict().items()},
+               os.path.join(d, tag + "ref-final.pt"))
 dist.destroy_process_group()
 '''
+
+
+def read_floats(path):
+    with open(path) as f:
+        return [float(v) for v in f]
 
 
 def run_ranks(cmd, world=2, env_extra=None, timeout=300):
@@ -110,27 +128,34 @@ class LibraryParityTest(unittest.TestCase):
         torch.save({"x": x, "y": y}, os.path.join(cls.dir, "data.pt"))
 
     def test_losses_and_weights_match_pytorch_ddp(self):
-        codes, outs = run_ranks([TRAINER, self.dir])
+        self.check_parity([])
+
+    def test_gradient_accumulation_with_no_sync_matches_pytorch_ddp(self):
+        self.check_parity(["--accumulate"])
+
+    def check_parity(self, flags):
+        tag = "acc-" if flags else ""
+        codes, outs = run_ranks([TRAINER, self.dir] + flags)
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         self.assertIn("globally unused", outs[0])
         script = os.path.join(self.dir, "reference.py")
         with open(script, "w") as f:
             f.write(REFERENCE)
-        codes, outs = run_ranks([PYTHON, script, self.dir])
+        codes, outs = run_ranks([PYTHON, script, self.dir] + flags)
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         steps = 2 * N // (2 * BATCH)
         for rank in range(2):
-            ours = [float(v) for v in open(os.path.join(self.dir, "losses-%d.txt" % rank))]
-            ref = [float(v) for v in open(os.path.join(self.dir, "ref-losses-%d.txt" % rank))]
+            ours = read_floats(os.path.join(self.dir, tag + "losses-%d.txt" % rank))
+            ref = read_floats(os.path.join(self.dir, tag + "ref-losses-%d.txt" % rank))
             self.assertEqual(len(ours), steps)
             self.assertEqual(len(ref), steps)
             for step, (a, b) in enumerate(zip(ours, ref), start=1):
                 self.assertAlmostEqual(a, b, delta=1e-6 * max(1.0, abs(b)),
                                        msg="rank %d step %d" % (rank, step))
         torch = self.torch
-        ref_final = torch.load(os.path.join(self.dir, "ref-final.pt"))
+        ref_final = torch.load(os.path.join(self.dir, tag + "ref-final.pt"))
         for name, ref in ref_final.items():
-            ours = torch.from_file(os.path.join(self.dir, "final-%s.bin" % name),
+            ours = torch.from_file(os.path.join(self.dir, tag + "final-%s.bin" % name),
                                    size=ref.numel(), dtype=torch.float32).view(ref.shape)
             self.assertTrue(torch.allclose(ours, ref, atol=1e-6, rtol=1e-5), name)
         # Never used: no gradient, so SGD never moved it, in either.
