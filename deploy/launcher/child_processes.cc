@@ -91,13 +91,15 @@ std::vector<std::pair<std::string, int>> ChildProcesses::Reap() {
 
 void ChildProcesses::StopAll(absl::Duration grace) {
   if (children_.empty()) return;
-  for (const auto& [pid, name] : children_) ::kill(pid, SIGTERM);
+  // The whole process group each child leads: a program's own children
+  // (a shell's, say) go with it, and don't hold the terminal or pipes.
+  for (const auto& [pid, name] : children_) ::kill(-pid, SIGTERM);
   const absl::Time deadline = absl::Now() + grace;
   while (!children_.empty() && absl::Now() < deadline) {
     Reap();
     absl::SleepFor(absl::Milliseconds(20));
   }
-  for (const auto& [pid, name] : children_) ::kill(pid, SIGKILL);
+  for (const auto& [pid, name] : children_) ::kill(-pid, SIGKILL);
   for (const auto& [pid, name] : children_) ::waitpid(pid, nullptr, 0);
   children_.clear();
 }

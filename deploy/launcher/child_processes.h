@@ -32,7 +32,8 @@ class ChildProcesses {
   // death by signal N reads as 128 + N.
   std::vector<std::pair<std::string, int>> Reap();
 
-  // Sends SIGTERM to every running child, waits up to `grace`, then SIGKILL.
+  // Sends SIGTERM to every running child's process group, waits up to
+  // `grace`, then SIGKILL.
   void StopAll(absl::Duration grace);
 
   bool running(pid_t pid) const { return children_.count(pid) > 0; }

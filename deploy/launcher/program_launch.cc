@@ -5,10 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/process.h"
 #include "deploy/launcher/child_processes.h"
 
@@ -31,9 +33,32 @@ int FreePort() {
   return port;
 }
 
+// `program` as a path to execute: as given when it has a '/', else the
+// first executable of that name on PATH (as a shell finds it).
+std::string Resolve(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    return ::access(program.c_str(), X_OK) == 0 ? program : "";
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", program);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
 }  // namespace
 
 int RunProgram(const ProgramLaunch& launch) {
+  std::vector<std::string> argv = launch.argv;
+  argv[0] = Resolve(launch.argv[0]);
+  if (argv[0].empty()) {
+    std::cerr << "ddp-run: " << launch.argv[0]
+              << (launch.argv[0].find('/') != std::string::npos ? " is not an executable file"
+                                                                : " is not on PATH")
+              << "\n";
+    return 127;
+  }
   const int port = FreePort();
   if (port == 0) {
     std::cerr << "ddp-run: no free loopback port for the rendezvous\n";
@@ -54,7 +79,7 @@ int RunProgram(const ProgramLaunch& launch) {
                                           absl::StrCat("OPENBLAS_NUM_THREADS=", launch.threads)};
     const std::string log =
         launch.log_dir.empty() ? "" : absl::StrCat(launch.log_dir, "/rank-", rank, ".log");
-    auto started = children.Start(absl::StrCat("rank ", rank), launch.argv, env, log);
+    auto started = children.Start(absl::StrCat("rank ", rank), argv, env, log);
     if (!started.ok()) {
       std::cerr << "ddp-run: " << started.status().message() << "\n";
       return 1;

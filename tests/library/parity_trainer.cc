@@ -71,7 +71,8 @@ class FileDataset : public torch::data::datasets::Dataset<FileDataset> {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]\n";
+    std::cerr
+        << "usage: ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]\n";
     return 2;
   }
   const std::string dir = argv[1];

@@ -6,9 +6,9 @@
 // each case's output with "end".
 #include <torch/torch.h>
 
-#include <string>
 #include <iostream>
 #include <sstream>
+#include <string>
 
 #include "ddp/distributed_sampler.h"
 
@@ -34,8 +34,8 @@ void PrintCase(std::istringstream& in) {
   options.shuffle = shuffle != 0;
   options.drop_last = drop_last != 0;
   ddp::DistributedSampler sampler(n, rank, world, options);
-  auto loader = torch::data::make_data_loader(
-      Indices(n), sampler, torch::data::DataLoaderOptions().batch_size(batch));
+  auto loader = torch::data::make_data_loader(Indices(n), sampler,
+                                              torch::data::DataLoaderOptions().batch_size(batch));
   for (int round = 0; round < 3; ++round) {
     std::ostringstream batches;
     for (const std::vector<int64_t>& b : *loader) {
