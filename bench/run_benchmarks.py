@@ -20,8 +20,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "py"))
 # One core per worker for both systems: --threads=1 (LibTorch's intra-op
 # pool) and thread_env() (OpenMP, OpenBLAS, MKL) in every process.
-from harness import (BIN, PYTHON, free_port, run_ddp_run, run_reference,  # noqa: E402
-                     samples_per_second, thread_env, wait_port_file)
+from harness import (BIN, PYTHON, free_port, read_step_records, run_ddp_run,  # noqa: E402
+                     run_program, run_reference, samples_per_second, thread_env,
+                     wait_port_file)
 
 DOCS = os.path.join(REPO, "docs")
 WORK = tempfile.mkdtemp(prefix="ddp-bench-")
@@ -57,6 +58,16 @@ def run_ours(job_file, nproc, worker_args=""):
     breakdown["buckets"] = steps[0]["buckets_total"]
     return {"rate": samples_per_second(ranks), "breakdown": breakdown,
             "losses": [x["loss"] for x in ranks[0]]}
+
+
+def run_library(nproc):
+    """The mlp job as a user's own loop on the ddp library
+    (bench/library_mlp.cc) under ddp-run."""
+    folder = tempfile.mkdtemp(prefix="library-", dir=WORK)
+    prefix = os.path.join(folder, "steps")
+    run_program([os.path.join(BIN, "ddp_bench_library_mlp"), prefix], nproc, folder, timeout=1800)
+    ranks = [read_step_records("%s-%d.jsonl" % (prefix, r)) for r in range(nproc)]
+    return {"rate": samples_per_second(ranks), "losses": [x["loss"] for x in ranks[0]]}
 
 
 def run_torch(job_file, nproc):
@@ -98,6 +109,8 @@ def throughput(models, repeats):
             ("ours, 2 workers (shm)", lambda: run_ours(auto, 2)),
             ("ours, 2 workers (gloo)", lambda: run_ours(gloo, 2)),
             ("PyTorch DDP, 2 ranks", lambda: run_torch(gloo, 2)),
+        ] + ([("ours, library loop, 2 ranks (gloo)", lambda: run_library(2))]
+             if model == "mlp" else []) + [
             ("ours, 1 worker", lambda: run_ours(auto, 1)),
             ("PyTorch DDP, 1 rank", lambda: run_torch(gloo, 1)),
         ]
@@ -364,6 +377,12 @@ def report(args, m, tp, ar, ov, oh, load, command, elapsed):
             ratio, ours2g / torch2,
             "; target %.1f×: %s" % (target, "met" if ratio >= target else "**missed**")
             if target else ""))
+        if "ours, library loop, 2 ranks (gloo)" in runs:
+            lib = median([r["rate"] for r in runs["ours, library loop, 2 ranks (gloo)"]])
+            w("- **The same job as your own loop on the library** (`bench/library_mlp.cc`, "
+              "`ddp-run -- PROGRAM`, torch::data with whole-batch `index_select`): %.2f× the "
+              "daemon on the same transport (gloo), %.2f× PyTorch DDP" % (lib / ours2g,
+                                                                         lib / torch2))
         eff = ours2 / (2 * ours1)
         w("- Scaling efficiency (2-worker samples/s ÷ 2 × single): ours %.0f%% (gloo %.0f%%), "
           "PyTorch %.0f%%%s" % (100 * eff, 100 * ours2g / (2 * ours1), 100 * torch2 / (2 * torch1),

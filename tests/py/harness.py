@@ -183,6 +183,20 @@ def run_ddp_run(job_file, nproc, folder, worker_args="", timeout=600):
             for rank in range(nproc)]
 
 
+def run_program(argv, nproc, folder, timeout=600):
+    """Runs `ddp-run --nproc N --threads 1 -- argv` (a program on the ddp
+    library), its output in `folder`/ddp-run.log. RuntimeError, with the
+    output's tail, if it fails or outlasts `timeout` seconds."""
+    cmd = [os.path.join(BIN, "ddp-run"), "--nproc=%d" % nproc, "--threads=1", "--"] + list(argv)
+    output = os.path.join(folder, "ddp-run.log")
+    try:
+        with open(output, "w") as log:
+            subprocess.run(cmd, env=thread_env(), stdout=log, stderr=subprocess.STDOUT,
+                           timeout=timeout, check=True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError("%s\n%s" % (e, _tail(output))) from None
+
+
 def run_reference(job_file, nproc, folder, extra=(), timeout=600):
     """Runs the job file on the PyTorch reference (bench/pytorch_ddp.py), one
     process per rank with env:// variables (Debian's torchrun fails on Python
