@@ -86,7 +86,13 @@ class OutboxObserver final : public TrainingObserver {
     board_->step = report.step();
     board_->epoch = epoch;
     board_->cursor = cursor;
-    if (send_reports_) outbox_->PushReport(report);
+    if (send_reports_) {
+      // Per-bucket detail stays on the worker: the coordinator has no use
+      // for it, and every report crosses the network.
+      v1::StepReport sent = report;
+      sent.mutable_reduction()->clear_buckets();
+      outbox_->PushReport(sent);
+    }
     if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
     if (metrics_.is_open()) {
       // Buffered; flushed when the run ends.

@@ -162,6 +162,7 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   queue_head_ = 0;
   done_ = 0;
   allreduce_ms_ = 0;
+  bucket_ms_.assign(buckets_.size(), 0.0);
   if (!first_sync_done_) ready_order_.clear();
 }
 
@@ -277,6 +278,7 @@ void Reducer::CommLoop() {
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
     allreduce_ms_ += ms;
+    if (b < bucket_ms_.size()) bucket_ms_[b] = ms;
     ++done_;
   }
 }
@@ -296,6 +298,7 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
         this));
     if (!error_.ok()) return error_;
     stats.allreduce_ms = allreduce_ms_;
+    stats.bucket_ms = bucket_ms_;
     for (size_t p = 0; p < params_.size(); ++p) {
       if (used_[p]) continue;
       ++stats.unused;
@@ -329,7 +332,11 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
     p.local.reset();
   }
-  for (const Bucket& b : buckets_) stats.bytes += b.buffer.numel() * sizeof(float);
+  for (const Bucket& b : buckets_) {
+    stats.bucket_bytes.push_back(b.buffer.numel() * sizeof(float));
+    stats.bytes += stats.bucket_bytes.back();
+  }
+  stats.bucket_ms.resize(buckets_.size(), 0.0);
   const Bucket& last = buckets_.back();
   const float* control =
       last.buffer.data_ptr<float>() + last.grad_elements + static_cast<int64_t>(last.params.size());

@@ -64,6 +64,9 @@ struct ReductionStats {
   uint32_t globally_unused = 0;
   // Parameters seen unused on this rank for the first time.
   std::vector<std::string> newly_unused;
+  // Per bucket, in launch order: all-reduce milliseconds and bytes.
+  std::vector<double> bucket_ms;
+  std::vector<uint64_t> bucket_bytes;
   // Sums over the ranks of the step's control words (see ControlWords).
   uint64_t token_sum = 0;
   uint32_t leave_votes = 0;
@@ -193,6 +196,7 @@ class Reducer {
   size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
   size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   double allreduce_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<double> bucket_ms_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,7 @@
 #include "worker/worker_metrics.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "ddp/v1/worker.pb.h"
@@ -79,6 +81,18 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
   allreduce_buckets_ =
       AddCounter(r, "ddp_worker_allreduce_buckets_total", "bucket all-reduces completed");
   buckets_ = AddGauge(r, "ddp_worker_buckets", "gradient buckets in the reducer's plan");
+  bucket_seconds_family_ = &prometheus::BuildCounter()
+                                .Name("ddp_worker_bucket_allreduce_seconds_total")
+                                .Help("time inside each bucket's all-reduce, by launch order")
+                                .Register(r);
+  bucket_bytes_family_ = &prometheus::BuildCounter()
+                              .Name("ddp_worker_bucket_allreduce_bytes_total")
+                              .Help("bytes of each bucket's all-reduces, by launch order")
+                              .Register(r);
+  bucket_count_family_ = &prometheus::BuildCounter()
+                              .Name("ddp_worker_bucket_allreduces_total")
+                              .Help("all-reduces of each bucket, by launch order")
+                              .Register(r);
   unused_ = AddGauge(r, "ddp_worker_unused_parameters",
                      "parameters that got no gradient on this worker in its last step");
   globally_unused_ = AddGauge(r, "ddp_worker_globally_unused_parameters",
@@ -105,6 +119,21 @@ void WorkerMetrics::OnStep(const v1::StepReport& report, uint32_t rank) {
   allreduce_bytes_->Increment(static_cast<double>(r.bytes()));
   allreduce_buckets_->Increment(r.buckets_reduced());
   buckets_->Set(r.buckets_total());
+  for (int b = 0; b < r.buckets_size(); ++b) {
+    const size_t label = std::min<size_t>(b, kBucketLabels - 1);
+    BucketSeries& series = bucket_series_[label];
+    if (series.seconds == nullptr) {
+      const std::map<std::string, std::string> labels = {
+          {"bucket",
+           label + 1 < kBucketLabels ? std::to_string(label) : std::to_string(label) + "+"}};
+      series.seconds = &bucket_seconds_family_->Add(labels);
+      series.bytes = &bucket_bytes_family_->Add(labels);
+      series.count = &bucket_count_family_->Add(labels);
+    }
+    series.seconds->Increment(r.buckets(b).allreduce_ms() / 1000);
+    series.bytes->Increment(static_cast<double>(r.buckets(b).bytes()));
+    series.count->Increment();
+  }
   unused_->Set(r.unused_parameters());
   globally_unused_->Set(r.globally_unused_parameters());
   loss_->Set(report.loss());

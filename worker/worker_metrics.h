@@ -8,7 +8,10 @@
 //                                              backward, allreduce_wait, optimizer
 //   ddp_worker_allreduce_seconds               histogram of a step's time inside all-reduce
 //   ddp_worker_allreduce_bytes_total, ddp_worker_allreduce_buckets_total
-//                                              (per bucket: divide by buckets_total)
+//   ddp_worker_bucket_allreduce_seconds_total{bucket}, ddp_worker_bucket_allreduce_bytes_total
+//   {bucket}, ddp_worker_bucket_allreduces_total{bucket}
+//                                              each bucket's all-reduce, by launch order
+//                                              ("0".."31"; later buckets together as "32+")
 //   ddp_worker_buckets                         buckets in the plan
 //   ddp_worker_unused_parameters, ddp_worker_globally_unused_parameters (last step)
 //   ddp_worker_loss, ddp_worker_step, ddp_worker_generation, ddp_worker_rank,
@@ -19,6 +22,7 @@
 #ifndef DDP_WORKER_WORKER_METRICS_H_
 #define DDP_WORKER_WORKER_METRICS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,6 +34,8 @@
 
 namespace prometheus {
 class Counter;
+template <typename T>
+class Family;
 class Gauge;
 class Histogram;
 class Registry;
@@ -67,6 +73,18 @@ class WorkerMetrics final : public prometheus::Collectable {
   prometheus::Counter* allreduce_bytes_;
   prometheus::Counter* allreduce_buckets_;
   prometheus::Gauge* buckets_;
+  // Per bucket label (kBucketLabels of them), made on first use; training
+  // thread only.
+  static constexpr size_t kBucketLabels = 33;
+  prometheus::Family<prometheus::Counter>* bucket_seconds_family_;
+  prometheus::Family<prometheus::Counter>* bucket_bytes_family_;
+  prometheus::Family<prometheus::Counter>* bucket_count_family_;
+  struct BucketSeries {
+    prometheus::Counter* seconds = nullptr;
+    prometheus::Counter* bytes = nullptr;
+    prometheus::Counter* count = nullptr;
+  };
+  BucketSeries bucket_series_[kBucketLabels];
   prometheus::Gauge* unused_;
   prometheus::Gauge* globally_unused_;
   prometheus::Gauge* loss_;

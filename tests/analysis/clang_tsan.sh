@@ -11,7 +11,7 @@ cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-Wthread-safety -Werror=thread-safety -fsanitize=thread" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
   -DDDP_ANALYSIS=ON -DDDP_TSAN=ON >/dev/null
-cmake --build "$out" --target ddp_unit_tests ddp_torch_tests ddp-coordinator ddp-worker ddp-run
+cmake --build "$out" --target ddp_unit_tests ddp_torch_tests ddp-coordinator ddp-worker ddp-run ddp
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/tests/analysis/tsan.supp"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # First, that TSan sees through absl's locks and still catches a race.

@@ -168,17 +168,10 @@ def run_ddp_run(job_file, nproc, folder, worker_args="", timeout=600):
     """Runs the job file on `ddp-run --nproc` with one thread per worker, its
     logs in `folder`; returns each rank's step records. RuntimeError, with
     the output's tail, if it fails or outlasts `timeout` seconds."""
-    cmd = [os.path.join(BIN, "ddp-run"), "--nproc=%d" % nproc, "--threads=1",
-           "--job=" + job_file, "--log_dir=" + folder]
+    args = ["--job=" + job_file, "--log_dir=" + folder]
     if worker_args:
-        cmd.append("--worker_args=" + worker_args)
-    output = os.path.join(folder, "ddp-run.log")
-    try:
-        with open(output, "w") as log:
-            subprocess.run(cmd, env=thread_env(), stdout=log, stderr=subprocess.STDOUT,
-                           timeout=timeout, check=True)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        raise RuntimeError("%s\n%s" % (e, _tail(output))) from None
+        args.append("--worker_args=" + worker_args)
+    _ddp_run(nproc, args, folder, timeout)
     return [read_step_records(os.path.join(folder, "metrics-w%d.jsonl" % rank))
             for rank in range(nproc)]
 
@@ -187,7 +180,12 @@ def run_program(argv, nproc, folder, timeout=600):
     """Runs `ddp-run --nproc N --threads 1 -- argv` (a program on the ddp
     library), its output in `folder`/ddp-run.log. RuntimeError, with the
     output's tail, if it fails or outlasts `timeout` seconds."""
-    cmd = [os.path.join(BIN, "ddp-run"), "--nproc=%d" % nproc, "--threads=1", "--"] + list(argv)
+    _ddp_run(nproc, ["--"] + list(argv), folder, timeout)
+
+
+def _ddp_run(nproc, args, folder, timeout):
+    """ddp-run --nproc N --threads 1 ARGS, its output in `folder`/ddp-run.log."""
+    cmd = [os.path.join(BIN, "ddp-run"), "--nproc=%d" % nproc, "--threads=1"] + args
     output = os.path.join(folder, "ddp-run.log")
     try:
         with open(output, "w") as log:

@@ -161,6 +161,11 @@ class PrometheusScrapeTest(unittest.TestCase):
         self.assertGreater(self.value(
             "histogram_quantile(0.5, sum by (le) (rate(ddp_worker_step_seconds_bucket[5s])))"), 0)
         self.assertGreater(self.value("sum(ddp_worker_allreduce_bytes_total)"), 0)
+        # Each bucket's all-reduce, by launch order: the first has counts.
+        self.assertEqual(self.value(
+            'count(ddp_worker_bucket_allreduces_total{bucket="0"} > 0)'), 2)
+        self.assertGreater(self.value(
+            'sum(ddp_worker_bucket_allreduce_bytes_total{bucket="0"})'), 0)
         self.assertEqual(sorted(self.value('ddp_worker_rank{instance="127.0.0.1:%d"}' % p)
                                 for p in self.worker_ports), [0, 1])
 

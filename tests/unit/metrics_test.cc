@@ -218,6 +218,27 @@ TEST(WorkerMetrics, OnStep_ObservesStepPartsAndReduction) {
   EXPECT_EQ(GaugeValue(f, "ddp_worker_report_queue_depth"), 0);
 }
 
+TEST(WorkerMetrics, OnStep_PerBucketSeriesByLaunchOrder_LaterBucketsTogether) {
+  WorkerMetrics metrics;
+  v1::StepReport report;
+  for (int b = 0; b < 40; ++b) {
+    v1::BucketReduction* bucket = report.mutable_reduction()->add_buckets();
+    bucket->set_allreduce_ms(b + 1);
+    bucket->set_bytes(100);
+  }
+  metrics.OnStep(report, 0);
+  metrics.OnStep(report, 0);
+  const auto f = metrics.Collect();
+  EXPECT_NEAR(CounterValue(f, "ddp_worker_bucket_allreduce_seconds_total", {{"bucket", "0"}}),
+              0.002, 1e-12);
+  EXPECT_NEAR(CounterValue(f, "ddp_worker_bucket_allreduce_seconds_total", {{"bucket", "31"}}),
+              0.064, 1e-12);
+  EXPECT_EQ(CounterValue(f, "ddp_worker_bucket_allreduces_total", {{"bucket", "31"}}), 2);
+  // Buckets 32..39 share one label: 8 buckets x 2 steps.
+  EXPECT_EQ(CounterValue(f, "ddp_worker_bucket_allreduces_total", {{"bucket", "32+"}}), 16);
+  EXPECT_EQ(CounterValue(f, "ddp_worker_bucket_allreduce_bytes_total", {{"bucket", "32+"}}), 1600);
+}
+
 TEST(WorkerMetrics, WatchReports_ShowsQueueDepthAndDrops) {
   FakeClock clock;
   Outbox outbox(&clock, Outbox::Options{2, absl::Milliseconds(100)});
