@@ -11,7 +11,8 @@
 //
 // Construction checks that every rank has the same parameters (names,
 // shapes; a mismatch is a ddp::Error naming the parameter, on every rank)
-// and copies the parameters and buffers of rank 0 to all. Gradients are
+// and copies the parameters and buffers of rank 0 to all; buffers again
+// after each synchronized backward (Options::broadcast_buffers). Gradients are
 // all-reduced in buckets (about bucket_cap_mb each, launched as backward
 // fills them, in the order gradients became ready after the first step),
 // averaged as PyTorch does (divide by the world size, then sum). A parameter
@@ -50,6 +51,10 @@ class DistributedDataParallel {
     double bucket_cap_mb = 25;
     // The rank whose parameters and buffers everyone starts from.
     int broadcast_from = 0;
+    // PyTorch's broadcast_buffers: after each synchronized backward, every
+    // rank takes that rank's buffers (BatchNorm's running statistics), so
+    // the next forward sees what PyTorch's would.
+    bool broadcast_buffers = true;
   };
 
   // What the last synchronized backward did.

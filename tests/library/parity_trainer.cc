@@ -1,7 +1,10 @@
 // A user's own training loop on the ddp library, for the parity test
-// (tests/py/library_parity_test.py): a C++ model with a data-dependent
-// branch and a branch never used, trained data-parallel from the weights
-// and data the test wrote, writing each step's loss and the final weights.
+// (tests/py/library_parity_test.py): a C++ model with BatchNorm, a
+// data-dependent branch and a branch never used, trained data-parallel from
+// the weights and data the test wrote, writing each step's loss, an
+// eval-mode loss on a probe batch before each step (it reads BatchNorm's
+// running statistics: the buffers every rank takes from rank 0), and the
+// final weights.
 //
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P \
 //     ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]
@@ -26,12 +29,13 @@ constexpr int64_t kBatch = 16;
 struct NetImpl : torch::nn::Module {
   explicit NetImpl(int64_t hidden)
       : fc1(register_module("fc1", torch::nn::Linear(kInputs, hidden))),
+        bn(register_module("bn", torch::nn::BatchNorm1d(hidden))),
         fc2(register_module("fc2", torch::nn::Linear(hidden, kClasses))),
         aux(register_module("aux", torch::nn::Linear(hidden, kClasses))),
         never(register_module("never", torch::nn::Linear(hidden, kClasses))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor h = torch::relu(fc1(x));
+    torch::Tensor h = torch::relu(bn(fc1(x)));
     torch::Tensor out = fc2(h);
     // Used by a batch whose first feature is positive: on some ranks in
     // some steps, on every rank or none in others.
@@ -39,7 +43,9 @@ struct NetImpl : torch::nn::Module {
     return out;
   }
 
-  torch::nn::Linear fc1, fc2, aux, never;
+  torch::nn::Linear fc1;
+  torch::nn::BatchNorm1d bn;
+  torch::nn::Linear fc2, aux, never;
 };
 TORCH_MODULE(Net);
 
@@ -101,8 +107,22 @@ int main(int argc, char** argv) {
     torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     const std::string tag = flag == "--accumulate" ? "acc-" : "";
     std::ofstream losses(dir + "/" + tag + "losses-" + std::to_string(session->rank()) + ".txt");
+    std::ofstream eval_losses(dir + "/" + tag + "eval-" + std::to_string(session->rank()) + ".txt");
+    const torch::Tensor probe_x =
+        torch::stack({dataset.get(0).data, dataset.get(1).data, dataset.get(2).data});
+    const torch::Tensor probe_y =
+        torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
     for (int epoch = 0; epoch < 2; ++epoch) {
       for (auto& batch : *loader) {
+        {
+          torch::NoGradGuard no_grad;
+          net->eval();
+          char line[64];
+          std::snprintf(line, sizeof(line), "%.9g\n",
+                        torch::cross_entropy_loss(net->forward(probe_x), probe_y).item<double>());
+          eval_losses << line;
+          net->train();
+        }
         optimizer.zero_grad();
         double step_loss = 0;
         if (flag == "--accumulate") {
@@ -128,7 +148,11 @@ int main(int argc, char** argv) {
       }
     }
     if (session->rank() == 0) {
-      for (auto& p : net->named_parameters()) {
+      auto named = net->named_parameters();
+      for (auto& b : net->named_buffers()) {
+        if (b.value().scalar_type() == torch::kFloat32) named.insert(b.key(), b.value());
+      }
+      for (auto& p : named) {
         std::ofstream out(dir + "/" + tag + "final-" + p.key() + ".bin", std::ios::binary);
         torch::Tensor t = p.value().contiguous();
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());

@@ -31,10 +31,10 @@ torch.set_num_threads(1)
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(20, 32), nn.Linear(32, 4)
+        self.fc1, self.bn, self.fc2 = nn.Linear(20, 32), nn.BatchNorm1d(32), nn.Linear(32, 4)
         self.aux, self.never = nn.Linear(32, 4), nn.Linear(32, 4)
     def forward(self, x):
-        h = F.relu(self.fc1(x))
+        h = F.relu(self.bn(self.fc1(x)))
         out = self.fc2(h)
         if x[0][0].item() > 0:
             out = out + self.aux(h)
@@ -51,10 +51,16 @@ sampler = DistributedSampler(ds, seed=7)
 loader = DataLoader(ds, batch_size=16, sampler=sampler)
 model = DDP(net, bucket_cap_mb=0.001, find_unused_parameters=True)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+probe_x, probe_y = data["x"][:3], data["y"][:3]
+evals = open(os.path.join(d, tag + "ref-eval-%d.txt" % rank), "w")
 with open(os.path.join(d, tag + "ref-losses-%d.txt" % rank), "w") as f:
     for epoch in range(2):
         sampler.set_epoch(epoch)
         for x, y in loader:
+            with torch.no_grad():  # DDP's forward broadcasts rank 0's buffers first
+                net.eval()
+                evals.write("%.9g\n" % F.cross_entropy(model(probe_x), probe_y).item())
+                net.train()
             opt.zero_grad()
             if accumulate:
                 xs, ys = x.chunk(2), y.chunk(2)
@@ -111,6 +117,7 @@ class LibraryParityTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="ddp-library-")
         torch.manual_seed(11)
         shapes = {"fc1.weight": (HIDDEN, INPUTS), "fc1.bias": (HIDDEN,),
+                  "bn.weight": (HIDDEN,), "bn.bias": (HIDDEN,),
                   "fc2.weight": (CLASSES, HIDDEN), "fc2.bias": (CLASSES,),
                   "aux.weight": (CLASSES, HIDDEN), "aux.bias": (CLASSES,),
                   "never.weight": (CLASSES, HIDDEN), "never.bias": (CLASSES,)}
@@ -152,9 +159,21 @@ class LibraryParityTest(unittest.TestCase):
             for step, (a, b) in enumerate(zip(ours, ref), start=1):
                 self.assertAlmostEqual(a, b, delta=1e-6 * max(1.0, abs(b)),
                                        msg="rank %d step %d" % (rank, step))
+            # Eval mode reads the running statistics: equal only if every
+            # rank holds rank 0's buffers at each step, as PyTorch's do.
+            ours = read_floats(os.path.join(self.dir, tag + "eval-%d.txt" % rank))
+            ref = read_floats(os.path.join(self.dir, tag + "ref-eval-%d.txt" % rank))
+            self.assertEqual(len(ours), steps)
+            self.assertEqual(len(ref), steps)
+            for step, (a, b) in enumerate(zip(ours, ref), start=1):
+                self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)),
+                                       msg="eval, rank %d step %d" % (rank, step))
         torch = self.torch
         ref_final = torch.load(os.path.join(self.dir, tag + "ref-final.pt"))
+        # Parameters, and the running statistics (rank 0's in both).
         for name, ref in ref_final.items():
+            if name.endswith("num_batches_tracked"):
+                continue
             ours = torch.from_file(os.path.join(self.dir, tag + "final-%s.bin" % name),
                                    size=ref.numel(), dtype=torch.float32).view(ref.shape)
             self.assertTrue(torch.allclose(ours, ref, atol=1e-6, rtol=1e-5), name)

@@ -81,11 +81,29 @@ void BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
 }  // namespace
 
 struct DistributedDataParallel::Impl {
+  // At the end of each backward (the autograd engine's final callback).
+  void Finished(bool sync, const absl::StatusOr<ReductionStats>& stats) {
+    if (!sync) return;
+    if (!stats.ok()) {
+      throw Error(absl::StrCat("all-reducing the gradients failed: ", stats.status().message()));
+    }
+    last.buckets = stats->buckets_reduced;
+    last.bytes = stats->bytes;
+    last.allreduce_ms = stats->allreduce_ms;
+    last.wait_ms = stats->wait_ms;
+    last.unused_parameters = stats->unused;
+    last.globally_unused_parameters = stats->globally_unused;
+    for (auto& [name, t] : buffers) BroadcastTensor(session->communicator(), t, root);
+  }
+
   Session* session = nullptr;
   std::vector<std::string> names;
   std::unique_ptr<Reducer> reducer;
   bool no_sync = false;
   Reduction last;
+  // Broadcast from `root` after each synchronized backward (empty: never).
+  Named buffers;
+  int root = 0;
 };
 
 DistributedDataParallel::DistributedDataParallel(Session& session, Named params, Named buffers,
@@ -100,6 +118,10 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
   CheckSameParameters(comm, params, options.broadcast_from);
   for (auto& [name, t] : params) BroadcastTensor(comm, t, options.broadcast_from);
   for (auto& [name, t] : buffers) BroadcastTensor(comm, t, options.broadcast_from);
+  // Buffers change in forward only, so taking the root's after a backward
+  // gives the next forward the buffers PyTorch's pre-forward broadcast would.
+  if (options.broadcast_buffers) impl_->buffers = buffers;
+  impl_->root = options.broadcast_from;
   std::vector<NamedTensor> trainable;
   for (auto& [name, t] : params) {
     impl_->names.push_back(name);
@@ -112,20 +134,9 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
   Check(created.status(), "ddp::DistributedDataParallel");
   impl_->reducer = std::move(*created);
   Impl* impl = impl_.get();
-  impl_->reducer->EnableImplicit([impl] { return !impl->no_sync; },
-                                 [impl](bool sync, absl::StatusOr<ReductionStats> stats) {
-                                   if (!sync) return;
-                                   if (!stats.ok()) {
-                                     throw Error(absl::StrCat("all-reducing the gradients failed: ",
-                                                              stats.status().message()));
-                                   }
-                                   impl->last.buckets = stats->buckets_reduced;
-                                   impl->last.bytes = stats->bytes;
-                                   impl->last.allreduce_ms = stats->allreduce_ms;
-                                   impl->last.wait_ms = stats->wait_ms;
-                                   impl->last.unused_parameters = stats->unused;
-                                   impl->last.globally_unused_parameters = stats->globally_unused;
-                                 });
+  impl_->reducer->EnableImplicit(
+      [impl] { return !impl->no_sync; },
+      [impl](bool sync, absl::StatusOr<ReductionStats> stats) { impl->Finished(sync, stats); });
 }
 
 namespace {
