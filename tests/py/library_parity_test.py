@@ -152,22 +152,10 @@ class LibraryParityTest(unittest.TestCase):
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         steps = 2 * N // (2 * BATCH)
         for rank in range(2):
-            ours = read_floats(os.path.join(self.dir, tag + "losses-%d.txt" % rank))
-            ref = read_floats(os.path.join(self.dir, tag + "ref-losses-%d.txt" % rank))
-            self.assertEqual(len(ours), steps)
-            self.assertEqual(len(ref), steps)
-            for step, (a, b) in enumerate(zip(ours, ref), start=1):
-                self.assertAlmostEqual(a, b, delta=1e-6 * max(1.0, abs(b)),
-                                       msg="rank %d step %d" % (rank, step))
+            self.assert_same_per_step(tag, "losses-%d.txt" % rank, 1e-6, steps)
             # Eval mode reads the running statistics: equal only if every
             # rank holds rank 0's buffers at each step, as PyTorch's do.
-            ours = read_floats(os.path.join(self.dir, tag + "eval-%d.txt" % rank))
-            ref = read_floats(os.path.join(self.dir, tag + "ref-eval-%d.txt" % rank))
-            self.assertEqual(len(ours), steps)
-            self.assertEqual(len(ref), steps)
-            for step, (a, b) in enumerate(zip(ours, ref), start=1):
-                self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)),
-                                       msg="eval, rank %d step %d" % (rank, step))
+            self.assert_same_per_step(tag, "eval-%d.txt" % rank, 1e-5, steps)
         torch = self.torch
         ref_final = torch.load(os.path.join(self.dir, tag + "ref-final.pt"))
         # Parameters, and the running statistics (rank 0's in both).
@@ -180,6 +168,16 @@ class LibraryParityTest(unittest.TestCase):
         # Never used: no gradient, so SGD never moved it, in either.
         self.assertTrue(torch.equal(ref_final["never.weight"],
                                     torch.load(os.path.join(self.dir, "init.pt"))["never.weight"]))
+
+    def assert_same_per_step(self, tag, name, tolerance, steps):
+        """Our TAG+NAME and the reference's TAG+ref-NAME hold `steps` values
+        each, equal to `tolerance` (relative, or absolute below 1)."""
+        ours = read_floats(os.path.join(self.dir, tag + name))
+        ref = read_floats(os.path.join(self.dir, tag + "ref-" + name))
+        self.assertEqual((len(ours), len(ref)), (steps, steps), tag + name)
+        for step, (a, b) in enumerate(zip(ours, ref), start=1):
+            self.assertAlmostEqual(a, b, delta=tolerance * max(1.0, abs(b)),
+                                   msg="%s%s, step %d" % (tag, name, step))
 
     def test_no_environment_says_what_to_set(self):
         env = {k: v for k, v in thread_env().items()
