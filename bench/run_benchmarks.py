@@ -109,7 +109,7 @@ def throughput(models, repeats):
             ("ours, 2 workers (shm)", lambda: run_ours(auto, 2)),
             ("ours, 2 workers (gloo)", lambda: run_ours(gloo, 2)),
             ("PyTorch DDP, 2 ranks", lambda: run_torch(gloo, 2)),
-        ] + ([("ours, library loop, 2 ranks (gloo)", lambda: run_library(2))]
+        ] + ([("ours, library loop, 2 ranks (shm)", lambda: run_library(2))]
              if model == "mlp" else []) + [
             ("ours, 1 worker", lambda: run_ours(auto, 1)),
             ("PyTorch DDP, 1 rank", lambda: run_torch(gloo, 1)),
@@ -377,12 +377,12 @@ def report(args, m, tp, ar, ov, oh, load, command, elapsed):
             ratio, ours2g / torch2,
             "; target %.1f×: %s" % (target, "met" if ratio >= target else "**missed**")
             if target else ""))
-        if "ours, library loop, 2 ranks (gloo)" in runs:
-            lib = median([r["rate"] for r in runs["ours, library loop, 2 ranks (gloo)"]])
+        if "ours, library loop, 2 ranks (shm)" in runs:
+            lib = median([r["rate"] for r in runs["ours, library loop, 2 ranks (shm)"]])
             w("- **The same job as your own loop on the library** (`bench/library_mlp.cc`, "
               "`ddp-run -- PROGRAM`, torch::data with whole-batch `index_select`): %.2f× the "
-              "daemon on the same transport (gloo), %.2f× PyTorch DDP" % (lib / ours2g,
-                                                                         lib / torch2))
+              "daemon on the same transport (shm), %.2f× PyTorch DDP" % (lib / ours2,
+                                                                        lib / torch2))
         eff = ours2 / (2 * ours1)
         w("- Scaling efficiency (2-worker samples/s ÷ 2 × single): ours %.0f%% (gloo %.0f%%), "
           "PyTorch %.0f%%%s" % (100 * eff, 100 * ours2g / (2 * ours1), 100 * torch2 / (2 * torch1),

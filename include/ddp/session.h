@@ -2,9 +2,11 @@
 // the communicator its gradients are all-reduced over.
 //
 // Today a session starts the way torchrun starts a script: from RANK,
-// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (LOCAL_RANK optional). Rank 0
-// serves the rendezvous at MASTER_ADDR:MASTER_PORT; every rank publishes
-// its address there and connects to every other (Gloo over TCP).
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (LOCAL_RANK and LOCAL_WORLD_SIZE
+// optional). Rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT; every
+// rank publishes its address there and connects to every other: through
+// shared memory when all ranks are on this machine (LOCAL_WORLD_SIZE ==
+// WORLD_SIZE), else Gloo over TCP. DDP_BACKEND=gloo|shm chooses.
 //
 // Thread rules: one thread uses a session and what it made (the
 // DistributedDataParallel, collectives) at a time.
@@ -30,6 +32,11 @@ class Session {
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
     int local_rank = 0;
+    // Ranks on this machine; 0: unknown (then not all of them).
+    int local_world_size = 0;
+    // "auto": shared memory when every rank is on this machine, else gloo;
+    // or "gloo", "shm".
+    std::string backend = "auto";
     // The address peers reach this rank at; empty: the one this host uses
     // to reach master_addr.
     std::string host;
@@ -50,6 +57,8 @@ class Session {
   int rank() const;
   int world_size() const;
   int local_rank() const;
+  // The transport gradients cross: "shm" or "gloo".
+  std::string backend() const;
 
   // In place: the sum over the ranks (a contiguous float32 CPU tensor).
   void all_reduce_sum(torch::Tensor& tensor);

@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());
       }
     }
-    std::cout << "rank " << session->rank()
-              << " done; last reduction: " << model.last_reduction().buckets << " buckets, "
+    std::cout << "rank " << session->rank() << " done over " << session->backend()
+              << "; last reduction: " << model.last_reduction().buckets << " buckets, "
               << model.last_reduction().globally_unused_parameters << " globally unused\n";
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -135,16 +135,19 @@ class LibraryParityTest(unittest.TestCase):
         torch.save({"x": x, "y": y}, os.path.join(cls.dir, "data.pt"))
 
     def test_losses_and_weights_match_pytorch_ddp(self):
-        self.check_parity([])
+        # Ranks started by hand without LOCAL_WORLD_SIZE: Gloo over TCP.
+        self.check_parity([], {}, "gloo")
 
     def test_gradient_accumulation_with_no_sync_matches_pytorch_ddp(self):
-        self.check_parity(["--accumulate"])
+        # Every rank on this machine, as ddp-run and torchrun say: shared memory.
+        self.check_parity(["--accumulate"], {"LOCAL_WORLD_SIZE": "2"}, "shm")
 
-    def check_parity(self, flags):
+    def check_parity(self, flags, env, backend):
         tag = "acc-" if flags else ""
-        codes, outs = run_ranks([TRAINER, self.dir] + flags)
+        codes, outs = run_ranks([TRAINER, self.dir] + flags, env_extra=env)
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         self.assertIn("globally unused", outs[0])
+        self.assertIn("done over " + backend, outs[0])
         script = os.path.join(self.dir, "reference.py")
         with open(script, "w") as f:
             f.write(REFERENCE)

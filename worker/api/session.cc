@@ -19,6 +19,7 @@
 #include "worker/api/store_server.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
+#include "worker/shm_communicator.h"
 
 namespace ddp {
 namespace {
@@ -77,7 +78,7 @@ void Check(const absl::Status& s, const std::string& what) {
 struct Session::Impl {
   Options options;
   std::unique_ptr<StoreServer> server;  // rank 0's
-  std::unique_ptr<GlooCommunicator> comm;
+  std::unique_ptr<Communicator> comm;
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -88,6 +89,10 @@ std::unique_ptr<Session> Session::FromEnvironment() {
   options.rank = EnvInt("RANK", true, 0);
   options.world_size = EnvInt("WORLD_SIZE", true, 1);
   options.local_rank = EnvInt("LOCAL_RANK", false, 0);
+  options.local_world_size = EnvInt("LOCAL_WORLD_SIZE", false, 0);
+  if (const char* backend = std::getenv("DDP_BACKEND"); backend != nullptr && *backend != '\0') {
+    options.backend = backend;
+  }
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0')
     throw Error(absl::StrCat("MASTER_ADDR is not set. ", kEnvHelp));
@@ -105,6 +110,9 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
     throw Error(absl::StrCat("MASTER_PORT=", options.master_port, " is not a TCP port"));
   }
   if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
+  if (options.backend != "auto" && options.backend != "gloo" && options.backend != "shm") {
+    throw Error(absl::StrCat("backend \"", options.backend, "\": use auto, gloo or shm"));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   const std::string master = options.master_addr.find(':') != std::string::npos
@@ -126,6 +134,23 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   }
   StoreClient store(v1::Coordinator::NewStub(channel), "session", 1);
   CoordinatorGlooStore gloo_store(&store, timeout);
+  const bool one_machine = options.local_world_size == options.world_size &&
+                           options.world_size <= ShmCommunicator::kMaxRanks;
+  if (options.backend == "shm" || (options.backend == "auto" && one_machine)) {
+    ShmCommunicator::Options shm;
+    shm.rank = options.rank;
+    shm.world_size = options.world_size;
+    shm.timeout = timeout;
+    auto created = ShmCommunicator::Create(gloo_store, shm);
+    if (created.ok()) {
+      impl->comm = std::move(*created);
+      return std::unique_ptr<Session>(new Session(std::move(impl)));
+    }
+    // Every rank learns the same outcome, so "auto" falls back together.
+    if (options.backend == "shm" || !absl::IsFailedPrecondition(created.status())) {
+      Check(created.status(), absl::StrCat("rank ", options.rank, ": shared memory"));
+    }
+  }
   GlooCommunicator::Options comm;
   comm.rank = options.rank;
   comm.world_size = options.world_size;
@@ -142,6 +167,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
 int Session::rank() const { return impl_->options.rank; }
 int Session::world_size() const { return impl_->options.world_size; }
 int Session::local_rank() const { return impl_->options.local_rank; }
+std::string Session::backend() const { return impl_->comm->backend(); }
 Communicator& Session::communicator() { return *impl_->comm; }
 
 void Session::all_reduce_sum(torch::Tensor& tensor) {
