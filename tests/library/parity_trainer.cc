@@ -6,13 +6,16 @@
 // running statistics: the buffers every rank takes from rank 0), and the
 // final weights.
 //
-//   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P \
-//     ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]
+//   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P (environment)
+//   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync]
 // --accumulate: each batch in two halves, the first under no_sync().
+// --torchscript: DIR/net.pt (the network scripted in Python) instead of Net.
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -73,12 +76,53 @@ class FileDataset : public torch::data::datasets::Dataset<FileDataset> {
   torch::Tensor x_, y_;
 };
 
+// The model as the loop sees it, whichever kind it is.
+struct Model {
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::function<void(bool)> train;
+  std::vector<torch::Tensor> parameters;
+  // Parameters and float buffers by name, for the final comparison.
+  std::function<std::vector<std::pair<std::string, torch::Tensor>>()> state;
+};
+
+Model FromNet(Net net) {
+  Model m;
+  m.forward = [p = net.ptr()](const torch::Tensor& x) { return p->forward(x); };
+  m.train = [p = net.ptr()](bool on) { p->train(on); };
+  m.parameters = net->parameters();
+  m.state = [net] {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (auto& p : net->named_parameters()) out.emplace_back(p.key(), p.value());
+    for (auto& b : net->named_buffers()) {
+      if (b.value().scalar_type() == torch::kFloat32) out.emplace_back(b.key(), b.value());
+    }
+    return out;
+  };
+  return m;
+}
+
+Model FromScript(torch::jit::Module module) {
+  Model m;
+  m.forward = [module](const torch::Tensor& x) mutable { return module.forward({x}).toTensor(); };
+  m.train = [module](bool on) mutable { module.train(on); };
+  for (const torch::Tensor& p : module.parameters()) m.parameters.push_back(p);
+  m.state = [module] {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& p : module.named_parameters()) out.emplace_back(p.name, p.value);
+    for (const auto& b : module.named_buffers()) {
+      if (b.value.scalar_type() == torch::kFloat32) out.emplace_back(b.name, b.value);
+    }
+    return out;
+  };
+  return m;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr
-        << "usage: ddp_library_parity_trainer DIR [--accumulate|--mismatch|--nested_no_sync]\n";
+    std::cerr << "usage: ddp_library_parity_trainer DIR "
+                 "[--accumulate|--torchscript|--mismatch|--nested_no_sync]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -94,7 +138,23 @@ int main(int argc, char** argv) {
         p.value().copy_(ReadFloats(dir + "/init/" + p.key() + ".bin", p.value().sizes().vec()));
       }
     }
-    ddp::DistributedDataParallel model(*session, net.ptr(), {/*bucket_cap_mb=*/0.001});
+    // --torchscript: the same network scripted in Python (with the same
+    // initial weights), loaded as a torch::jit::Module instead.
+    const bool scripted = flag == "--torchscript";
+    torch::jit::Module script;
+    Model m;
+    std::unique_ptr<ddp::DistributedDataParallel> ddp;
+    if (scripted) {
+      script = torch::jit::load(dir + "/net.pt");
+      m = FromScript(script);
+      ddp = std::make_unique<ddp::DistributedDataParallel>(
+          *session, script, ddp::DistributedDataParallel::Options{/*bucket_cap_mb=*/0.001});
+    } else {
+      m = FromNet(net);
+      ddp = std::make_unique<ddp::DistributedDataParallel>(
+          *session, net.ptr(), ddp::DistributedDataParallel::Options{/*bucket_cap_mb=*/0.001});
+    }
+    ddp::DistributedDataParallel& model = *ddp;
     if (flag == "--nested_no_sync") {
       auto outer = model.no_sync();
       auto inner = model.no_sync();  // throws
@@ -104,8 +164,8 @@ int main(int argc, char** argv) {
     auto loader =
         torch::data::make_data_loader(dataset.map(torch::data::transforms::Stack<>()), sampler,
                                       torch::data::DataLoaderOptions().batch_size(kBatch));
-    torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    const std::string tag = flag == "--accumulate" ? "acc-" : "";
+    torch::optim::SGD optimizer(m.parameters, torch::optim::SGDOptions(0.05).momentum(0.9));
+    const std::string tag = flag == "--accumulate" ? "acc-" : scripted ? "ts-" : "";
     std::ofstream losses(dir + "/" + tag + "losses-" + std::to_string(session->rank()) + ".txt");
     std::ofstream eval_losses(dir + "/" + tag + "eval-" + std::to_string(session->rank()) + ".txt");
     const torch::Tensor probe_x =
@@ -116,12 +176,12 @@ int main(int argc, char** argv) {
       for (auto& batch : *loader) {
         {
           torch::NoGradGuard no_grad;
-          net->eval();
+          m.train(false);
           char line[64];
           std::snprintf(line, sizeof(line), "%.9g\n",
-                        torch::cross_entropy_loss(net->forward(probe_x), probe_y).item<double>());
+                        torch::cross_entropy_loss(m.forward(probe_x), probe_y).item<double>());
           eval_losses << line;
-          net->train();
+          m.train(true);
         }
         optimizer.zero_grad();
         double step_loss = 0;
@@ -129,15 +189,15 @@ int main(int argc, char** argv) {
           const std::vector<torch::Tensor> x = batch.data.chunk(2), y = batch.target.chunk(2);
           {
             auto local_only = model.no_sync();
-            torch::Tensor loss = torch::cross_entropy_loss(net->forward(x[0]), y[0]) / 2;
+            torch::Tensor loss = torch::cross_entropy_loss(m.forward(x[0]), y[0]) / 2;
             loss.backward();
             step_loss += loss.item<double>();
           }
-          torch::Tensor loss = torch::cross_entropy_loss(net->forward(x[1]), y[1]) / 2;
+          torch::Tensor loss = torch::cross_entropy_loss(m.forward(x[1]), y[1]) / 2;
           loss.backward();
           step_loss += loss.item<double>();
         } else {
-          torch::Tensor loss = torch::cross_entropy_loss(net->forward(batch.data), batch.target);
+          torch::Tensor loss = torch::cross_entropy_loss(m.forward(batch.data), batch.target);
           loss.backward();
           step_loss = loss.item<double>();
         }
@@ -148,13 +208,9 @@ int main(int argc, char** argv) {
       }
     }
     if (session->rank() == 0) {
-      auto named = net->named_parameters();
-      for (auto& b : net->named_buffers()) {
-        if (b.value().scalar_type() == torch::kFloat32) named.insert(b.key(), b.value());
-      }
-      for (auto& p : named) {
-        std::ofstream out(dir + "/" + tag + "final-" + p.key() + ".bin", std::ios::binary);
-        torch::Tensor t = p.value().contiguous();
+      for (auto& [name, value] : m.state()) {
+        std::ofstream out(dir + "/" + tag + "final-" + name + ".bin", std::ios::binary);
+        torch::Tensor t = value.contiguous();
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());
       }
     }

@@ -7,6 +7,7 @@ torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no coordinator):
 every step's loss on every rank equal to 1e-6, the final weights allclose.
 Then what a user gets wrong: no environment, models that differ, no_sync
 guards nested."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -18,16 +19,11 @@ from harness import BIN, PYTHON, free_port, thread_env  # noqa: E402
 
 TRAINER = os.path.join(BIN, "ddp_library_parity_trainer")
 INPUTS, HIDDEN, CLASSES, BATCH, N = 20, 32, 4, 16, 2048  # 64 steps an epoch on 2 ranks
+TAGS = {"--accumulate": "acc-", "--torchscript": "ts-"}  # the trainer's output prefixes
 
-REFERENCE = r'''
-import os, sys, torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
-d = sys.argv[1]
-accumulate = len(sys.argv) > 2 and sys.argv[2] == "--accumulate"
-tag = "acc-" if accumulate else ""
-torch.set_num_threads(1)
+# The network of tests/library/parity_trainer.cc, in PyTorch.
+NET = r'''
+import torch, torch.nn as nn, torch.nn.functional as F
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -39,6 +35,18 @@ class Net(nn.Module):
         if x[0][0].item() > 0:
             out = out + self.aux(h)
         return out
+'''
+
+# The same loop under PyTorch DDP (find_unused_parameters), rank by rank.
+REFERENCE = NET + r'''
+import os, sys, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+d = sys.argv[1]
+accumulate = len(sys.argv) > 2 and sys.argv[2] == "--accumulate"
+tag = TAGS.get(sys.argv[2] if len(sys.argv) > 2 else "", "")
+torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 net = Net()
@@ -133,6 +141,19 @@ class LibraryParityTest(unittest.TestCase):
         with open(os.path.join(cls.dir, "n"), "w") as f:
             f.write(str(N))
         torch.save({"x": x, "y": y}, os.path.join(cls.dir, "data.pt"))
+        # The network scripted, with the same initial weights, for --torchscript.
+        # (from a file: TorchScript reads the class's source)
+        source = os.path.join(cls.dir, "parity_net.py")
+        with open(source, "w") as f:
+            f.write(NET)
+        spec = importlib.util.spec_from_file_location("parity_net", source)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        net = module.Net()
+        with torch.no_grad():
+            for name, p in net.named_parameters():
+                p.copy_(init[name])
+        torch.jit.script(net).save(os.path.join(cls.dir, "net.pt"))
 
     def test_losses_and_weights_match_pytorch_ddp(self):
         # Ranks started by hand without LOCAL_WORLD_SIZE: Gloo over TCP.
@@ -142,15 +163,18 @@ class LibraryParityTest(unittest.TestCase):
         # Every rank on this machine, as ddp-run and torchrun say: shared memory.
         self.check_parity(["--accumulate"], {"LOCAL_WORLD_SIZE": "2"}, "shm")
 
+    def test_torchscript_module_matches_pytorch_ddp(self):
+        self.check_parity(["--torchscript"], {}, "gloo")
+
     def check_parity(self, flags, env, backend):
-        tag = "acc-" if flags else ""
+        tag = TAGS.get(flags[0], "") if flags else ""
         codes, outs = run_ranks([TRAINER, self.dir] + flags, env_extra=env)
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         self.assertIn("globally unused", outs[0])
         self.assertIn("done over " + backend, outs[0])
         script = os.path.join(self.dir, "reference.py")
         with open(script, "w") as f:
-            f.write(REFERENCE)
+            f.write("TAGS = %r\n" % TAGS + REFERENCE)
         codes, outs = run_ranks([PYTHON, script, self.dir] + flags)
         self.assertEqual(codes, [0, 0], "\n".join(outs))
         steps = 2 * N // (2 * BATCH)
