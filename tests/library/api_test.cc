@@ -1,0 +1,140 @@
+// The library's public API from a user's side (links ddp::ddp only): a
+// one-rank session's collectives, the errors a user meets, and what
+// DistributedDataParallel does around backward.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include "ddp/ddp.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::unique_ptr<ddp::Session> Alone(const std::string& backend = "auto") {
+  ddp::Session::Options options;
+  options.master_port = FreePort();
+  options.local_world_size = 1;
+  options.backend = backend;
+  options.timeout_seconds = 30;
+  return ddp::Session::Start(options);
+}
+
+template <typename F>
+std::string ErrorOf(F f) {
+  try {
+    f();
+  } catch (const ddp::Error& e) {
+    return e.what();
+  }
+  return "(no ddp::Error)";
+}
+
+TEST(Session, AloneOnEachTransport_CollectivesAreIdentity) {
+  for (const std::string backend : {"gloo", "shm"}) {
+    auto session = Alone(backend);
+    EXPECT_EQ(session->backend(), backend);
+    EXPECT_EQ(session->rank(), 0);
+    EXPECT_EQ(session->world_size(), 1);
+    torch::Tensor t = torch::arange(4, torch::kFloat32);
+    session->all_reduce_sum(t);
+    EXPECT_TRUE(torch::equal(t, torch::arange(4, torch::kFloat32)));
+    torch::Tensor ints = torch::arange(3, torch::kLong);
+    session->broadcast(ints);
+    EXPECT_TRUE(torch::equal(ints, torch::arange(3, torch::kLong)));
+    session->barrier();
+  }
+}
+
+TEST(Session, BadOptions_ErrorSaysWhatIsWrong) {
+  ddp::Session::Options options;
+  options.rank = 2;
+  options.world_size = 2;
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }), HasSubstr("[0, WORLD_SIZE)"));
+  options.rank = 0;
+  options.master_port = 70000;
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }), HasSubstr("not a TCP port"));
+  options.master_port = FreePort();
+  options.backend = "mpi";
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }), HasSubstr("auto, gloo or shm"));
+  auto session = Alone();
+  torch::Tensor doubles = torch::zeros({2}, torch::kFloat64);
+  EXPECT_THAT(ErrorOf([&] { session->all_reduce_sum(doubles); }), HasSubstr("float32"));
+}
+
+TEST(Session, PortTaken_ErrorNamesTheAddress) {
+  // Rank 0 on a port another process listens on.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ddp::Session::Options options;
+  options.master_port = ntohs(addr.sin_port);
+  options.timeout_seconds = 5;
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }),
+              HasSubstr("can't serve the rendezvous"));
+  ::close(fd);
+}
+
+TEST(DistributedSampler, RankOutsideTheWorld_Error) {
+  EXPECT_THAT(ErrorOf([] { ddp::DistributedSampler(10, 3, 3); }), HasSubstr("rank 3"));
+}
+
+TEST(DistributedSampler, EachResetStartsTheNextEpoch_SetEpochChooses) {
+  ddp::DistributedSampler sampler(8, 0, 1, {/*seed=*/3});
+  EXPECT_EQ(sampler.epoch(), 0u);
+  sampler.reset();
+  const std::vector<size_t> first = *sampler.next(8);
+  sampler.reset();
+  EXPECT_EQ(sampler.epoch(), 1u);
+  EXPECT_NE(*sampler.next(8), first);
+  sampler.set_epoch(0);
+  sampler.reset();
+  EXPECT_EQ(*sampler.next(8), first);
+  EXPECT_FALSE(sampler.next(8).has_value());
+}
+
+TEST(DistributedDataParallel, Backward_GradientsReadyWithoutAnyCall_NoSyncAccumulates) {
+  auto session = Alone();
+  torch::manual_seed(0);
+  torch::nn::Linear net(3, 2);
+  ddp::DistributedDataParallel ddp(*session, net.ptr());
+  EXPECT_EQ(ddp.parameter_names(), (std::vector<std::string>{"weight", "bias"}));
+  const torch::Tensor x = torch::ones({4, 3});
+  net->forward(x).sum().backward();
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 4.0f)));
+  EXPECT_EQ(ddp.last_reduction().buckets, 1u);
+  // zero_grad, as the optimizers do it, keeps working on bucket memory.
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  sgd.zero_grad();
+  {
+    auto local_only = ddp.no_sync();
+    net->forward(x).sum().backward();
+    EXPECT_THAT(ErrorOf([&] { auto again = ddp.no_sync(); }), HasSubstr("don't nest"));
+  }
+  net->forward(x).sum().backward();
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 8.0f)));
+  sgd.step();
+}
+
+}  // namespace
