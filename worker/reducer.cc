@@ -197,7 +197,24 @@ void Reducer::ArmImplicit() {
     if (!s.ok() && error_.ok()) error_ = s;
   }
   PrepareBackward(sync);
-  torch::autograd::Engine::get_default_engine().queue_callback([this, sync] {
+  // A backward that throws part-way drops its final callbacks unrun. Then
+  // this guard, going with the callback, disarms the reducer: the buckets in
+  // flight finish (so every rank's collectives still match) and the next
+  // backward starts a new group, instead of finding the reducer armed.
+  struct Disarm {
+    Reducer* reducer;
+    bool sync;
+    bool ran = false;
+    ~Disarm() {
+      if (ran) return;
+      reducer->armed_ = false;
+      reducer->group_open_ = false;
+      if (sync) reducer->FinishBackward().IgnoreError();
+    }
+  };
+  auto disarm = std::make_shared<Disarm>(Disarm{this, sync});
+  torch::autograd::Engine::get_default_engine().queue_callback([this, sync, disarm] {
+    disarm->ran = true;
     armed_ = false;
     if (!sync) {
       implicit_finished_(false, ReductionStats{});

@@ -137,4 +137,21 @@ TEST(DistributedDataParallel, Backward_GradientsReadyWithoutAnyCall_NoSyncAccumu
   sgd.step();
 }
 
+TEST(DistributedDataParallel, BackwardThatThrowsPartWay_NextBackwardStillAverages) {
+  auto session = Alone();
+  torch::nn::Linear first(3, 3), second(3, 2);
+  auto both = torch::nn::Sequential(first, second);
+  ddp::DistributedDataParallel ddp(*session, both.ptr());
+  const torch::Tensor x = torch::ones({4, 3});
+  torch::Tensor h = first->forward(x);
+  // Runs after `second`'s gradients (which arm the reducer), before `first`'s.
+  h.register_hook([](torch::Tensor) -> torch::Tensor { throw std::runtime_error("boom"); });
+  EXPECT_THROW(second->forward(h).sum().backward(), std::exception);
+  both->zero_grad();
+  second->forward(first->forward(x)).sum().backward();
+  EXPECT_TRUE(torch::allclose(second->bias.grad(), torch::full({2}, 4.0f)));
+  EXPECT_TRUE(first->bias.grad().defined());
+  EXPECT_EQ(ddp.last_reduction().buckets, 1u);
+}
+
 }  // namespace
