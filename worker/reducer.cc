@@ -202,8 +202,8 @@ void Reducer::ArmImplicit() {
   // flight finish (so every rank's collectives still match) and the next
   // backward starts a new group, instead of finding the reducer armed.
   struct Disarm {
-    Reducer* reducer;
-    bool sync;
+    Reducer* reducer = nullptr;
+    bool sync = false;
     bool ran = false;
     ~Disarm() {
       if (ran) return;
@@ -212,7 +212,10 @@ void Reducer::ArmImplicit() {
       if (sync) reducer->FinishBackward().IgnoreError();
     }
   };
-  auto disarm = std::make_shared<Disarm>(Disarm{this, sync});
+  // Made in place: a temporary Disarm would run its destructor now.
+  auto disarm = std::make_shared<Disarm>();
+  disarm->reducer = this;
+  disarm->sync = sync;
   torch::autograd::Engine::get_default_engine().queue_callback([this, sync, disarm] {
     disarm->ran = true;
     armed_ = false;
