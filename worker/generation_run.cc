@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -91,7 +92,7 @@ class OutboxObserver final : public TrainingObserver {
       // for it, and every report crosses the network.
       v1::StepReport sent = report;
       sent.mutable_reduction()->clear_buckets();
-      outbox_->PushReport(sent);
+      outbox_->PushReport(std::move(sent));
     }
     if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
     if (metrics_.is_open()) {

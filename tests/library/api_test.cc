@@ -114,6 +114,15 @@ TEST(DistributedSampler, EachResetStartsTheNextEpoch_SetEpochChooses) {
   EXPECT_FALSE(sampler.next(8).has_value());
 }
 
+TEST(DistributedSampler, EpochStartedAtACursor_SizeIsWhatItHandsOut) {
+  ddp::DistributedSampler sampler(10, 0, 2);
+  EXPECT_EQ(sampler.size(), 5u);
+  sampler.set_cursor(6);
+  sampler.reset();
+  EXPECT_EQ(sampler.size(), 2u);  // the 4 positions left, split over 2 ranks
+  EXPECT_EQ(sampler.next(8)->size(), 2u);
+}
+
 TEST(DistributedDataParallel, Backward_GradientsReadyWithoutAnyCall_NoSyncAccumulates) {
   auto session = Alone();
   torch::manual_seed(0);

@@ -50,6 +50,7 @@ void DistributedSampler::set_cursor(uint64_t cursor) { state_->cursor = cursor; 
 
 size_t DistributedSampler::size() const {
   const State& s = *state_;
+  if (s.started) return s.indices.size();
   return SamplesPerRankFrom(s.sampler.dataset_size, std::min(s.cursor, s.sampler.dataset_size),
                             s.sampler.world_size, s.sampler.drop_last);
 }
