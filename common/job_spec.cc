@@ -90,12 +90,44 @@ BuildCapabilities ThisBuild() {
   return build;
 }
 
+bool IsProgramJob(const v1::JobSpec& spec) { return spec.model().kind() == "program"; }
+
+namespace {
+
+// A program's job: the program owns model, data, optimizer, checkpoints and
+// outputs; the coordinator only places its ranks and watches them.
+absl::Status ValidateProgramJob(const v1::JobSpec& spec) {
+  if (!spec.model().path().empty()) {
+    return FieldError("model.path", "not used with model.kind \"program\"");
+  }
+  if (spec.dataset().kind() != "program") {
+    return FieldError("dataset.kind",
+                      absl::StrCat(Quote(spec.dataset().kind()),
+                                   " can't go with model.kind \"program\": the program reads "
+                                   "its own data (leave dataset out, or say \"program\")"));
+  }
+  if (!spec.checkpoint().dir().empty()) {
+    return FieldError("checkpoint.dir",
+                      "not used with model.kind \"program\": the program saves its own state");
+  }
+  if (!spec.output_path().empty()) {
+    return FieldError("output_path",
+                      "not used with model.kind \"program\": the program saves its own model");
+  }
+  if (spec.backend() == "nccl") {
+    return FieldError("backend", "a program's ranks train on the CPU: use auto, gloo or shm");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.name().empty()) spec.set_name("job");
   auto* model = spec.mutable_model();
   if (model->kind().empty()) model->set_kind("cnn");
   auto* data = spec.mutable_dataset();
-  if (data->kind().empty()) data->set_kind("fashion-mnist");
+  if (data->kind().empty()) data->set_kind(IsProgramJob(spec) ? "program" : "fashion-mnist");
   if (data->kind() == "fashion-mnist" && data->path().empty()) data->set_path(kFashionMnistDir);
   if (data->kind() == "synthetic") {
     if (data->train_size() == 0) data->set_train_size(4096);
@@ -134,18 +166,11 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   return spec;
 }
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
-  if (!ValidName(spec.name())) {
-    return FieldError("name", absl::StrCat(Quote(spec.name()),
-                                           " must be 1-63 characters of a-z, 0-9 and '-', "
-                                           "starting with a letter"));
-  }
+namespace {
+
+// The built-in model and data, the optimizer and the loss.
+absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   const auto& model = spec.model();
-  if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript"})) {
-    return FieldError("model.kind",
-                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
-                                   Quoted({"mlp", "cnn", "torchscript"})));
-  }
   if (model.kind() == "torchscript" && model.path().empty()) {
     return FieldError("model.path",
                       "required for model.kind \"torchscript\": the file "
@@ -156,6 +181,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   }
   if (absl::Status s = CheckPath("model.path", model.path()); !s.ok()) return s;
   const auto& data = spec.dataset();
+  if (data.kind() == "program") {
+    return FieldError("dataset.kind",
+                      "\"program\" goes with model.kind \"program\" only: a program on the ddp "
+                      "library brings its own model and data");
+  }
   if (!OneOf(data.kind(), {"fashion-mnist", "synthetic", "tensors"})) {
     return FieldError("dataset.kind",
                       absl::StrCat("unknown dataset ", Quote(data.kind()), "; expected one of ",
@@ -209,6 +239,26 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("loss", absl::StrCat("unknown loss ", Quote(spec.loss()),
                                            "; expected one of ", Quoted({"cross_entropy", "nll"})));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
+  if (!ValidName(spec.name())) {
+    return FieldError("name", absl::StrCat(Quote(spec.name()),
+                                           " must be 1-63 characters of a-z, 0-9 and '-', "
+                                           "starting with a letter"));
+  }
+  const auto& model = spec.model();
+  if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript", "program"})) {
+    return FieldError("model.kind",
+                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
+                                   Quoted({"mlp", "cnn", "torchscript", "program"})));
+  }
+  absl::Status parts =
+      IsProgramJob(spec) ? ValidateProgramJob(spec) : ValidateBuiltInTraining(spec);
+  if (!parts.ok()) return parts;
   if (spec.batch_size() > 65536) {
     return FieldError("batch_size",
                       absl::StrCat("must be at most 65536 (got ", spec.batch_size(), ")"));

@@ -36,6 +36,10 @@ BuildCapabilities ThisBuild();
 // Fills in every default the proto comments promise. Idempotent.
 v1::JobSpec WithDefaults(v1::JobSpec spec);
 
+// model.kind "program": a user's program on the ddp library trains it; the
+// coordinator checks no model or data and assigns only such programs.
+bool IsProgramJob(const v1::JobSpec& spec);
+
 // Checks a spec that already has its defaults. INVALID_ARGUMENT names the
 // field: "job.batch_size: must be at least 1 (got 0)". Every number is
 // bounded (NaN and infinities refused), every string a client can make

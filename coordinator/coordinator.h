@@ -233,6 +233,9 @@ class Coordinator {
   void EndGenerationLocked(const std::string& abort_reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobLocked(const std::string& reason, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job ended: the programs on the library that trained it leave (a
+  // ddp-worker stays for the next job).
+  void StopProgramsLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

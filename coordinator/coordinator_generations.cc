@@ -4,9 +4,11 @@
 // reform_policy.h; this file gathers the inputs and carries the answers out.
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 
@@ -20,6 +22,9 @@ bool IsFree(const WorkerRecord& w) {
 
 // Whether the worker can run the job's backend on its device.
 bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
+  // A ddp-worker trains the built-in models; a program on the library only
+  // its own.
+  if (w.capabilities.program() != IsProgramJob(spec)) return false;
   if (spec.backend() == "gloo" || spec.backend() == "shm") return !w.device.is_cuda();
   const auto& backends = w.capabilities.backends();
   const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
@@ -438,6 +443,7 @@ void Coordinator::FailJobLocked(const std::string& reason, Effects* fx) {
 }
 
 void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* fx) {
+  if (job_.ended()) StopProgramsLocked(fx);
   const Generation* g = generations_.current();
   if (g == nullptr) return;
   const absl::Time now = clock_->Now();
@@ -454,6 +460,19 @@ void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* 
   generations_.EndCurrent();
   dirty_ = true;
   PersistLocked(fx);
+}
+
+void Coordinator::StopProgramsLocked(Effects* fx) {
+  // "job NAME succeeded", "... failed", "... cancelled".
+  const std::string reason = absl::StrCat(
+      "job ", job_.id(), " ", absl::AsciiStrToLower(v1::JobState_Name(job_.state()).substr(10)));
+  for (const auto& [id, channel] : channels_) {
+    const WorkerRecord* w = registry_.Find(id);
+    if (w == nullptr || !w->capabilities.program()) continue;
+    v1::CoordinatorMessage message;
+    message.mutable_stop()->set_reason(reason);
+    fx->sends.emplace_back(channel.second, std::move(message));
+  }
 }
 
 void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {

@@ -364,6 +364,8 @@ int Run() {
   }
   options.validate_job = [&roots, &validator](const v1::JobSpec& spec,
                                               std::function<void(absl::Status)> done) {
+    // A program's job names no model or data file: nothing to check.
+    if (IsProgramJob(spec)) return done(absl::OkStatus());
     // The paths first: a stat each, quick, and it needs no queue.
     if (absl::Status s = CheckJobPaths(spec, *roots); !s.ok()) return done(s);
     validator.Validate(spec, std::move(done));

@@ -1,21 +1,9 @@
-// The worker daemon's life: attach to the coordinator (waiting and
-// reconnecting with backoff while it is not there), register, send
-// heartbeats and queued reports, and run each assignment it is given, one
-// generation at a time, keeping the job's training state between them.
-//
-// Training does not depend on the coordinator being up: a lost stream does
-// not end the generation in flight (reports queue, bounded, until the
-// coordinator is back, and the worker re-registers saying which generation
-// and rank it trains in). Only the coordinator ends a generation: an Abort,
-// or closing the stream with ABORTED (this worker was marked lost or
-// evicted).
-//
-// A register that is refused says why in the log: refusals that retrying
-// can't cure (a wrong token or role, another version, a malformed request)
-// end Run with 2; a duplicate device is retried, saying so; a coordinator
-// that can't be reached, or doesn't answer the register within
-// register_timeout, is retried with backoff, logging the gRPC error the
-// first time and then once every complaint_interval.
+// The worker daemon's life: attached to the coordinator through a
+// CoordinatorLink (which reconnects, sends heartbeats and queued reports),
+// it runs each assignment it is given, one generation at a time, keeping the
+// job's training state between them. A lost stream does not end the
+// generation in flight; only the coordinator does (an Abort, or closing the
+// stream with ABORTED).
 #ifndef DDP_WORKER_AGENT_H_
 #define DDP_WORKER_AGENT_H_
 
@@ -28,16 +16,17 @@
 #include "absl/time/time.h"
 #include "common/credentials.h"
 #include "common/device.h"
-#include "common/log_limiter.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
+#include "worker/coordinator_link.h"
 #include "worker/generation_run.h"
 #include "worker/outbox.h"
+#include "worker/progress_board.h"
 
 namespace ddp {
 
 class WorkerMetrics;
 
-class WorkerAgent {
+class WorkerAgent final : public CoordinatorLink::Handler {
  public:
   struct Options {
     std::string coordinator = "127.0.0.1:29400";
@@ -71,7 +60,7 @@ class WorkerAgent {
   };
 
   explicit WorkerAgent(Options options);
-  ~WorkerAgent();
+  ~WorkerAgent() override;
 
   // Runs until Shutdown or a Stop from the coordinator (returns 0), or a
   // registration the coordinator refuses for good (returns 2).
@@ -80,33 +69,27 @@ class WorkerAgent {
   void Shutdown();
 
  private:
-  enum class SessionEnd { kRetry, kStopped, kFatal };
-  SessionEnd RunSession();
-  // The register got no Registered: log why (rate-limited) and decide.
-  SessionEnd OnRegisterFailed(const grpc::Status& status, bool timed_out);
-  void SendLoop(
-      grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
-      absl::Duration heartbeat_interval, std::atomic<bool>* done);
-  void StartGeneration(const v1::Assignment& assignment,
-                       std::shared_ptr<v1::Coordinator::StubInterface> stub);
-  void OnAbort(const v1::Abort& abort);
+  // CoordinatorLink::Handler
+  v1::RegisterRequest MakeRegister() override;
+  void OnAssignment(const v1::Assignment& assignment,
+                    std::shared_ptr<v1::Coordinator::StubInterface> stub) override;
+  void OnAbort(const v1::Abort& abort) override;
+  void OnDropped(const std::string& why) override;
+  void OnStopping(const std::string& reason) override;
+
   void AbortGeneration(uint64_t generation, const std::string& reason);
-  v1::RegisterRequest MakeRegister();
 
   const Options options_;
   Outbox outbox_;
   ProgressBoard board_;
   std::atomic<bool> stopping_{false};
-  // Touched only by Run's thread.
-  LogLimiter complaints_{options_.complaint_interval};
-  absl::Time unreachable_since_ = absl::InfiniteFuture();
   // Declared after the outbox: a checkpoint writer inside the state may
   // still report to the outbox while it finishes.
   StateSlot slot_;
 
   absl::Mutex mu_;
-  grpc::ClientContext* session_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::unique_ptr<GenerationRun> run_ ABSL_GUARDED_BY(mu_);
+  CoordinatorLink link_;  // last: its handler is this agent
 };
 
 }  // namespace ddp

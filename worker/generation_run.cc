@@ -13,15 +13,10 @@
 #include "common/logging.h"
 #include "common/store_client.h"
 #include "google/protobuf/util/json_util.h"
-#include "worker/gloo_communicator.h"
-#include "worker/gloo_store.h"
-#include "worker/shm_communicator.h"
+#include "worker/connect.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
 #include "worker/worker_metrics.h"
-#ifdef DDP_HAVE_NCCL
-#include "worker/nccl_communicator.h"
-#endif
 
 namespace ddp {
 namespace {
@@ -173,67 +168,13 @@ void GenerationRun::PushState(v1::WorkerState state, const std::string& detail,
   outbox_->Push(std::move(message));
 }
 
-namespace {
-
-// The backend a job's "auto" means for this generation.
-std::string ChooseBackend(const v1::Assignment& a, const Device& device) {
-  const std::string& wanted = a.spec().backend();
-  if (wanted != "auto") return wanted;
-  if (device.is_cuda()) return "nccl";
-  return a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks ? "shm" : "gloo";
-}
-
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<Communicator>> GenerationRun::Connect(StoreClient* store) {
-  const v1::Assignment& a = assignment_;
-  const absl::Duration timeout = absl::Seconds(a.spec().collective_timeout_seconds());
-  const std::string backend = ChooseBackend(a, env_.device);
-  CoordinatorGlooStore gloo_store(store, timeout);
-  if (backend == "shm") {
-    ShmCommunicator::Options options;
-    options.rank = static_cast<int>(a.rank());
-    options.world_size = static_cast<int>(a.world_size());
-    options.timeout = timeout;
-    auto created = ShmCommunicator::Create(gloo_store, options);
-    if (created.ok()) return std::shared_ptr<Communicator>(std::move(*created));
-    // Every rank learns the same outcome, so "auto" falls back together.
-    if (a.spec().backend() == "shm" || !absl::IsFailedPrecondition(created.status())) {
-      return created.status();
-    }
-    DDP_LOG(Warning) << "shared memory is not usable (" << created.status().message()
-                     << "); using gloo over TCP";
-  }
-  if (backend == "nccl") {
-#ifdef DDP_HAVE_NCCL
-    NcclCommunicator::Options options;
-    options.rank = static_cast<int>(a.rank());
-    options.world_size = static_cast<int>(a.world_size());
-    options.device = env_.device.index;
-    options.timeout = timeout;
-    auto created = NcclCommunicator::Create(store, options);
-    if (!created.ok()) return created.status();
-    return std::shared_ptr<Communicator>(std::move(*created));
-#else
-    return absl::FailedPreconditionError("this worker was built without NCCL");
-#endif
-  }
-  GlooCommunicator::Options options;
-  options.rank = static_cast<int>(a.rank());
-  options.world_size = static_cast<int>(a.world_size());
-  options.host = env_.host;
-  options.timeout = timeout;
-  auto created = GlooCommunicator::Create(gloo_store, options);
-  if (!created.ok()) return created.status();
-  return std::shared_ptr<Communicator>(std::move(*created));
-}
-
 absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   const v1::Assignment& a = assignment_;
   PushState(v1::WORKER_STATE_RENDEZVOUS,
             absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
   StoreClient store(env_.stub, a.job_id(), a.generation(), a.store_token());
-  absl::StatusOr<std::shared_ptr<Communicator>> connected = Connect(&store);
+  absl::StatusOr<std::shared_ptr<Communicator>> connected =
+      ConnectForAssignment(a, env_.device, env_.host, &store);
   if (!connected.ok()) return connected.status();
   std::shared_ptr<Communicator> comm = *connected;
   {
@@ -242,23 +183,9 @@ absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
     if (abort_) comm->Abort();
   }
 
-  // Prove the ring: every rank adds rank + 1.
-  const absl::Time start = absl::Now();
-  float value = static_cast<float>(a.rank() + 1);
-  if (absl::Status s = comm->AllReduceSum(&value, 1); !s.ok()) return s;
-  v1::ProbeResult probe;
-  probe.set_expected(a.world_size() * (a.world_size() + 1) / 2.0);
-  probe.set_observed(value);
-  probe.set_latency_ms(absl::ToDoubleMilliseconds(absl::Now() - start));
-  probe.set_backend(comm->backend());
-  if (probe.observed() != probe.expected()) {
-    return absl::DataLossError(
-        absl::StrFormat("the probe all-reduce summed to %g instead of %g: the ring is broken",
-                        probe.observed(), probe.expected()));
-  }
-  DDP_LOG(Info) << absl::StrFormat("%s ring of %d proven: probe all-reduce = %g in %.2f ms",
-                                   comm->backend(), a.world_size(), probe.observed(),
-                                   probe.latency_ms());
+  absl::StatusOr<v1::ProbeResult> proved = ProveRing(*comm);
+  if (!proved.ok()) return proved.status();
+  const v1::ProbeResult probe = *proved;
 
   // The probe goes up with the TRAINING state, once the state is in place.
   OutboxObserver observer(a, outbox_, board_, env_, &abort_,

@@ -17,22 +17,12 @@
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/communicator.h"
 #include "worker/outbox.h"
+#include "worker/progress_board.h"
 
 namespace ddp {
 
 class TrainingState;
 class WorkerMetrics;
-
-// What the heartbeat reports while a step is in flight, and what the worker
-// holds for its registration after a lost stream.
-struct ProgressBoard {
-  std::atomic<uint64_t> generation{0};
-  std::atomic<uint32_t> rank{0};
-  std::atomic<uint64_t> step{0};
-  std::atomic<uint64_t> epoch{0};
-  std::atomic<uint64_t> cursor{0};
-  std::atomic<int> phase{0};
-};
 
 // The worker's training state for its current job, between generations.
 struct StateSlot {
@@ -85,8 +75,6 @@ class GenerationRun {
   void Run();
   // Sets up the communicator and the probe, then trains.
   absl::Status RunSteps(TrainingState* state, bool* left);
-  // Builds the communicator the job's backend calls for.
-  absl::StatusOr<std::shared_ptr<Communicator>> Connect(StoreClient* store);
   void PushState(v1::WorkerState state, const std::string& detail,
                  const v1::HeldState* held = nullptr, const v1::ProbeResult* probe = nullptr,
                  absl::StatusCode code = absl::StatusCode::kOk);

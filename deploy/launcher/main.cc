@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -208,6 +209,94 @@ absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
   return out;
 }
 
+// ddp-worker daemons, one per slot, restarted (up to --max_restarts) when
+// one dies; returns the coordinator's exit code (the job's outcome), or
+// 128 + N when signal N stopped ddp-run.
+int RunWorkers(const std::string& target, const std::string& dir, int threads,
+               const LaunchSecurity& security, const std::vector<std::string>& env,
+               ChildProcesses& children) {
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  const bool verbose = absl::GetFlag(FLAGS_verbose);
+  auto log = [&](const std::string& name) { return verbose ? "" : dir + "/" + name + ".log"; };
+  const std::string bin = BinDir();
+  std::vector<std::vector<std::string>> worker_args(nproc);
+  for (int i = 0; i < nproc; ++i) {
+    std::vector<std::string> args = {
+        bin + "/ddp-worker",
+        "--coordinator=" + target,
+        absl::StrCat("--device=cpu:", i),
+        "--host=127.0.0.1",
+        absl::StrCat("--name=w", i),
+        absl::StrCat("--threads=", threads),
+        absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl"),
+        metrics_port > 0 ? absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port + 1 + i)
+                         : std::string("--metrics_listen=")};
+    args.insert(args.end(), security.worker_flags.begin(), security.worker_flags.end());
+    for (absl::string_view extra :
+         absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
+      args.emplace_back(extra);
+    }
+    worker_args[i] = args;
+    auto worker =
+        children.Start(absl::StrCat("worker ", i), args, env, log(absl::StrCat("worker-", i)));
+    if (!worker.ok()) {
+      std::cerr << "ddp-run: " << worker.status().message() << "\n";
+      return 1;
+    }
+  }
+
+  int restarts_left = absl::GetFlag(FLAGS_max_restarts);
+  int exit_code = -1;
+  while (exit_code < 0) {
+    if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
+      std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
+                << "; stopping every process" << std::endl;
+      children.StopAll(absl::Seconds(5));
+      return 128 + sig;
+    }
+    for (const auto& [name, code] : children.Reap()) {
+      if (name == "coordinator") {
+        exit_code = code;
+      } else if (code != 0) {
+        const int index = std::stoi(name.substr(7));
+        const std::string log_path = dir + "/worker-" + name.substr(7) + ".log";
+        std::cerr << "ddp-run: " << name << " exited with code " << code << ":\n"
+                  << Tail(log_path, 10);
+        if (restarts_left > 0) {
+          // Like torchrun's restarts, but the others train on meanwhile: the
+          // new process joins the next generation and takes up their state.
+          --restarts_left;
+          std::cerr << "ddp-run: restarting " << name << " (" << restarts_left
+                    << " restart(s) left)" << std::endl;
+          auto restarted = children.Start(name, worker_args[index], env,
+                                          log(absl::StrCat("worker-", index)), /*append=*/true);
+          if (!restarted.ok()) std::cerr << "ddp-run: " << restarted.status().message() << "\n";
+        }
+      }
+    }
+  }
+  return exit_code;
+}
+
+// What the program's copies get: the coordinator, and its TLS and token
+// files as DDP_* variables (the flags a ddp-worker would get).
+ProgramLaunch ProgramFor(const std::vector<std::string>& program, const std::string& target,
+                         int threads, const LaunchSecurity& security) {
+  ProgramLaunch launch;
+  launch.argv = program;
+  launch.nproc = absl::GetFlag(FLAGS_nproc);
+  launch.threads = threads;
+  launch.log_dir = absl::GetFlag(FLAGS_log_dir);
+  launch.coordinator = target;
+  for (const std::string& flag : security.worker_flags) {
+    const size_t eq = flag.find('=');
+    launch.env.push_back(
+        absl::StrCat("DDP_", absl::AsciiStrToUpper(flag.substr(2, eq - 2)), flag.substr(eq)));
+  }
+  return launch;
+}
+
 int Run(const std::vector<std::string>& program) {
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc < 1 || nproc > 1024) {
@@ -219,18 +308,15 @@ int Run(const std::vector<std::string>& program) {
       std::cerr << "ddp-run: --job and a program (after --) can't be given together\n";
       return 2;
     }
-    ProgramLaunch launch;
-    launch.argv = program;
-    launch.nproc = nproc;
-    launch.threads = absl::GetFlag(FLAGS_threads);
-    if (launch.threads <= 0) {
-      launch.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nproc);
+    if (ResolveProgram(program[0]).empty()) {
+      std::cerr << "ddp-run: " << program[0]
+                << (program[0].find('/') != std::string::npos ? " is not an executable file"
+                                                              : " is not on PATH")
+                << "\n";
+      return 127;
     }
-    launch.log_dir = absl::GetFlag(FLAGS_log_dir);
-    if (!launch.log_dir.empty()) ::mkdir(launch.log_dir.c_str(), 0755);
-    return RunProgram(launch);
   }
-  v1::JobSpec spec = DefaultJobSpec(nproc);
+  v1::JobSpec spec = program.empty() ? DefaultJobSpec(nproc) : ProgramJobSpec(nproc);
   if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
     auto loaded = LoadJobSpecFile(path, ThisBuild());
     if (!loaded.ok()) {
@@ -295,10 +381,12 @@ int Run(const std::vector<std::string>& program) {
   const bool verbose = absl::GetFlag(FLAGS_verbose);
   auto log = [&](const std::string& name) { return verbose ? "" : dir + "/" + name + ".log"; };
 
-  std::cout << "ddp-run: job " << spec.name() << " (" << spec.model().kind() << " on "
-            << spec.dataset().kind() << ", " << spec.epochs() << " epoch(s), batch "
-            << spec.batch_size() << " per worker) on " << nproc << " worker(s), " << threads
-            << " thread(s) each; logs in " << dir << std::endl;
+  if (program.empty()) {
+    std::cout << "ddp-run: job " << spec.name() << " (" << spec.model().kind() << " on "
+              << spec.dataset().kind() << ", " << spec.epochs() << " epoch(s), batch "
+              << spec.batch_size() << " per worker) on " << nproc << " worker(s), " << threads
+              << " thread(s) each; logs in " << dir << std::endl;
+  }
 
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (metrics_port < 0 || metrics_port + nproc >= 65536) {
@@ -359,63 +447,11 @@ int Run(const std::vector<std::string>& program) {
   if (int http_port = 0; status_page && (std::ifstream(http_port_file) >> http_port)) {
     std::cout << "ddp-run: status page at http://127.0.0.1:" << http_port << "/" << std::endl;
   }
-  std::vector<std::vector<std::string>> worker_args(nproc);
-  for (int i = 0; i < nproc; ++i) {
-    std::vector<std::string> args = {
-        bin + "/ddp-worker",
-        "--coordinator=" + target,
-        absl::StrCat("--device=cpu:", i),
-        "--host=127.0.0.1",
-        absl::StrCat("--name=w", i),
-        absl::StrCat("--threads=", threads),
-        absl::StrCat("--metrics_file=", dir, "/metrics-w", i, ".jsonl"),
-        metrics_port > 0 ? absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port + 1 + i)
-                         : std::string("--metrics_listen=")};
-    args.insert(args.end(), security->worker_flags.begin(), security->worker_flags.end());
-    for (absl::string_view extra :
-         absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ' ', absl::SkipEmpty())) {
-      args.emplace_back(extra);
-    }
-    worker_args[i] = args;
-    auto worker =
-        children.Start(absl::StrCat("worker ", i), args, env, log(absl::StrCat("worker-", i)));
-    if (!worker.ok()) {
-      std::cerr << "ddp-run: " << worker.status().message() << "\n";
-      return 1;
-    }
-  }
-
   Watcher watcher(target, security->watcher);
-  int restarts_left = absl::GetFlag(FLAGS_max_restarts);
-  int exit_code = -1;
-  while (exit_code < 0) {
-    if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
-      std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
-                << "; stopping every process" << std::endl;
-      children.StopAll(absl::Seconds(5));
-      return 128 + sig;
-    }
-    for (const auto& [name, code] : children.Reap()) {
-      if (name == "coordinator") {
-        exit_code = code;
-      } else if (code != 0) {
-        const int index = std::stoi(name.substr(7));
-        const std::string log_path = dir + "/worker-" + name.substr(7) + ".log";
-        std::cerr << "ddp-run: " << name << " exited with code " << code << ":\n"
-                  << Tail(log_path, 10);
-        if (restarts_left > 0) {
-          // Like torchrun's restarts, but the others train on meanwhile: the
-          // new process joins the next generation and takes up their state.
-          --restarts_left;
-          std::cerr << "ddp-run: restarting " << name << " (" << restarts_left
-                    << " restart(s) left)" << std::endl;
-          auto restarted = children.Start(name, worker_args[index], env,
-                                          log(absl::StrCat("worker-", index)), /*append=*/true);
-          if (!restarted.ok()) std::cerr << "ddp-run: " << restarted.status().message() << "\n";
-        }
-      }
-    }
-  }
+  const int exit_code = program.empty()
+                            ? RunWorkers(target, dir, threads, *security, env, children)
+                            : RunProgram(ProgramFor(program, target, threads, *security), children);
+  if (exit_code >= 128 && children.num_running() == 0) return exit_code;  // interrupted
   // The coordinator stopped the workers on its way out; give them a moment.
   for (absl::Time deadline = absl::Now() + absl::Seconds(5);
        children.num_running() > 0 && absl::Now() < deadline;) {

@@ -1,8 +1,6 @@
 #include "deploy/launcher/program_launch.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,31 +9,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/process.h"
-#include "deploy/launcher/child_processes.h"
 
 namespace ddp {
-namespace {
 
-// A loopback port nobody listens on now (rank 0 binds it moments later).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  if (fd >= 0) ::close(fd);
-  return port;
+v1::JobSpec ProgramJobSpec(int nproc) {
+  v1::JobSpec spec;
+  spec.set_name("program");
+  spec.mutable_model()->set_kind("program");
+  spec.set_min_workers(nproc);
+  spec.set_max_workers(nproc);
+  spec.set_fault_budget(0);
+  spec.set_settle_seconds(0);
+  return WithDefaults(spec);
 }
 
-// `program` as a path to execute: as given when it has a '/', else the
-// first executable of that name on PATH (as a shell finds it).
-std::string Resolve(const std::string& program) {
+std::string ResolveProgram(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     return ::access(program.c_str(), X_OK) == 0 ? program : "";
   }
@@ -47,46 +38,32 @@ std::string Resolve(const std::string& program) {
   return "";
 }
 
-}  // namespace
-
-int RunProgram(const ProgramLaunch& launch) {
+int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
   std::vector<std::string> argv = launch.argv;
-  argv[0] = Resolve(launch.argv[0]);
-  if (argv[0].empty()) {
-    std::cerr << "ddp-run: " << launch.argv[0]
-              << (launch.argv[0].find('/') != std::string::npos ? " is not an executable file"
-                                                                : " is not on PATH")
-              << "\n";
-    return 127;
-  }
-  const int port = FreePort();
-  if (port == 0) {
-    std::cerr << "ddp-run: no free loopback port for the rendezvous\n";
-    return 1;
-  }
+  argv[0] = ResolveProgram(launch.argv[0]);
   std::cout << "ddp-run: " << launch.nproc << " rank(s) of " << absl::StrJoin(launch.argv, " ")
-            << ", " << launch.threads << " thread(s) each, rendezvous at 127.0.0.1:" << port
-            << (launch.log_dir.empty() ? "" : ", logs in " + launch.log_dir) << std::endl;
-  ChildProcesses children;
-  for (int rank = 0; rank < launch.nproc; ++rank) {
-    const std::vector<std::string> env = {absl::StrCat("RANK=", rank),
-                                          absl::StrCat("LOCAL_RANK=", rank),
-                                          absl::StrCat("WORLD_SIZE=", launch.nproc),
-                                          absl::StrCat("LOCAL_WORLD_SIZE=", launch.nproc),
-                                          "MASTER_ADDR=127.0.0.1",
-                                          absl::StrCat("MASTER_PORT=", port),
-                                          absl::StrCat("OMP_NUM_THREADS=", launch.threads),
-                                          absl::StrCat("OPENBLAS_NUM_THREADS=", launch.threads)};
+            << ", " << launch.threads << " thread(s) each, joined to the coordinator at "
+            << launch.coordinator << (launch.log_dir.empty() ? "" : ", logs in " + launch.log_dir)
+            << std::endl;
+  for (int i = 0; i < launch.nproc; ++i) {
+    std::vector<std::string> env = {absl::StrCat("DDP_COORDINATOR=", launch.coordinator),
+                                    absl::StrCat("LOCAL_RANK=", i),
+                                    absl::StrCat("LOCAL_WORLD_SIZE=", launch.nproc),
+                                    absl::StrCat("OMP_NUM_THREADS=", launch.threads),
+                                    absl::StrCat("OPENBLAS_NUM_THREADS=", launch.threads)};
+    env.insert(env.end(), launch.env.begin(), launch.env.end());
     const std::string log =
-        launch.log_dir.empty() ? "" : absl::StrCat(launch.log_dir, "/rank-", rank, ".log");
-    auto started = children.Start(absl::StrCat("rank ", rank), argv, env, log);
+        launch.log_dir.empty() ? "" : absl::StrCat(launch.log_dir, "/rank-", i, ".log");
+    auto started = children.Start(absl::StrCat("rank ", i), argv, env, log);
     if (!started.ok()) {
       std::cerr << "ddp-run: " << started.status().message() << "\n";
       return 1;
     }
   }
-  int finished = 0;
-  while (finished < launch.nproc) {
+  int running = launch.nproc;
+  int coordinator_code = -1;
+  absl::Time coordinator_gone = absl::InfiniteFuture();
+  while (running > 0) {
     if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
       std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
                 << "; stopping every rank" << std::endl;
@@ -94,16 +71,46 @@ int RunProgram(const ProgramLaunch& launch) {
       return 128 + sig;
     }
     for (const auto& [name, code] : children.Reap()) {
-      ++finished;
+      if (name == "coordinator") {
+        coordinator_code = code;
+        coordinator_gone = absl::Now();
+        continue;
+      }
+      --running;
       if (code == 0) continue;
       std::cerr << "ddp-run: " << name << " exited with code " << code
                 << "; stopping the other ranks" << std::endl;
       children.StopAll(absl::Seconds(10));
       return code;
     }
+    // The job ended (its coordinator told the ranks to stop): they leave
+    // within moments, or are made to.
+    if (running > 0 && absl::Now() - coordinator_gone > absl::Seconds(10)) {
+      std::cerr << "ddp-run: " << running
+                << " rank(s) still running 10 s after the job ended; stopping them" << std::endl;
+      children.StopAll(absl::Seconds(10));
+      return coordinator_code != 0 ? coordinator_code : 1;
+    }
   }
-  std::cout << "ddp-run: all " << launch.nproc << " rank(s) finished" << std::endl;
-  return 0;
+  // Ranks that finished leave once the job ended, so the coordinator is
+  // already on its way out.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5);
+       coordinator_code < 0 && absl::Now() < deadline;) {
+    for (const auto& [name, code] : children.Reap()) {
+      if (name == "coordinator") coordinator_code = code;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (coordinator_code < 0) {
+    std::cerr << "ddp-run: every rank exited, but the job did not end (did every rank start a "
+                 "ddp::Session, and finish it?); stopping the coordinator"
+              << std::endl;
+    return 1;
+  }
+  if (coordinator_code == 0) {
+    std::cout << "ddp-run: all " << launch.nproc << " rank(s) finished" << std::endl;
+  }
+  return coordinator_code;
 }
 
 }  // namespace ddp

@@ -1,13 +1,17 @@
 // ddp-run -- PROGRAM ARGS: N copies of a user's program that trains with
-// the ddp library, started as torchrun starts a script: each with RANK,
-// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a
-// free loopback port rank 0 serves the rendezvous at), and its share of the
+// the ddp library, each joined to the coordinator ddp-run started (a job
+// with model.kind "program"), as torchrun starts copies of a script. Each
+// gets DDP_COORDINATOR, LOCAL_RANK, LOCAL_WORLD_SIZE, what the coordinator's
+// TLS and tokens need (DDP_TLS_*, DDP_TOKEN_FILE), and its share of the
 // cores (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS).
 #ifndef DDP_DEPLOY_LAUNCHER_PROGRAM_LAUNCH_H_
 #define DDP_DEPLOY_LAUNCHER_PROGRAM_LAUNCH_H_
 
 #include <string>
 #include <vector>
+
+#include "ddp/v1/job.pb.h"
+#include "deploy/launcher/child_processes.h"
 
 namespace ddp {
 
@@ -17,13 +21,27 @@ struct ProgramLaunch {
   int threads = 1;
   // Empty: every rank writes to this terminal; else rank-N.log there.
   std::string log_dir;
+  // HOST:PORT of the coordinator, and the environment every copy gets for
+  // it besides (DDP_TOKEN_FILE, DDP_TLS_CA, ...).
+  std::string coordinator;
+  std::vector<std::string> env;
 };
 
-// Runs the copies until all exit. The first that fails (non-zero, or a
-// signal) stops the others (SIGTERM, then SIGKILL after 10 s) and its code
-// is returned (128 + N for signal N); SIGINT or SIGTERM to ddp-run stops
-// them all and returns 128 + the signal; 0 when every rank succeeded.
-int RunProgram(const ProgramLaunch& launch);
+// The job ddp-run's coordinator runs for a program on `nproc` ranks: every
+// rank or none (a lost rank fails the job: the library can't re-form yet).
+v1::JobSpec ProgramJobSpec(int nproc);
+
+// The program as a path to execute: as given when it has a '/', else the
+// first executable of that name on PATH. Empty when there is none.
+std::string ResolveProgram(const std::string& program);
+
+// Starts the copies in `children` (where the coordinator runs as
+// "coordinator") and waits until all exit. The first that fails (non-zero,
+// or a signal) stops the others (SIGTERM, then SIGKILL after 10 s) and its
+// code is returned (128 + N for signal N); SIGINT or SIGTERM to ddp-run
+// stops them all and returns 128 + the signal. When every copy succeeded,
+// the coordinator's code (the job's outcome).
+int RunProgram(const ProgramLaunch& launch, ChildProcesses& children);
 
 }  // namespace ddp
 

@@ -40,8 +40,13 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
   if (status.state() == v1::JOB_STATE_RUNNING && status.global_step() > 0 &&
       now - last_line_ >= every_) {
     last_line_ = now;
-    const double pct =
-        status.total_steps() ? 100.0 * status.global_step() / status.total_steps() : 0;
+    if (status.total_steps() == 0) {  // a program's job: it alone knows how long
+      lines.push_back(absl::StrFormat("%s step %d  loss %.4f  %.0f samples/s", stamp,
+                                      status.global_step(), status.loss(),
+                                      status.samples_per_sec()));
+      return lines;
+    }
+    const double pct = 100.0 * status.global_step() / status.total_steps();
     std::string line =
         absl::StrFormat("%s epoch %d/%d  step %d/%d (%.1f%%)  loss %.4f  %.0f samples/s", stamp,
                         status.epoch() + 1, status.epochs(), status.global_step(),

@@ -2,7 +2,10 @@
 // dataset (a file this program writes), a custom loss and a learning-rate
 // schedule. Run it on 2 processes with
 //   ddp-run --nproc 2 -- ./custom_loop --data /tmp/spirals --epochs 30
-// or start each rank yourself, as with torchrun:
+// or start each rank yourself against a coordinator running a job with
+// model.kind "program":
+//   DDP_COORDINATOR=10.0.0.1:29400 LOCAL_RANK=0 ./custom_loop ...
+// or with torchrun's variables and no coordinator:
 //   RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ./custom_loop ...
 #include <ddp/ddp.h>
 #include <torch/torch.h>
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
     if (flag == "--lr") lr = std::stod(value);
   }
   torch::set_num_threads(1);
-  auto session = ddp::Session::FromEnvironment();  // RANK, WORLD_SIZE, MASTER_ADDR/PORT
+  auto session = ddp::Session::FromEnvironment();  // DDP_COORDINATOR, or torchrun's variables
   const std::string path = dir + "/spirals.csv";
   if (session->rank() == 0 && !std::filesystem::exists(path)) {
     std::filesystem::create_directories(dir);
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
   Spirals data(path);
   Classifier model;
   ddp::DistributedDataParallel ddp(*session, model.ptr());  // rank 0's weights everywhere
-  ddp::DistributedSampler sampler(*data.size(), *session, {/*seed=*/1});
+  ddp::DistributedSampler sampler(*data.size(), *session, {session->sampler_seed()});
   auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()), sampler,
                                               /*batch_size=*/32);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
       loss.backward();  // gradients averaged over the ranks when it returns
       optimizer.step();
       sum += torch::stack({loss.detach(), torch::ones({})});
+      session->report_step(loss.item<double>(), batch.target.size(0), epoch);  // never blocks
     }
     session->all_reduce_sum(sum);
     if (session->rank() == 0 && (epoch % 5 == 0 || epoch == epochs - 1)) {
@@ -117,5 +121,6 @@ int main(int argc, char** argv) {
         (model->forward(data.x()).argmax(1) == data.y()).to(torch::kFloat).mean().item<double>();
     std::cout << "accuracy " << accuracy << std::endl;
   }
+  session->finish();  // the job succeeds once every rank has finished
   return 0;
 }

@@ -1,12 +1,26 @@
 // One process's place in a data-parallel job: its rank, the world size, and
 // the communicator its gradients are all-reduced over.
 //
-// Today a session starts the way torchrun starts a script: from RANK,
-// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (LOCAL_RANK and LOCAL_WORLD_SIZE
-// optional). Rank 0 serves the rendezvous at MASTER_ADDR:MASTER_PORT; every
-// rank publishes its address there and connects to every other: through
-// shared memory when all ranks are on this machine (LOCAL_WORLD_SIZE ==
-// WORLD_SIZE), else Gloo over TCP. DDP_BACKEND=gloo|shm chooses.
+// A session starts in one of two ways:
+//
+// - Joined to a coordinator (DDP_COORDINATOR=HOST:PORT, as ddp-run --
+//   PROGRAM sets it, or Options::coordinator): it attaches as a worker does
+//   (registration, heartbeats, reconnects) and the coordinator assigns its
+//   rank, world size, generation, starting epoch and sampler seed, under a
+//   job with model.kind "program". report_step() feeds the coordinator's
+//   status, page and metrics without blocking the step; finish() (or the
+//   destructor) tells it this rank is done, and the job succeeds once every
+//   rank is. When the coordinator ends the generation (a lost peer, a
+//   cancelled or failed job), the next collective throws ddp::Error with
+//   its reason at once, instead of waiting for a timeout.
+// - From torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR and
+//   MASTER_PORT (LOCAL_RANK and LOCAL_WORLD_SIZE optional). Rank 0 serves
+//   the rendezvous at MASTER_ADDR:MASTER_PORT.
+//
+// Either way every rank then connects to every other: through shared memory
+// when all ranks are on this machine, else Gloo over TCP.
+// DDP_BACKEND=gloo|shm chooses in the torchrun way; a job's backend does
+// with a coordinator.
 //
 // Thread rules: one thread uses a session and what it made (the
 // DistributedDataParallel, collectives) at a time.
@@ -40,16 +54,37 @@ class Session {
     // The address peers reach this rank at; empty: the one this host uses
     // to reach master_addr.
     std::string host;
-    // Bounds the rendezvous and every collective, in seconds.
+    // Bounds the rendezvous and every collective, in seconds; with a
+    // coordinator, also the wait for a rank and, after finish(), for the
+    // other ranks to finish.
     double timeout_seconds = 300;
+
+    // Set: join this coordinator (HOST:PORT) instead; rank, world_size,
+    // master_addr, master_port and backend are then the job's.
+    std::string coordinator;
+    // For a coordinator that asks for them: a file holding the worker
+    // token, and PEM files for TLS (the CA, and a client certificate and
+    // key for mutual TLS).
+    std::string token_file;
+    std::string tls_ca;
+    std::string tls_cert;
+    std::string tls_key;
+    // The name the coordinator shows; empty: the program's name and
+    // local_rank.
+    std::string name;
   };
 
-  // From torchrun's environment variables. Throws ddp::Error naming what is
-  // missing or malformed (and what to set), or why the rendezvous failed.
+  // Joins the coordinator DDP_COORDINATOR names (with DDP_TOKEN_FILE,
+  // DDP_TLS_CA, DDP_TLS_CERT, DDP_TLS_KEY, DDP_NAME, LOCAL_RANK), or else
+  // starts from torchrun's variables. Throws ddp::Error naming what is
+  // missing or malformed (and what to set), or why joining failed.
   static std::unique_ptr<Session> FromEnvironment();
-  // Throws ddp::Error for bad options, or when the peers don't all arrive
+  // Throws ddp::Error for bad options, when the coordinator refuses this
+  // program or assigns no rank in time, or when the peers don't all arrive
   // within the timeout.
   static std::unique_ptr<Session> Start(const Options& options);
+  // finish()es a joined session; while an exception unwinds the program,
+  // tells the coordinator the job failed instead.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -59,6 +94,22 @@ class Session {
   int local_rank() const;
   // The transport gradients cross: "shm" or "gloo".
   std::string backend() const;
+  // From the coordinator's assignment; without a coordinator: "", 0, and
+  // the defaults PyTorch's DistributedSampler has (seed 0, epoch 0).
+  std::string job_id() const;
+  uint64_t generation() const;
+  uint64_t sampler_seed() const;
+  uint64_t start_epoch() const;
+
+  // A step this rank finished, with its loss and samples, for the
+  // coordinator's view of the job (status, status page, metrics): queued,
+  // never blocks; the last DistributedDataParallel's reduction goes with
+  // it. Without a coordinator it does nothing.
+  void report_step(double loss, uint64_t samples, uint64_t epoch = 0);
+  // This rank is done: tells the coordinator and waits (at most the
+  // timeout) until every rank is, so that its going is not taken for a
+  // fault. Idempotent; without a coordinator it does nothing.
+  void finish();
 
   // In place: the sum over the ranks (a contiguous float32 CPU tensor).
   void all_reduce_sum(torch::Tensor& tensor);
@@ -71,8 +122,10 @@ class Session {
   Communicator& communicator();
 
  private:
+  friend class DistributedDataParallel;
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Impl> Join(const Options& options);
   std::unique_ptr<Impl> impl_;
 };
 

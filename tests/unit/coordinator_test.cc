@@ -231,6 +231,47 @@ TEST_F(CoordinatorTest, AllRanksDone_JobSucceeds_ProgressFromReports) {
   for (const auto& w : status.workers()) EXPECT_EQ(w.parameter_digest(), "abc");
 }
 
+// A program on the library trains only a program's job, and leaves when it
+// ends; a ddp-worker trains only built-in jobs and stays for the next.
+TEST_F(CoordinatorTest, ProgramJob_AssignsOnlyProgramsAndStopsThemWhenDone) {
+  auto daemon = *Attach("h", "cpu:0");
+  std::vector<TestWorker> programs;
+  for (const char* device : {"cpu:2", "cpu:1"}) {
+    v1::RegisterRequest r = Req("h", device);
+    r.mutable_capabilities()->set_program(true);
+    programs.push_back(*AttachWith(r));
+  }
+  v1::JobSpec spec = Job(2);
+  spec.mutable_model()->set_kind("program");
+  spec.clear_dataset();
+  ASSERT_THAT(Submit(*core_, spec), IsOk());
+  EXPECT_EQ(daemon.assignments(), 0u);
+  ASSERT_EQ(programs[1].assignments(), 1u);
+  ASSERT_EQ(programs[0].assignments(), 1u);
+  EXPECT_EQ(programs[1].assignment().rank(), 0u);  // cpu:1 before cpu:2
+  for (const auto& p : programs) SendState(p, 1, v1::WORKER_STATE_TRAINING);
+  SendState(programs[0], 1, v1::WORKER_STATE_DONE);
+  EXPECT_TRUE(programs[0].channel->Of(v1::CoordinatorMessage::kStop).empty());  // not yet
+  SendState(programs[1], 1, v1::WORKER_STATE_DONE);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  for (const auto& p : programs) {
+    auto stops = p.channel->Of(v1::CoordinatorMessage::kStop);
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_EQ(stops[0].stop().reason(), "job test-job succeeded");
+  }
+  EXPECT_TRUE(daemon.channel->Of(v1::CoordinatorMessage::kStop).empty());
+
+  // A built-in job next: the daemon trains it, no program does.
+  auto late = Req("h", "cpu:3");
+  late.mutable_capabilities()->set_program(true);
+  auto program = *AttachWith(late);
+  v1::JobSpec builtin = Job(1);
+  builtin.set_name("builtin");
+  ASSERT_THAT(Submit(*core_, builtin), IsOk());
+  EXPECT_EQ(daemon.assignments(), 1u);
+  EXPECT_EQ(program.assignments(), 0u);
+}
+
 TEST_F(CoordinatorTest, ParameterDigests_Differ_JobFailsNamingBothRanks) {
   auto workers = StartThree();
   SendReport(workers[1], 1, 10, 0.5, "aaaa");

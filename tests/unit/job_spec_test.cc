@@ -33,6 +33,14 @@ TEST(JobSpec, ParseJobSpecJson_Minimal_FillsDefaults) {
   EXPECT_EQ(spec->max_workers(), 1u);
 }
 
+TEST(JobSpec, ParseJobSpecJson_ProgramJob_DataIsTheProgramsToo) {
+  auto spec = ParseJobSpecJson(R"({"name": "mine", "model": {"kind": "program"}})", NoNccl());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_TRUE(IsProgramJob(*spec));
+  EXPECT_EQ(spec->dataset().kind(), "program");
+  EXPECT_TRUE(spec->dataset().path().empty());
+}
+
 TEST(JobSpec, ParseJobSpecJson_AdamDefaultsAndSnakeCase_Accepted) {
   auto spec = ParseJobSpecJson(
       R"({"name": "a", "optimizer": {"kind": "adam"}, "batch_size": 32, "min_workers": 2,
@@ -101,6 +109,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{R"({"hangTimeoutSeconds": "NaN"})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"hangTimeoutSeconds": "Infinity"})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"faultBudget": 2000000})", "job.fault_budget"},
+        // A program's job: the program brings model, data and checkpoints.
+        BadSpecCase{R"({"model": {"kind": "program", "path": "m.pt"}})", "job.model.path"},
+        BadSpecCase{R"({"model": {"kind": "program"}, "dataset": {"kind": "synthetic"}})",
+                    "job.dataset.kind"},
+        BadSpecCase{R"({"dataset": {"kind": "program"}})", "job.dataset.kind"},
+        BadSpecCase{R"({"model": {"kind": "program"}, "checkpoint": {"dir": "/c"}})",
+                    "job.checkpoint.dir"},
+        BadSpecCase{R"({"model": {"kind": "program"}, "outputPath": "/o.pt"})", "job.output_path"},
+        BadSpecCase{R"({"model": {"kind": "program"}, "minWorkers": 3, "maxWorkers": 2})",
+                    "job.max_workers"},
         BadSpecCase{R"({"checkpoint": {"dir": "ckpt"}})", "job.checkpoint.dir"},
         BadSpecCase{R"({"checkpoint": {"everySteps": 10}})", "job.checkpoint.dir"},
         BadSpecCase{R"({"checkpoint": {"everySeconds": 60}})", "job.checkpoint.dir"},

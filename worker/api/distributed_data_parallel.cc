@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "ddp/error.h"
 #include "ddp/session.h"
+#include "worker/api/session_impl.h"
 #include "worker/bucket_plan.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
@@ -84,15 +85,25 @@ struct DistributedDataParallel::Impl {
   // At the end of each backward (the autograd engine's final callback).
   void Finished(bool sync, const absl::StatusOr<ReductionStats>& stats) {
     if (!sync) return;
-    if (!stats.ok()) {
-      throw Error(absl::StrCat("all-reducing the gradients failed: ", stats.status().message()));
-    }
+    Session::Impl& s = *session->impl_;
+    if (!stats.ok()) throw Error(s.Explain(stats.status(), "all-reducing the gradients failed"));
     last.buckets = stats->buckets_reduced;
     last.bytes = stats->bytes;
     last.allreduce_ms = stats->allreduce_ms;
     last.wait_ms = stats->wait_ms;
     last.unused_parameters = stats->unused;
     last.globally_unused_parameters = stats->globally_unused;
+    // What the next report_step carries.
+    v1::ReductionStatus& r = s.last_reduction;
+    r.set_buckets_reduced(stats->buckets_reduced);
+    r.set_buckets_total(stats->buckets_total);
+    r.set_bytes(stats->bytes);
+    r.set_allreduce_ms(stats->allreduce_ms);
+    r.set_wait_ms(stats->wait_ms);
+    r.set_unused_parameters(stats->unused);
+    r.set_globally_unused_parameters(stats->globally_unused);
+    // Names go up once, when first seen unused.
+    for (const std::string& name : stats->newly_unused) r.add_newly_unused_parameter_names(name);
     for (auto& [name, t] : buffers) BroadcastTensor(session->communicator(), t, root);
   }
 

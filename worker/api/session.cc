@@ -12,10 +12,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/credentials.h"
 #include "common/net_address.h"
 #include "common/store_client.h"
 #include "ddp/error.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/api/coordinator_session.h"
+#include "worker/api/session_impl.h"
 #include "worker/api/store_server.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
@@ -25,9 +28,15 @@ namespace ddp {
 namespace {
 
 constexpr char kEnvHelp[] =
-    "ddp::Session needs to know its place in the job: set RANK, WORLD_SIZE, MASTER_ADDR and "
-    "MASTER_PORT (as torchrun does; LOCAL_RANK optional), or start the program with "
-    "ddp-run --nproc N -- PROGRAM";
+    "ddp::Session needs to know its place in the job: start the program with "
+    "ddp-run --nproc N -- PROGRAM, or set DDP_COORDINATOR=HOST:PORT (a coordinator running a "
+    "job with model.kind \"program\"), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+    "as torchrun does";
+
+std::string EnvString(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
 
 int EnvInt(const char* name, bool required, int fallback) {
   const char* value = std::getenv(name);
@@ -73,22 +82,91 @@ void Check(const absl::Status& s, const std::string& what) {
   if (!s.ok()) throw Error(absl::StrCat(what, ": ", s.message()));
 }
 
+// The host part of HOST:PORT ([v6]:port too).
+std::pair<std::string, int> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    throw Error(absl::StrCat("coordinator \"", address, "\" is not HOST:PORT"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return {host, port};
+}
+
+std::string ProgramName() {
+  char path[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  const std::string exe = n > 0 ? std::string(path, n) : "program";
+  return exe.substr(exe.rfind('/') + 1);
+}
+
 }  // namespace
 
-struct Session::Impl {
-  Options options;
-  std::unique_ptr<StoreServer> server;  // rank 0's
-  std::unique_ptr<Communicator> comm;
-};
+std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
+  if (options.local_rank < 0) throw Error("LOCAL_RANK must be >= 0");
+  TlsFlags tls;
+  tls.ca = options.tls_ca;
+  tls.cert = options.tls_cert;
+  tls.key = options.tls_key;
+  absl::StatusOr<ClientSecurity> security = LoadClientSecurity(tls, options.token_file);
+  Check(security.status(), "ddp::Session");
+  const auto [host, port] = SplitHostPort(options.coordinator);
+  CoordinatorSession::Options joined;
+  joined.coordinator = options.coordinator;
+  joined.security = *security;
+  joined.host = options.host.empty() ? LocalAddressTowards(host, port) : options.host;
+  joined.device = absl::StrCat("cpu:", options.local_rank);
+  joined.name =
+      options.name.empty() ? absl::StrCat(ProgramName(), "-", options.local_rank) : options.name;
+  auto session =
+      CoordinatorSession::Join(std::move(joined), absl::Seconds(options.timeout_seconds));
+  Check(session.status(), "ddp::Session");
+  auto impl = std::make_unique<Session::Impl>();
+  impl->options = options;
+  impl->joined = std::move(*session);
+  impl->comm = &impl->joined->communicator();
+  impl->rank = static_cast<int>(impl->joined->assignment().rank());
+  impl->world_size = static_cast<int>(impl->joined->assignment().world_size());
+  impl->last_report = absl::Now();
+  return impl;
+}
+
+std::string Session::Impl::Explain(const absl::Status& status, const std::string& what) const {
+  const std::string ended = joined ? joined->ended_reason() : "";
+  if (!ended.empty()) return absl::StrCat(what, ": ", ended);
+  return absl::StrCat(what, ": ", status.message());
+}
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Session::~Session() = default;
+
+Session::~Session() {
+  if (!impl_->joined || impl_->finished) return;
+  if (std::uncaught_exceptions() > impl_->uncaught_at_start &&
+      impl_->joined->ended_reason().empty()) {
+    impl_->joined->Fail(
+        absl::StrCat("rank ", impl_->rank, "'s program left with an exception (see its output)"));
+    return;
+  }
+  finish();
+}
 
 std::unique_ptr<Session> Session::FromEnvironment() {
   Options options;
+  options.local_rank = EnvInt("LOCAL_RANK", false, 0);
+  if (const std::string coordinator = EnvString("DDP_COORDINATOR"); !coordinator.empty()) {
+    options.coordinator = coordinator;
+    options.token_file = EnvString("DDP_TOKEN_FILE");
+    options.tls_ca = EnvString("DDP_TLS_CA");
+    options.tls_cert = EnvString("DDP_TLS_CERT");
+    options.tls_key = EnvString("DDP_TLS_KEY");
+    options.name = EnvString("DDP_NAME");
+    return Start(options);
+  }
   options.rank = EnvInt("RANK", true, 0);
   options.world_size = EnvInt("WORLD_SIZE", true, 1);
-  options.local_rank = EnvInt("LOCAL_RANK", false, 0);
   options.local_world_size = EnvInt("LOCAL_WORLD_SIZE", false, 0);
   if (const char* backend = std::getenv("DDP_BACKEND"); backend != nullptr && *backend != '\0') {
     options.backend = backend;
@@ -102,6 +180,8 @@ std::unique_ptr<Session> Session::FromEnvironment() {
 }
 
 std::unique_ptr<Session> Session::Start(const Options& options) {
+  if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
+  if (!options.coordinator.empty()) return std::unique_ptr<Session>(new Session(Join(options)));
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw Error(absl::StrCat("RANK=", options.rank, " with WORLD_SIZE=", options.world_size,
                              ": the rank must be in [0, WORLD_SIZE)"));
@@ -109,12 +189,13 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   if (options.master_port < 1 || options.master_port > 65535) {
     throw Error(absl::StrCat("MASTER_PORT=", options.master_port, " is not a TCP port"));
   }
-  if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
   if (options.backend != "auto" && options.backend != "gloo" && options.backend != "shm") {
     throw Error(absl::StrCat("backend \"", options.backend, "\": use auto, gloo or shm"));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->rank = options.rank;
+  impl->world_size = options.world_size;
   const std::string master = options.master_addr.find(':') != std::string::npos
                                  ? absl::StrCat("[", options.master_addr, "]")
                                  : options.master_addr;
@@ -143,7 +224,8 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
     shm.timeout = timeout;
     auto created = ShmCommunicator::Create(gloo_store, shm);
     if (created.ok()) {
-      impl->comm = std::move(*created);
+      impl->owned = std::move(*created);
+      impl->comm = impl->owned.get();
       return std::unique_ptr<Session>(new Session(std::move(impl)));
     }
     // Every rank learns the same outcome, so "auto" falls back together.
@@ -160,34 +242,78 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   auto created = GlooCommunicator::Create(gloo_store, comm);
   Check(created.status(), absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                        ": the ranks could not connect"));
-  impl->comm = std::move(*created);
+  impl->owned = std::move(*created);
+  impl->comm = impl->owned.get();
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
-int Session::rank() const { return impl_->options.rank; }
-int Session::world_size() const { return impl_->options.world_size; }
+int Session::rank() const { return impl_->rank; }
+int Session::world_size() const { return impl_->world_size; }
 int Session::local_rank() const { return impl_->options.local_rank; }
 std::string Session::backend() const { return impl_->comm->backend(); }
 Communicator& Session::communicator() { return *impl_->comm; }
+
+std::string Session::job_id() const {
+  return impl_->joined ? impl_->joined->assignment().job_id() : "";
+}
+uint64_t Session::generation() const {
+  return impl_->joined ? impl_->joined->assignment().generation() : 0;
+}
+uint64_t Session::sampler_seed() const {
+  return impl_->joined ? impl_->joined->assignment().sampler_seed() : 0;
+}
+uint64_t Session::start_epoch() const {
+  return impl_->joined ? impl_->joined->assignment().start_epoch() : 0;
+}
+
+void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
+  if (!impl_->joined) return;
+  const absl::Time now = absl::Now();
+  v1::StepReport report;
+  report.set_generation(impl_->joined->assignment().generation());
+  report.set_step(++impl_->steps);
+  report.set_epoch(epoch);
+  report.set_loss(loss);
+  report.set_samples(samples);
+  report.set_world_size(static_cast<uint32_t>(impl_->world_size));
+  report.set_step_seconds(absl::ToDoubleSeconds(now - impl_->last_report));
+  *report.mutable_reduction() = impl_->last_reduction;
+  impl_->last_reduction.clear_newly_unused_parameter_names();
+  impl_->last_report = now;
+  impl_->joined->ReportStep(std::move(report));
+}
+
+void Session::finish() {
+  if (!impl_->joined || impl_->finished) return;
+  impl_->finished = true;
+  impl_->joined->Finish(absl::Seconds(impl_->options.timeout_seconds));
+}
 
 void Session::all_reduce_sum(torch::Tensor& tensor) {
   if (tensor.scalar_type() != torch::kFloat32 || !tensor.device().is_cpu() ||
       !tensor.is_contiguous()) {
     throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
   }
-  Check(impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel()), "all_reduce_sum");
+  if (absl::Status s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
+      !s.ok()) {
+    throw Error(impl_->Explain(s, "all_reduce_sum"));
+  }
 }
 
 void Session::broadcast(torch::Tensor& tensor, int root) {
   if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
     throw Error("broadcast takes a contiguous CPU tensor");
   }
-  Check(impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root), "broadcast");
+  if (absl::Status s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root); !s.ok()) {
+    throw Error(impl_->Explain(s, "broadcast"));
+  }
 }
 
 void Session::barrier() {
   float one = 1;
-  Check(impl_->comm->AllReduceSum(&one, 1), "barrier");
+  if (absl::Status s = impl_->comm->AllReduceSum(&one, 1); !s.ok()) {
+    throw Error(impl_->Explain(s, "barrier"));
+  }
 }
 
 }  // namespace ddp

@@ -1,0 +1,236 @@
+#include "worker/api/coordinator_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/device.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "common/store_client.h"
+#include "worker/connect.h"
+
+namespace ddp {
+namespace {
+
+CoordinatorLink::Options LinkOptions(const CoordinatorSession::Options& o) {
+  CoordinatorLink::Options link;
+  link.coordinator = o.coordinator;
+  link.security = o.security;
+  return link;
+}
+
+}  // namespace
+
+CoordinatorSession::CoordinatorSession(Options options)
+    : options_(std::move(options)),
+      outbox_(RealClock::Get(), Outbox::Options{}),
+      link_(LinkOptions(options_), this, &outbox_, &board_) {
+  link_thread_ = std::thread([this] {
+    const int result = link_.Run();
+    absl::MutexLock lock(&mu_);
+    link_result_ = result;
+  });
+}
+
+CoordinatorSession::~CoordinatorSession() {
+  End("the program is leaving");
+  link_.Shutdown();
+  link_thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(
+    Options options, absl::Duration timeout) {
+  std::unique_ptr<CoordinatorSession> s(new CoordinatorSession(std::move(options)));
+  std::shared_ptr<v1::Coordinator::StubInterface> stub;
+  {
+    absl::MutexLock lock(&s->mu_);
+    auto settled = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+      return self->assigned_ || self->stopped_ || self->link_result_ >= 0;
+    };
+    s->mu_.AwaitWithTimeout(absl::Condition(+settled, s.get()), timeout);
+    if (s->assigned_) {
+      stub = s->stub_;
+    } else if (s->link_result_ > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the coordinator at ", s->options_.coordinator,
+                       " refused this program: ", s->link_.last_error()));
+    } else if (s->stopped_) {
+      return absl::AbortedError(
+          absl::StrCat("the coordinator at ", s->options_.coordinator,
+                       " stopped this program before assigning it: ", s->ended_));
+    } else if (s->link_.ever_attached()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "attached to the coordinator at ", s->options_.coordinator, " but got no rank within ",
+          absl::FormatDuration(timeout),
+          ": is a job with model.kind \"program\" running there, with min_workers no more than "
+          "the ranks started? (ddp-run --nproc N -- PROGRAM submits one)"));
+    } else {
+      const std::string error = s->link_.last_error();
+      return absl::DeadlineExceededError(absl::StrCat(
+          "could not attach to the coordinator at ", s->options_.coordinator, " within ",
+          absl::FormatDuration(timeout), error.empty() ? "" : absl::StrCat(": ", error)));
+    }
+  }
+  if (absl::Status connected = s->Connect(std::move(stub)); !connected.ok()) {
+    s->PushState(s->assignment_.generation(), v1::WORKER_STATE_FAILED,
+                 std::string(connected.message()), nullptr, connected.code());
+    return connected;
+  }
+  return s;
+}
+
+absl::Status CoordinatorSession::Connect(std::shared_ptr<v1::Coordinator::StubInterface> stub) {
+  const v1::Assignment& a = assignment_;
+  board_.generation = a.generation();
+  board_.rank = a.rank();
+  board_.epoch = a.start_epoch();
+  SetLogIdentity(absl::StrCat("worker ", a.worker_id(), " rank ", a.rank()));
+  DDP_LOG(Info) << "joined generation " << a.generation() << " of job " << a.job_id() << " as rank "
+                << a.rank() << " of " << a.world_size();
+  PushState(a.generation(), v1::WORKER_STATE_RENDEZVOUS,
+            absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
+  StoreClient store(std::move(stub), a.job_id(), a.generation(), a.store_token());
+  absl::StatusOr<std::shared_ptr<Communicator>> connected =
+      ConnectForAssignment(a, Device{}, options_.host, &store);
+  if (!connected.ok()) return connected.status();
+  comm_ = *connected;
+  {
+    absl::MutexLock lock(&mu_);
+    live_comm_ = comm_;
+    if (!ended_.empty()) comm_->Abort();
+  }
+  absl::StatusOr<v1::ProbeResult> probe = ProveRing(*comm_);
+  if (!probe.ok()) return probe.status();
+  PushState(a.generation(), v1::WORKER_STATE_TRAINING, "training in the program", &*probe);
+  return absl::OkStatus();
+}
+
+v1::RegisterRequest CoordinatorSession::MakeRegister() {
+  v1::RegisterRequest r;
+  r.set_host(options_.host);
+  r.set_device(options_.device);
+  r.set_name(options_.name);
+  v1::Capabilities* caps = r.mutable_capabilities();
+  caps->add_backends("gloo");
+  caps->set_cpu_threads(options_.threads);
+  caps->set_program(true);
+  absl::MutexLock lock(&mu_);
+  if (assigned_ && ended_.empty()) {
+    // Back after a coordinator outage: claim the generation it trains in.
+    r.set_generation(assignment_.generation());
+    r.set_rank(assignment_.rank());
+    v1::HeldState* held = r.mutable_held();
+    held->set_job_id(assignment_.job_id());
+    held->set_spec_digest(SpecDigest(assignment_.spec()));
+    held->set_step(board_.step);
+    held->set_epoch(board_.epoch);
+    held->set_generation(assignment_.generation());
+  }
+  return r;
+}
+
+void CoordinatorSession::OnAssignment(const v1::Assignment& assignment,
+                                      std::shared_ptr<v1::Coordinator::StubInterface> stub) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!assigned_) {
+      assignment_ = assignment;
+      stub_ = std::move(stub);
+      assigned_ = true;
+      return;
+    }
+  }
+  // A re-formed generation: the program's state can't follow it yet.
+  DDP_LOG(Warning) << "assigned to generation " << assignment.generation()
+                   << ", but a program can't join a new generation yet";
+  PushState(assignment.generation(), v1::WORKER_STATE_FAILED,
+            "a program on the ddp library can't move to a new generation yet (elastic "
+            "re-formation through the library is not built): it leaves the job",
+            nullptr, absl::StatusCode::kFailedPrecondition);
+  End(absl::StrCat("the coordinator re-formed the job into generation ", assignment.generation(),
+                   ", which a program can't join yet"));
+}
+
+void CoordinatorSession::OnAbort(const v1::Abort& abort) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!assigned_ || abort.generation() != assignment_.generation()) return;
+  }
+  DDP_LOG(Warning) << "the coordinator ended generation " << abort.generation() << ": "
+                   << abort.reason();
+  End(absl::StrCat("the coordinator ended generation ", abort.generation(), ": ", abort.reason()));
+  PushState(abort.generation(), v1::WORKER_STATE_IDLE, absl::StrCat("left: ", abort.reason()));
+}
+
+void CoordinatorSession::OnDropped(const std::string& why) {
+  End(absl::StrCat("the coordinator dropped this rank: ", why));
+}
+
+void CoordinatorSession::OnStopping(const std::string& reason) {
+  End(absl::StrCat("stopped by the coordinator: ", reason));
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
+void CoordinatorSession::End(const std::string& why) {
+  std::shared_ptr<Communicator> comm;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ended_.empty()) return;
+    ended_ = why;
+    comm = live_comm_;
+  }
+  if (comm) comm->Abort();
+}
+
+std::string CoordinatorSession::ended_reason() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+void CoordinatorSession::PushState(uint64_t generation, v1::WorkerState state,
+                                   const std::string& detail, const v1::ProbeResult* probe,
+                                   absl::StatusCode code) {
+  v1::WorkerMessage message;
+  v1::StateChange* change = message.mutable_state();
+  change->set_generation(generation);
+  change->set_state(state);
+  change->set_detail(detail);
+  if (probe) *change->mutable_probe() = *probe;
+  change->set_code(static_cast<int>(code));
+  outbox_.Push(std::move(message));
+}
+
+void CoordinatorSession::ReportStep(v1::StepReport report) {
+  board_.step = report.step();
+  board_.epoch = report.epoch();
+  outbox_.PushReport(std::move(report));
+}
+
+void CoordinatorSession::Finish(absl::Duration timeout) {
+  PushState(assignment_.generation(), v1::WORKER_STATE_DONE,
+            absl::StrCat("finished at step ", board_.step.load()));
+  // The job ends once every rank is done; until then this rank's stream
+  // must stay, or the coordinator would count it lost.
+  absl::MutexLock lock(&mu_);
+  auto over = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+    return self->stopped_ || self->link_result_ >= 0;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(+over, this), timeout)) {
+    DDP_LOG(Warning) << "the coordinator did not end the job within "
+                     << absl::FormatDuration(timeout) << " of this rank finishing; leaving";
+  }
+}
+
+void CoordinatorSession::Fail(const std::string& why) {
+  PushState(assignment_.generation(), v1::WORKER_STATE_FAILED, why, nullptr,
+            absl::StatusCode::kUnknown);
+  // Long enough for the word to go up; the job's end then stops the rest.
+  absl::MutexLock lock(&mu_);
+  auto over = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+    return self->stopped_ || self->link_result_ >= 0;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(+over, this), absl::Seconds(5));
+}
+
+}  // namespace ddp

@@ -1,0 +1,105 @@
+// A ddp::Session's membership in a coordinator's job: the same Attach line
+// a ddp-worker holds (CoordinatorLink: registration, heartbeats, reconnects,
+// non-blocking reports through an Outbox), registered as a program that
+// trains only jobs with model.kind "program".
+//
+// It takes the first assignment, builds that generation's communicator
+// through the coordinator's store, and then follows the coordinator: an
+// Abort of its generation, a drop or a Stop breaks the communicator, so the
+// program's next collective fails with the coordinator's reason instead of
+// waiting for a timeout. Re-forming into a new generation is not done yet:
+// a later assignment is answered FAILED, so the job fails with a clear
+// reason instead of waiting on this rank.
+#ifndef DDP_WORKER_API_COORDINATOR_SESSION_H_
+#define DDP_WORKER_API_COORDINATOR_SESSION_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/credentials.h"
+#include "ddp/v1/coordinator.grpc.pb.h"
+#include "worker/communicator.h"
+#include "worker/coordinator_link.h"
+#include "worker/outbox.h"
+#include "worker/progress_board.h"
+
+namespace ddp {
+
+class CoordinatorSession final : public CoordinatorLink::Handler {
+ public:
+  struct Options {
+    std::string coordinator;
+    ClientSecurity security;
+    // Registered as: where peers reach it, device "cpu:N", a name.
+    std::string host;
+    std::string device;
+    std::string name;
+    int threads = 0;
+  };
+
+  // Attaches (on a thread of its own), waits for an assignment and builds
+  // its communicator; proves the ring. FAILED_PRECONDITION with the
+  // coordinator's reason when it refuses this program for good;
+  // DEADLINE_EXCEEDED when no assignment came within `timeout`, saying
+  // whether the coordinator was reached at all.
+  static absl::StatusOr<std::unique_ptr<CoordinatorSession>> Join(Options options,
+                                                                  absl::Duration timeout);
+  ~CoordinatorSession() override;
+
+  const v1::Assignment& assignment() const { return assignment_; }
+  Communicator& communicator() { return *comm_; }
+
+  // Never blocks: queued for the coordinator.
+  void ReportStep(v1::StepReport report);
+  // This rank's part is done: says so, then waits (at most `timeout`) until
+  // the coordinator ends the job, which it does once every rank is done.
+  void Finish(absl::Duration timeout);
+  // The program is leaving with an error: the job fails with `why`.
+  void Fail(const std::string& why);
+  // Why the coordinator ended this rank's generation ("" while it runs).
+  std::string ended_reason() const;
+
+ private:
+  explicit CoordinatorSession(Options options);
+  // CoordinatorLink::Handler
+  v1::RegisterRequest MakeRegister() override;
+  void OnAssignment(const v1::Assignment& assignment,
+                    std::shared_ptr<v1::Coordinator::StubInterface> stub) override;
+  void OnAbort(const v1::Abort& abort) override;
+  void OnDropped(const std::string& why) override;
+  void OnStopping(const std::string& reason) override;
+
+  // Ends the generation here: records why and breaks the communicator.
+  void End(const std::string& why);
+  void PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
+                 const v1::ProbeResult* probe = nullptr,
+                 absl::StatusCode code = absl::StatusCode::kOk);
+  absl::Status Connect(std::shared_ptr<v1::Coordinator::StubInterface> stub);
+
+  const Options options_;
+  Outbox outbox_;
+  ProgressBoard board_;
+  v1::Assignment assignment_;  // set once, before Join returns
+  std::shared_ptr<Communicator> comm_;
+
+  mutable absl::Mutex mu_;
+  bool assigned_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<v1::Coordinator::StubInterface> stub_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::string ended_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Communicator> live_comm_ ABSL_GUARDED_BY(mu_);
+  // What the link's Run returned; -1 while it runs.
+  int link_result_ ABSL_GUARDED_BY(mu_) = -1;
+
+  CoordinatorLink link_;
+  std::thread link_thread_;  // last: it starts once the fields above exist
+};
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_API_COORDINATOR_SESSION_H_
