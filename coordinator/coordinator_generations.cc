@@ -4,6 +4,7 @@
 // reform_policy.h; this file gathers the inputs and carries the answers out.
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -443,7 +444,10 @@ void Coordinator::FailJobLocked(const std::string& reason, Effects* fx) {
 }
 
 void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* fx) {
-  if (job_.ended()) StopProgramsLocked(fx);
+  // After the aborts, which say why.
+  absl::Cleanup stop_programs = [this, fx]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (job_.ended()) StopProgramsLocked(fx);
+  };
   const Generation* g = generations_.current();
   if (g == nullptr) return;
   const absl::Time now = clock_->Now();

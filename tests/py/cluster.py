@@ -44,10 +44,10 @@ class Cluster(RunFolder):
         self.target = "127.0.0.1:%d" % self.port
         self.client = ReflectionClient(self.target, **(client_options or {}))
 
-    def _start(self, name, args):
+    def _start(self, name, args, env=None):
         with open(os.path.join(self.dir, name + ".log"), "w") as log:
-            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=thread_env(),
-                                 start_new_session=True)
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                 env=env or thread_env(), start_new_session=True)
         p.name = name
         self.procs.append(p)
         return p
@@ -57,6 +57,12 @@ class Cluster(RunFolder):
         # Metrics endpoint off: tests run side by side (extra may turn it on).
         extra = ["--metrics_listen="] + self.worker_flags + list(extra)
         return self._start(name, self.worker_command(self.target, index, name, extra=extra))
+
+    def start_program(self, index, argv):
+        """A copy of a program on the ddp library, joined to this coordinator
+        as ddp-run joins one (its output in program-INDEX.log)."""
+        env = thread_env(DDP_COORDINATOR=self.target, LOCAL_RANK=str(index))
+        return self._start("program-%d" % index, argv, env=env)
 
     def status(self):
         return self.client.call("ddp.v1.Coordinator/GetStatus")

@@ -2,9 +2,11 @@
 """A user's program on the installed library, from outside the tree: `cmake
 --install` into a temporary prefix, examples/custom_loop configured with
 find_package(ddp) against that prefix and built, then run two-way under the
-installed ddp-run (loss falls, accuracy printed) and started by hand as
-torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Also what
-ddp-run hands a program, and that one failing rank stops the others."""
+installed ddp-run (loss falls, accuracy printed, the job succeeds), joined by
+hand to a coordinator (DDP_COORDINATOR: the coordinator sees every step, and
+a killed rank ends the other at once with the coordinator's reason), and
+started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Also
+what ddp-run hands a program, and that one failing rank stops the others."""
 import os
 import re
 import shutil
@@ -15,7 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN, free_port, thread_env  # noqa: E402
+from cluster import Cluster  # noqa: E402
+from harness import BIN, free_port, thread_env, wait_for  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
 BUILD = os.environ.get("DDP_BUILD_DIR", os.path.join(REPO, "build"))
@@ -30,27 +33,31 @@ def run(cmd, timeout, **kwargs):
 
 
 class DdpRunProgramTest(unittest.TestCase):
-    def test_each_rank_gets_its_place_and_a_share_of_the_cores(self):
-        out = run([os.path.join(BIN, "ddp-run"), "--nproc=3", "--threads=2", "--",
-                   "sh", "-c", "echo rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE "
-                   "master=$MASTER_ADDR:$MASTER_PORT omp=$OMP_NUM_THREADS"], timeout=60)
-        lines = sorted(l for l in out.splitlines() if l.startswith("rank="))
-        self.assertEqual(len(lines), 3, out)
-        ports = set()
-        for rank, line in enumerate(lines):
-            m = re.match(r"rank=(\d)/3 local=(\d)/3 master=127\.0\.0\.1:(\d+) omp=2$", line)
+    def test_each_copy_gets_the_coordinator_and_a_share_of_the_cores(self):
+        # The copies print what they got and leave without joining: the job
+        # never ends, which ddp-run says instead of waiting for ever.
+        done = subprocess.run(
+            [os.path.join(BIN, "ddp-run"), "--nproc=3", "--threads=2", "--",
+             "sh", "-c", "echo coordinator=$DDP_COORDINATOR local=$LOCAL_RANK/$LOCAL_WORLD_SIZE "
+             "omp=$OMP_NUM_THREADS"], capture_output=True, text=True, timeout=60)
+        lines = sorted(l for l in done.stdout.splitlines() if l.startswith("coordinator="))
+        self.assertEqual(len(lines), 3, done.stdout + done.stderr)
+        targets = set()
+        for index, line in enumerate(lines):
+            m = re.match(r"coordinator=(127\.0\.0\.1:\d+) local=(\d)/3 omp=2$", line)
             self.assertIsNotNone(m, line)
-            self.assertEqual(int(m.group(1)), rank)
-            self.assertEqual(int(m.group(2)), rank)
-            ports.add(m.group(3))
-        self.assertEqual(len(ports), 1)
-        self.assertIn("all 3 rank(s) finished", out)
+            self.assertEqual(int(m.group(2)), index)
+            targets.add(m.group(1))
+        self.assertEqual(len(targets), 1)
+        self.assertIn("joined to the coordinator at " + targets.pop(), done.stdout)
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("every rank exited, but the job did not end", done.stderr)
 
     def test_a_failing_rank_stops_the_others_and_gives_its_code(self):
         started = time.time()
         done = subprocess.run(
             [os.path.join(BIN, "ddp-run"), "--nproc=2", "--",
-             "sh", "-c", 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'],
+             "sh", "-c", 'if [ "$LOCAL_RANK" = 1 ]; then exit 3; fi; sleep 60'],
             capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
         self.assertLess(time.time() - started, 30)
@@ -104,6 +111,55 @@ class OutOfTreeExampleTest(unittest.TestCase):
         out = run([os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--", self.program,
                    "--data", os.path.join(self.dir, "data-run"), "--epochs", "20"], timeout=300)
         print("under ddp-run: accuracy %.3f" % self.check_trained(out))
+        # 4096 samples, 2 ranks, batches of 32: 64 steps an epoch.
+        self.assertIn("job program SUCCEEDED", out)
+        self.assertIn("finished 1280 steps", out)
+
+    def test_joins_a_coordinator_started_by_hand(self):
+        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2})
+        try:
+            argv = [self.program, "--data", os.path.join(self.dir, "data-joined"), "--epochs", "20"]
+            procs = [cluster.start_program(i, argv) for i in range(2)]
+            for p in procs:
+                p.wait(timeout=300)
+            outs = [cluster.log("program-%d" % i) for i in range(2)]
+            self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(outs))
+            self.check_trained(outs[0])
+            status = cluster.status()
+            self.assertEqual(status["state"], "JOB_STATE_SUCCEEDED", status.get("message"))
+            self.assertEqual(int(status["global_step"]), 1280)
+            workers = status["workers"]
+            self.assertEqual(len(workers), 2)
+            for w in workers:  # gone by now, with what they reported
+                self.assertEqual(int(w["step"]), 1280)
+                self.assertGreater(w["last_loss"], 0)
+                self.assertEqual(w["probe"]["backend"], "shm")
+        finally:
+            cluster.stop()
+
+    def test_a_killed_rank_ends_the_other_at_once_with_the_coordinators_reason(self):
+        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
+                               "faultBudget": 0, "collectiveTimeoutSeconds": 600})
+        try:
+            argv = [self.program, "--data", os.path.join(self.dir, "data-kill"),
+                    "--epochs", "100000"]
+            procs = [cluster.start_program(i, argv) for i in range(2)]
+            wait_for(lambda: int(cluster.status().get("global_step", 0)) > 50, 120,
+                     "the ranks to train")
+            procs[1].kill()
+            killed = time.time()
+            procs[0].wait(timeout=60)
+            # Found by the coordinator in seconds, not the 600 s collective
+            # timeout, and said by the survivor.
+            self.assertLess(time.time() - killed, 20)
+            self.assertNotEqual(procs[0].returncode, 0)
+            out = cluster.log("program-0")
+            self.assertIn("the coordinator ended generation 1", out)
+            self.assertIn("lost", out)
+            status = cluster.wait_state("JOB_STATE_FAILED", timeout=30)
+            self.assertIn("lost", status["message"])
+        finally:
+            cluster.stop()
 
     def test_runs_two_way_started_as_torchrun_starts_ranks(self):
         port = str(free_port())
