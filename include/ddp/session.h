@@ -76,7 +76,7 @@ class Session {
 
   // Joins the coordinator DDP_COORDINATOR names (with DDP_TOKEN_FILE,
   // DDP_TLS_CA, DDP_TLS_CERT, DDP_TLS_KEY, DDP_NAME, LOCAL_RANK), or else
-  // starts from torchrun's variables. Throws ddp::Error naming what is
+  // starts from torchrun's variables; DDP_TIMEOUT_SECONDS sets the timeout. Throws ddp::Error naming what is
   // missing or malformed (and what to set), or why joining failed.
   static std::unique_ptr<Session> FromEnvironment();
   // Throws ddp::Error for bad options, when the coordinator refuses this

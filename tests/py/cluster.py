@@ -58,10 +58,11 @@ class Cluster(RunFolder):
         extra = ["--metrics_listen="] + self.worker_flags + list(extra)
         return self._start(name, self.worker_command(self.target, index, name, extra=extra))
 
-    def start_program(self, index, argv):
+    def start_program(self, index, argv, **env):
         """A copy of a program on the ddp library, joined to this coordinator
-        as ddp-run joins one (its output in program-INDEX.log)."""
-        env = thread_env(DDP_COORDINATOR=self.target, LOCAL_RANK=str(index))
+        as ddp-run joins one (its output in program-INDEX.log); `env` adds
+        variables (DDP_TOKEN_FILE, ...)."""
+        env = thread_env(DDP_COORDINATOR=self.target, LOCAL_RANK=str(index), **env)
         return self._start("program-%d" % index, argv, env=env)
 
     def status(self):

@@ -17,7 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster  # noqa: E402
+from certs import Pki  # noqa: E402
+from cluster import Cluster, synthetic_job  # noqa: E402
 from harness import BIN, free_port, thread_env, wait_for  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
@@ -134,6 +135,54 @@ class OutOfTreeExampleTest(unittest.TestCase):
                 self.assertEqual(int(w["step"]), 1280)
                 self.assertGreater(w["last_loss"], 0)
                 self.assertEqual(w["probe"]["backend"], "shm")
+        finally:
+            cluster.stop()
+
+    def test_under_ddp_run_over_mutual_tls_with_tokens(self):
+        pki = Pki()
+        try:
+            out = run([os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2",
+                       "--tls_cert=" + pki.server[0], "--tls_key=" + pki.server[1],
+                       "--tls_ca=" + pki.ca, "--tokens_file=" + pki.tokens_file, "--",
+                       self.program, "--data", os.path.join(self.dir, "data-tls"),
+                       "--epochs", "10"], timeout=300)
+            self.check_trained(out)
+            self.assertIn("job program SUCCEEDED", out)
+        finally:
+            pki.remove()
+
+    def test_refusals_say_what_to_fix(self):
+        argv = [self.program, "--data", os.path.join(self.dir, "data-refused"), "--epochs", "1"]
+        pki = Pki()
+        # No token for a coordinator that wants one: refused for good, at once.
+        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}},
+                          extra_flags=["--tokens_file=" + pki.tokens_file],
+                          client_options={"token": pki.tokens["admin"]})
+        try:
+            p = cluster.start_program(0, argv)
+            p.wait(timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            out = cluster.log("program-0")
+            self.assertIn("refused this program: UNAUTHENTICATED", out)
+            # The right token: it trains.
+            p = cluster.start_program(0, argv, DDP_TOKEN_FILE=pki.token_files["worker"])
+            p.wait(timeout=120)
+            self.assertEqual(p.returncode, 0, cluster.log("program-0"))
+            self.assertEqual(cluster.wait_state("JOB_STATE_SUCCEEDED", 30)["state"],
+                             "JOB_STATE_SUCCEEDED")
+        finally:
+            cluster.stop()
+            pki.remove()
+        # A coordinator whose job is a ddp-worker's: no rank for a program.
+        cluster = Cluster(job=synthetic_job("builtin", 1))
+        try:
+            p = cluster.start_program(0, argv, DDP_TIMEOUT_SECONDS="3")
+            p.wait(timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            out = cluster.log("program-0")
+            self.assertIn("got no rank within 3s", out)
+            self.assertIn('model.kind "program"', out)
+            self.assertEqual(cluster.status()["state"], "JOB_STATE_WAITING")
         finally:
             cluster.stop()
 

@@ -156,6 +156,7 @@ Session::~Session() {
 std::unique_ptr<Session> Session::FromEnvironment() {
   Options options;
   options.local_rank = EnvInt("LOCAL_RANK", false, 0);
+  options.timeout_seconds = EnvInt("DDP_TIMEOUT_SECONDS", false, 300);
   if (const std::string coordinator = EnvString("DDP_COORDINATOR"); !coordinator.empty()) {
     options.coordinator = coordinator;
     options.token_file = EnvString("DDP_TOKEN_FILE");
