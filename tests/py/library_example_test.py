@@ -3,8 +3,10 @@
 --install` into a temporary prefix, examples/custom_loop configured with
 find_package(ddp) against that prefix and built, then run two-way under the
 installed ddp-run (loss falls, accuracy printed, the job succeeds), joined by
-hand to a coordinator (DDP_COORDINATOR: the coordinator sees every step, and
-a killed rank ends the other at once with the coordinator's reason), and
+hand to a coordinator (DDP_COORDINATOR: the coordinator sees every step; a
+killed rank ends the other at once with the coordinator's reason; training
+goes on through a coordinator killed and restarted; TLS, tokens and the
+refusals), and
 started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Also
 what ddp-run hands a program, and that one failing rank stops the others."""
 import os
@@ -19,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
 from cluster import Cluster, synthetic_job  # noqa: E402
-from harness import BIN, free_port, thread_env, wait_for  # noqa: E402
+from harness import BIN, free_port, read_text, thread_env, wait_for  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
 BUILD = os.environ.get("DDP_BUILD_DIR", os.path.join(REPO, "build"))
@@ -137,6 +139,47 @@ class OutOfTreeExampleTest(unittest.TestCase):
                 self.assertEqual(w["probe"]["backend"], "shm")
         finally:
             cluster.stop()
+
+    def test_training_goes_on_through_a_coordinator_restart(self):
+        port = free_port()
+        state = tempfile.mkdtemp(prefix="ddp-restart-", dir=self.dir)
+        job = os.path.join(state, "job.json")
+        with open(job, "w") as f:
+            f.write('{"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2}')
+        target = "127.0.0.1:%d" % port
+
+        log = os.path.join(state, "coordinator.log")
+
+        def coordinator():
+            with open(log, "a") as out:
+                return subprocess.Popen(
+                    [os.path.join(BIN, "ddp-coordinator"), "--listen=" + target, "--job=" + job,
+                     "--state_dir=" + os.path.join(state, "state"), "--metrics_listen=",
+                     "--http_listen=", "--exit_when_done"], stdout=out, stderr=subprocess.STDOUT)
+        first = coordinator()
+        argv = [self.program, "--data", os.path.join(self.dir, "data-restart"),
+                "--epochs", "1000"]
+        procs = [subprocess.Popen(argv, env=thread_env(DDP_COORDINATOR=target, LOCAL_RANK=str(i)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(2)]
+        try:
+            wait_for(lambda: "formed with" in (read_text(log) or ""), 60, "generation 1 to form")
+            time.sleep(0.5)
+            first.kill()
+            first.wait()
+            time.sleep(2)  # the ranks train on without it
+            second = coordinator()
+            outs = [p.communicate(timeout=300)[0] for p in procs]
+            self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(outs))
+            self.assertEqual(second.wait(timeout=30), 0)
+            self.check_trained(outs[0])
+            text = read_text(log)
+            self.assertIn("adopted generation 1", text)
+            self.assertIn("job spirals succeeded in generation 1", text)
+        finally:
+            for p in procs + [first]:
+                if p.poll() is None:
+                    p.kill()
 
     def test_under_ddp_run_over_mutual_tls_with_tokens(self):
         pki = Pki()
