@@ -9,12 +9,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "worker/model.h"
+#include "worker/tensor_digest.h"
 
 namespace ddp {
-
-// 64-bit FNV-1a over the bytes of `tensors`, in order, as 16 hex digits.
-// Tensors on another device are copied to the CPU first.
-std::string TensorDigest(const std::vector<at::Tensor>& tensors);
 
 // TensorDigest of model.Parameters(), in their registration order.
 std::string ParameterDigest(Model& model);

@@ -96,8 +96,12 @@ int main(int argc, char** argv) {
   auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()), sampler,
                                               /*batch_size=*/32);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  // What travels when a rank is lost or joins (with a coordinator): the job
+  // re-forms at the next batch, and a program started into it begins here.
+  session->set_elastic_state({model.ptr(), &optimizer});
 
-  for (int epoch = 0; epoch < epochs; ++epoch) {  // the sampler moves to the next epoch itself
+  for (int epoch = session->start_epoch(); epoch < epochs;
+       ++epoch) {  // the sampler moves on itself
     const double epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));  // cosine decay
     static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options()).lr(epoch_lr);
     torch::Tensor sum = torch::zeros({2});  // loss sum and batches, over the ranks below

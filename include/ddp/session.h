@@ -28,10 +28,22 @@
 #define DDP_INCLUDE_DDP_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include <torch/types.h>
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
 
 namespace ddp {
 
@@ -76,8 +88,8 @@ class Session {
 
   // Joins the coordinator DDP_COORDINATOR names (with DDP_TOKEN_FILE,
   // DDP_TLS_CA, DDP_TLS_CERT, DDP_TLS_KEY, DDP_NAME, LOCAL_RANK), or else
-  // starts from torchrun's variables; DDP_TIMEOUT_SECONDS sets the timeout. Throws ddp::Error naming what is
-  // missing or malformed (and what to set), or why joining failed.
+  // starts from torchrun's variables; DDP_TIMEOUT_SECONDS sets the timeout. Throws ddp::Error
+  // naming what is missing or malformed (and what to set), or why joining failed.
   static std::unique_ptr<Session> FromEnvironment();
   // Throws ddp::Error for bad options, when the coordinator refuses this
   // program or assigns no rank in time, or when the peers don't all arrive
@@ -95,7 +107,8 @@ class Session {
   // The transport gradients cross: "shm" or "gloo".
   std::string backend() const;
   // From the coordinator's assignment; without a coordinator: "", 0, and
-  // the defaults PyTorch's DistributedSampler has (seed 0, epoch 0).
+  // the defaults PyTorch's DistributedSampler has (seed 0, epoch 0). After
+  // set_elastic_state, start_epoch is the epoch of the state taken up.
   std::string job_id() const;
   uint64_t generation() const;
   uint64_t sampler_seed() const;
@@ -111,6 +124,33 @@ class Session {
   // fault. Idempotent; without a coordinator it does nothing.
   void finish();
 
+  // Elastic training: what must travel when the job re-forms.
+  struct ElasticState {
+    // Its parameters and buffers (the DistributedDataParallel's module).
+    std::shared_ptr<torch::nn::Module> module;
+    // Its state (momentum, Adam's moments); may be null.
+    torch::optim::Optimizer* optimizer = nullptr;
+    // The program's own (a scheduler's step, counters): written and read
+    // back in the same order; may be empty.
+    std::function<void(torch::serialize::OutputArchive&)> save;
+    std::function<void(torch::serialize::InputArchive&)> load;
+  };
+  // Call once, after the DistributedDataParallel, the DistributedSampler
+  // and the optimizer exist. From then on, when a rank is lost or one joins,
+  // the job re-forms at the next step boundary (the sampler's next batch)
+  // with no other code: the step in flight is dropped (its backward returns
+  // with zero gradients, and what the optimizer then does is undone), every
+  // rank takes the state of the rank that completed the most steps, and the
+  // rest of the epoch is split among the new world. A program started into
+  // a running job takes up that state here; start_epoch() then says where
+  // to begin, and until here its own collectives (all_reduce_sum,
+  // broadcast, barrier) do nothing: the others are past that point. A
+  // collective of the program's own that a re-formation cuts short keeps
+  // this rank's values. Re-forming in the middle of a no_sync()
+  // accumulation restarts the accumulation. Without a coordinator it does
+  // nothing.
+  void set_elastic_state(ElasticState state);
+
   // In place: the sum over the ranks (a contiguous float32 CPU tensor).
   void all_reduce_sum(torch::Tensor& tensor);
   // In place: rank `root`'s values on every rank.
@@ -121,9 +161,11 @@ class Session {
   // The communicator under the collectives (for the library's own use).
   Communicator& communicator();
 
+  struct Impl;  // the library's own
+
  private:
   friend class DistributedDataParallel;
-  struct Impl;
+  friend class DistributedSampler;
   explicit Session(std::unique_ptr<Impl> impl);
   static std::unique_ptr<Impl> Join(const Options& options);
   std::unique_ptr<Impl> impl_;

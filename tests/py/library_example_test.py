@@ -128,8 +128,7 @@ class OutOfTreeExampleTest(unittest.TestCase):
             outs = [cluster.log("program-%d" % i) for i in range(2)]
             self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(outs))
             self.check_trained(outs[0])
-            status = cluster.status()
-            self.assertEqual(status["state"], "JOB_STATE_SUCCEEDED", status.get("message"))
+            status = cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
             self.assertEqual(int(status["global_step"]), 1280)
             workers = status["workers"]
             self.assertEqual(len(workers), 2)
@@ -137,6 +136,51 @@ class OutOfTreeExampleTest(unittest.TestCase):
                 self.assertEqual(int(w["step"]), 1280)
                 self.assertGreater(w["last_loss"], 0)
                 self.assertEqual(w["probe"]["backend"], "shm")
+        finally:
+            cluster.stop()
+
+    def test_elastic_a_lost_rank_and_a_replacement_rejoin_at_step_boundaries(self):
+        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
+                               "maxWorkers": 3, "settleSeconds": 1})
+        try:
+            argv = [self.program, "--data", os.path.join(self.dir, "data-elastic"),
+                    "--epochs", "600"]
+            procs = [cluster.start_program(i, argv) for i in range(3)]
+
+            def running(world):
+                s = cluster.status()
+                return (s["state"] == "JOB_STATE_RUNNING" and s.get("world_size") == world and
+                        int(s.get("global_step", 0)) > 1000)
+            wait_for(lambda: running(3), 120, "three ranks to train")
+            procs[2].kill()
+            procs[2].wait()
+            wait_for(lambda: running(2) and int(cluster.status()["generation"]) == 2, 60,
+                     "the two survivors to re-form")
+            procs.append(cluster.start_program(3, argv))  # a replacement
+            wait_for(lambda: running(3) and int(cluster.status()["generation"]) == 3, 60,
+                     "the replacement to join")
+            for p in procs[:2] + procs[3:]:
+                p.wait(timeout=300)
+            logs = {i: cluster.log("program-%d" % i) for i in (0, 1, 3)}
+            self.assertEqual([p.returncode for p in procs[:2] + procs[3:]], [0, 0, 0],
+                             "\n".join(logs.values()))
+            # The snapshot may lag the processes' going by a moment.
+            status = cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+            self.check_trained(logs[0])
+            for i in (0, 1):  # the survivors: the step in flight dropped, twice
+                self.assertIn("re-formed into generation 2", logs[i])
+                self.assertIn("re-formed into generation 3", logs[i])
+            self.assertRegex(logs[3], r"took up rank \d's state at step \d+")
+            # The replicas stayed equal: the ranks' parameter digests agree at
+            # each step they were compared (the coordinator fails the job
+            # otherwise).
+            by_step = {}
+            for w in status["workers"]:
+                if w.get("parameter_digest"):
+                    by_step.setdefault(w["digest_step"], set()).add(w["parameter_digest"])
+            self.assertTrue(by_step, status["workers"])
+            for step, digests in by_step.items():
+                self.assertEqual(len(digests), 1, (step, digests))
         finally:
             cluster.stop()
 

@@ -83,7 +83,6 @@ absl::Status CoordinatorSession::Connect(std::shared_ptr<v1::Coordinator::StubIn
   const v1::Assignment& a = assignment_;
   board_.generation = a.generation();
   board_.rank = a.rank();
-  board_.epoch = a.start_epoch();
   SetLogIdentity(absl::StrCat("worker ", a.worker_id(), " rank ", a.rank()));
   DDP_LOG(Info) << "joined generation " << a.generation() << " of job " << a.job_id() << " as rank "
                 << a.rank() << " of " << a.world_size();
@@ -105,6 +104,77 @@ absl::Status CoordinatorSession::Connect(std::shared_ptr<v1::Coordinator::StubIn
   return absl::OkStatus();
 }
 
+void CoordinatorSession::SetCommitted(uint64_t step, uint64_t epoch, uint64_t cursor) {
+  absl::MutexLock lock(&mu_);
+  board_.step = step;
+  board_.epoch = epoch;
+  board_.cursor = cursor;
+}
+
+v1::HeldState CoordinatorSession::HeldLocked() const {
+  v1::HeldState held;
+  held.set_job_id(assignment_.job_id());
+  held.set_spec_digest(SpecDigest(assignment_.spec()));
+  held.set_step(board_.step);
+  held.set_epoch(board_.epoch);
+  held.set_cursor(board_.cursor);
+  held.set_generation(assignment_.generation());
+  return held;
+}
+
+absl::Status CoordinatorSession::Reform(absl::Duration timeout) {
+  std::shared_ptr<v1::Coordinator::StubInterface> stub;
+  {
+    absl::MutexLock lock(&mu_);
+    auto settled = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+      return self->next_.has_value() || self->stopped_ || self->link_result_ >= 0;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(+settled, this), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no new generation within ", absl::FormatDuration(timeout), " after: ", ended_));
+    }
+    // Stopped (the job ended) or the line is gone: no next generation.
+    if (!next_) return absl::CancelledError(ended_);
+    assignment_ = *std::move(next_);
+    next_.reset();
+    stub = stub_;
+    ended_.clear();
+    live_comm_.reset();
+  }
+  comm_.reset();
+  if (absl::Status connected = Connect(std::move(stub)); !connected.ok()) {
+    // Ended again meanwhile (another rank lost; the store may say so before
+    // the coordinator's word comes): the caller waits for the next one.
+    {
+      absl::MutexLock lock(&mu_);
+      auto ended = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return !self->ended_.empty() || self->link_result_ >= 0;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(+ended, this), absl::Seconds(5));
+      if (!ended_.empty()) return absl::AbortedError(ended_);
+    }
+    PushState(assignment_.generation(), v1::WORKER_STATE_FAILED, std::string(connected.message()),
+              nullptr, connected.code());
+    return connected;
+  }
+  return absl::OkStatus();
+}
+
+bool CoordinatorSession::AwaitEnd(const absl::Status& failure, absl::Duration timeout) {
+  if (!ended_reason().empty()) return true;
+  // Say so: the coordinator ends the generation for every rank (a transient
+  // code: it re-forms rather than failing the job).
+  PushState(assignment_.generation(), v1::WORKER_STATE_FAILED,
+            absl::StrCat("a collective failed: ", failure.message()), nullptr,
+            absl::StatusCode::kUnavailable);
+  absl::MutexLock lock(&mu_);
+  auto ended = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+    return !self->ended_.empty() || self->link_result_ >= 0;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(+ended, this), timeout);
+  return !ended_.empty();
+}
+
 v1::RegisterRequest CoordinatorSession::MakeRegister() {
   v1::RegisterRequest r;
   r.set_host(options_.host);
@@ -115,17 +185,14 @@ v1::RegisterRequest CoordinatorSession::MakeRegister() {
   caps->set_cpu_threads(options_.threads);
   caps->set_program(true);
   absl::MutexLock lock(&mu_);
-  if (assigned_ && ended_.empty()) {
+  if (!assigned_) return r;
+  if (ended_.empty()) {
     // Back after a coordinator outage: claim the generation it trains in.
     r.set_generation(assignment_.generation());
     r.set_rank(assignment_.rank());
-    v1::HeldState* held = r.mutable_held();
-    held->set_job_id(assignment_.job_id());
-    held->set_spec_digest(SpecDigest(assignment_.spec()));
-    held->set_step(board_.step);
-    held->set_epoch(board_.epoch);
-    held->set_generation(assignment_.generation());
   }
+  // What it holds, so that a re-formed generation can start from it.
+  if (ended_.empty() || elastic_) *r.mutable_held() = HeldLocked();
   return r;
 }
 
@@ -139,13 +206,21 @@ void CoordinatorSession::OnAssignment(const v1::Assignment& assignment,
       assigned_ = true;
       return;
     }
+    if (elastic_ && assignment.generation() > assignment_.generation()) {
+      // Taken up at the program's next step boundary (Reform).
+      DDP_LOG(Info) << "assigned to generation " << assignment.generation() << " as rank "
+                    << assignment.rank() << " of " << assignment.world_size();
+      next_ = assignment;
+      stub_ = std::move(stub);
+      return;
+    }
   }
-  // A re-formed generation: the program's state can't follow it yet.
+  // A re-formed generation: this program's state can't follow it.
   DDP_LOG(Warning) << "assigned to generation " << assignment.generation()
                    << ", but a program can't join a new generation yet";
   PushState(assignment.generation(), v1::WORKER_STATE_FAILED,
-            "a program on the ddp library can't move to a new generation yet (elastic "
-            "re-formation through the library is not built): it leaves the job",
+            "this program can't move to a new generation: it registered no elastic state "
+            "(ddp::Session::set_elastic_state), so it leaves the job",
             nullptr, absl::StatusCode::kFailedPrecondition);
   End(absl::StrCat("the coordinator re-formed the job into generation ", assignment.generation(),
                    ", which a program can't join yet"));
@@ -154,12 +229,35 @@ void CoordinatorSession::OnAssignment(const v1::Assignment& assignment,
 void CoordinatorSession::OnAbort(const v1::Abort& abort) {
   {
     absl::MutexLock lock(&mu_);
+    if (next_ && next_->generation() == abort.generation()) {
+      // Ended before this rank took it up: free again, holding what it held.
+      next_.reset();
+      v1::WorkerMessage message;
+      v1::StateChange* change = message.mutable_state();
+      change->set_generation(abort.generation());
+      change->set_state(v1::WORKER_STATE_IDLE);
+      change->set_detail(absl::StrCat("left before joining: ", abort.reason()));
+      *change->mutable_held() = HeldLocked();
+      outbox_.Push(std::move(message));
+      return;
+    }
     if (!assigned_ || abort.generation() != assignment_.generation()) return;
   }
   DDP_LOG(Warning) << "the coordinator ended generation " << abort.generation() << ": "
                    << abort.reason();
   End(absl::StrCat("the coordinator ended generation ", abort.generation(), ": ", abort.reason()));
-  PushState(abort.generation(), v1::WORKER_STATE_IDLE, absl::StrCat("left: ", abort.reason()));
+  v1::HeldState held;
+  {
+    absl::MutexLock lock(&mu_);
+    held = HeldLocked();
+  }
+  v1::WorkerMessage message;
+  v1::StateChange* change = message.mutable_state();
+  change->set_generation(abort.generation());
+  change->set_state(v1::WORKER_STATE_IDLE);
+  change->set_detail(absl::StrCat("left after step ", held.step(), ": ", abort.reason()));
+  if (elastic_) *change->mutable_held() = held;
+  outbox_.Push(std::move(message));
 }
 
 void CoordinatorSession::OnDropped(const std::string& why) {

@@ -7,13 +7,16 @@
 // through the coordinator's store, and then follows the coordinator: an
 // Abort of its generation, a drop or a Stop breaks the communicator, so the
 // program's next collective fails with the coordinator's reason instead of
-// waiting for a timeout. Re-forming into a new generation is not done yet:
-// a later assignment is answered FAILED, so the job fails with a clear
-// reason instead of waiting on this rank.
+// waiting for a timeout, and it says it left (with the step it holds, so
+// that a re-formed generation can start from it). An elastic program
+// (set_elastic) takes the next assignment with Reform(); any other answers
+// it FAILED, so the job fails with a clear reason instead of waiting on it.
 #ifndef DDP_WORKER_API_COORDINATOR_SESSION_H_
 #define DDP_WORKER_API_COORDINATOR_SESSION_H_
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -51,8 +54,26 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
                                                                   absl::Duration timeout);
   ~CoordinatorSession() override;
 
+  // The generation this rank trains in now (changes only in Reform).
   const v1::Assignment& assignment() const { return assignment_; }
   Communicator& communicator() { return *comm_; }
+
+  // Whether a later assignment is taken (Reform) rather than refused.
+  void set_elastic(bool elastic) { elastic_ = elastic; }
+  // The last step every rank completed, and where the data stood after it:
+  // what this rank says it holds when its generation ends.
+  void SetCommitted(uint64_t step, uint64_t epoch, uint64_t cursor);
+  // After ended_reason() became non-empty: waits (at most `timeout`) for the
+  // coordinator's next assignment, then builds and proves its communicator.
+  // The old communicator goes. CANCELLED with the coordinator's reason when
+  // it stopped this program instead (the job ended); ABORTED when the new
+  // generation ended before it formed; DEADLINE_EXCEEDED when no
+  // assignment came.
+  absl::Status Reform(absl::Duration timeout);
+  // A collective failed before the coordinator ended the generation (this
+  // rank saw a peer die first): tells the coordinator, and waits (at most
+  // `timeout`) for it to end the generation. Whether it did.
+  bool AwaitEnd(const absl::Status& failure, absl::Duration timeout);
 
   // Never blocks: queued for the coordinator.
   void ReportStep(v1::StepReport report);
@@ -80,16 +101,21 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
                  const v1::ProbeResult* probe = nullptr,
                  absl::StatusCode code = absl::StatusCode::kOk);
   absl::Status Connect(std::shared_ptr<v1::Coordinator::StubInterface> stub);
+  v1::HeldState HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Outbox outbox_;
   ProgressBoard board_;
-  v1::Assignment assignment_;  // set once, before Join returns
+  // Written only by Join and Reform, under mu_ (the link thread reads it).
+  v1::Assignment assignment_;
   std::shared_ptr<Communicator> comm_;
+  std::atomic<bool> elastic_{false};
 
   mutable absl::Mutex mu_;
   bool assigned_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<v1::Coordinator::StubInterface> stub_ ABSL_GUARDED_BY(mu_);
+  // The next generation's assignment, until Reform takes it.
+  std::optional<v1::Assignment> next_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string ended_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Communicator> live_comm_ ABSL_GUARDED_BY(mu_);

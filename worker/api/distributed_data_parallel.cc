@@ -15,6 +15,7 @@
 #include "worker/bucket_plan.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
+#include "worker/tensor_digest.h"
 
 namespace ddp {
 namespace {
@@ -71,12 +72,14 @@ void CheckSameParameters(Communicator& comm, const Named& params, int root) {
 }
 
 // Copies `t` from rank `root` to every rank, whatever its dtype.
-void BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
+absl::Status BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
   torch::NoGradGuard no_grad;
   torch::Tensor contiguous = t.contiguous();
-  Check(comm.Broadcast(contiguous.data_ptr(), contiguous.nbytes(), root),
-        "copying the parameters from rank " + std::to_string(root));
+  if (absl::Status s = comm.Broadcast(contiguous.data_ptr(), contiguous.nbytes(), root); !s.ok()) {
+    return s;
+  }
   if (!contiguous.is_same(t)) t.copy_(contiguous);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -86,7 +89,10 @@ struct DistributedDataParallel::Impl {
   void Finished(bool sync, const absl::StatusOr<ReductionStats>& stats) {
     if (!sync) return;
     Session::Impl& s = *session->impl_;
-    if (!stats.ok()) throw Error(s.Explain(stats.status(), "all-reducing the gradients failed"));
+    if (!stats.ok()) {
+      if (s.VoidStep(stats.status())) return;  // elastic: undone at the next step boundary
+      throw Error(s.Explain(stats.status(), "all-reducing the gradients failed"));
+    }
     last.buckets = stats->buckets_reduced;
     last.bytes = stats->bytes;
     last.allreduce_ms = stats->allreduce_ms;
@@ -104,16 +110,58 @@ struct DistributedDataParallel::Impl {
     r.set_globally_unused_parameters(stats->globally_unused);
     // Names go up once, when first seen unused.
     for (const std::string& name : stats->newly_unused) r.add_newly_unused_parameter_names(name);
-    for (auto& [name, t] : buffers) BroadcastTensor(session->communicator(), t, root);
+    if (broadcast_buffers) {
+      for (auto& [name, t] : buffers) {
+        if (absl::Status b = BroadcastTensor(*s.comm, t, root); !b.ok()) {
+          if (s.VoidStep(b)) return;
+          throw Error(s.Explain(b, "copying the buffers from rank " + std::to_string(root)));
+        }
+      }
+    }
+    s.OnCommitted();
+  }
+
+  // Construction's collectives on the session's communicator: every rank
+  // has the same parameters, takes `from`'s parameters and buffers, and
+  // gets a reducer over it.
+  void Attach(int from) {
+    Communicator& comm = *session->impl_->comm;
+    root = from;
+    CheckSameParameters(comm, params, root);
+    for (auto& [name, t] : params) {
+      Check(BroadcastTensor(comm, t, root),
+            "copying the parameters from rank " + std::to_string(root));
+    }
+    for (auto& [name, t] : buffers) {
+      Check(BroadcastTensor(comm, t, root),
+            "copying the buffers from rank " + std::to_string(root));
+    }
+    auto created = Reducer::Create(trainable, &comm, reducer_options);
+    Check(created.status(), "ddp::DistributedDataParallel");
+    reducer = std::move(*created);
+    reducer->EnableImplicit(
+        [this] { return !no_sync; },
+        [this](bool sync, absl::StatusOr<ReductionStats> stats) { Finished(sync, stats); });
+  }
+
+  void ZeroGrads() {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : trainable) {
+      if (t.grad().defined()) t.mutable_grad().zero_();
+    }
   }
 
   Session* session = nullptr;
   std::vector<std::string> names;
+  Named params;
+  Named buffers;
+  std::vector<NamedTensor> trainable;
+  Reducer::Options reducer_options;
   std::unique_ptr<Reducer> reducer;
   bool no_sync = false;
   Reduction last;
-  // Broadcast from `root` after each synchronized backward (empty: never).
-  Named buffers;
+  // Buffers are taken from `root` after each synchronized backward.
+  bool broadcast_buffers = true;
   int root = 0;
 };
 
@@ -121,33 +169,39 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
                                                  const Options& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->session = &session;
-  Communicator& comm = session.communicator();
-  if (options.broadcast_from < 0 || options.broadcast_from >= comm.world_size()) {
+  Session::Impl& s = *session.impl_;
+  if (options.broadcast_from < 0 || options.broadcast_from >= s.world_size) {
     throw Error(absl::StrCat("broadcast_from ", options.broadcast_from, " is not a rank"));
   }
   if (!(options.bucket_cap_mb > 0)) throw Error("bucket_cap_mb must be positive");
-  CheckSameParameters(comm, params, options.broadcast_from);
-  for (auto& [name, t] : params) BroadcastTensor(comm, t, options.broadcast_from);
-  for (auto& [name, t] : buffers) BroadcastTensor(comm, t, options.broadcast_from);
+  impl_->params = std::move(params);
+  impl_->buffers = std::move(buffers);
   // Buffers change in forward only, so taking the root's after a backward
   // gives the next forward the buffers PyTorch's pre-forward broadcast would.
-  if (options.broadcast_buffers) impl_->buffers = buffers;
-  impl_->root = options.broadcast_from;
-  std::vector<NamedTensor> trainable;
-  for (auto& [name, t] : params) {
+  impl_->broadcast_buffers = options.broadcast_buffers;
+  for (auto& [name, t] : impl_->params) {
     impl_->names.push_back(name);
-    if (t.requires_grad()) trainable.emplace_back(name, t);
+    if (t.requires_grad()) impl_->trainable.emplace_back(name, t);
   }
-  Reducer::Options reducer;
-  reducer.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
-  reducer.first_bucket_cap_bytes = std::min(reducer.bucket_cap_bytes, kDefaultFirstBucketBytes);
-  auto created = Reducer::Create(std::move(trainable), &comm, reducer);
-  Check(created.status(), "ddp::DistributedDataParallel");
-  impl_->reducer = std::move(*created);
+  impl_->reducer_options.bucket_cap_bytes =
+      static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
+  impl_->reducer_options.first_bucket_cap_bytes =
+      std::min(impl_->reducer_options.bucket_cap_bytes, kDefaultFirstBucketBytes);
+  // Started into a running job: the state comes from the rank the
+  // coordinator names, as the others re-form from it.
+  int root = options.broadcast_from;
+  if (s.joined && s.joined->assignment().state_source() != v1::STATE_SOURCE_FRESH) {
+    root = static_cast<int>(s.joined->assignment().source_rank());
+  }
+  impl_->Attach(root);
   Impl* impl = impl_.get();
-  impl_->reducer->EnableImplicit(
-      [impl] { return !impl->no_sync; },
-      [impl](bool sync, absl::StatusOr<ReductionStats> stats) { impl->Finished(sync, stats); });
+  s.ddp = DdpLink{[impl] { impl->reducer.reset(); }, [impl](int from) { impl->Attach(from); },
+                  [impl] { impl->ZeroGrads(); },
+                  [impl] {
+                    std::vector<torch::Tensor> tensors;
+                    for (auto& [name, t] : impl->params) tensors.push_back(t);
+                    return TensorDigest(tensors);
+                  }};
 }
 
 namespace {
@@ -175,7 +229,10 @@ DistributedDataParallel::DistributedDataParallel(Session& session, torch::jit::M
     : DistributedDataParallel(session, NamedOfJit(module.named_parameters(/*recurse=*/true)),
                               NamedOfJit(module.named_buffers(/*recurse=*/true)), options) {}
 
-DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::~DistributedDataParallel() {
+  Session::Impl& s = *impl_->session->impl_;
+  if (s.ddp) s.ddp.reset();
+}
 
 DistributedDataParallel::NoSync DistributedDataParallel::no_sync() {
   if (impl_->no_sync) {

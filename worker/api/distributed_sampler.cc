@@ -8,16 +8,56 @@
 #include "common/sampler.h"
 #include "ddp/error.h"
 #include "ddp/session.h"
+#include "worker/api/session_impl.h"
 
 namespace ddp {
 
 struct DistributedSampler::State {
+  // (epoch, cursor) once the indices handed out so far are trained.
+  std::pair<uint64_t, uint64_t> Position() const {
+    if (!started) return {next_epoch, std::min(cursor, sampler.dataset_size)};
+    if (position >= indices.size()) return {sampler.epoch + 1, 0};
+    return {sampler.epoch, start + sampler.world_size * position};
+  }
+  // Elastic: go on from (epoch, cursor) in a world of `world` ranks.
+  void Reposition(uint64_t epoch, uint64_t at, int rank, int world) {
+    sampler.rank = static_cast<uint32_t>(rank);
+    sampler.world_size = static_cast<uint32_t>(world);
+    if (!started) {
+      // Not iterated yet (a program started into the job): its loader's
+      // first reset() begins there.
+      next_epoch = epoch;
+      cursor = at;
+      return;
+    }
+    if (epoch > sampler.epoch) {
+      // This epoch is over where the state came from: end it here too, so
+      // that the program's loop moves on with the others.
+      indices.clear();
+      position = 0;
+      next_epoch = epoch;
+      cursor = at;
+      return;
+    }
+    sampler.epoch = epoch;
+    next_epoch = epoch + 1;
+    start = std::min(at, sampler.dataset_size);
+    indices = ElasticSamplerIndices(sampler, start);
+    position = 0;
+    cursor = 0;
+    started = true;
+  }
+
   SamplerOptions sampler;
   uint64_t next_epoch = 0;
+  // Where the next reset()'s epoch starts, and where the current one did.
   uint64_t cursor = 0;
+  uint64_t start = 0;
   bool started = false;
   std::vector<int64_t> indices;
   size_t position = 0;
+  // The session made with, for its step boundaries (null: none).
+  std::shared_ptr<SessionGate> gate;
 };
 
 DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size,
@@ -38,7 +78,19 @@ DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_
 }
 
 DistributedSampler::DistributedSampler(size_t dataset_size, const Session& session, Options options)
-    : DistributedSampler(dataset_size, session.rank(), session.world_size(), options) {}
+    : DistributedSampler(dataset_size, session.rank(), session.world_size(), options) {
+  Session::Impl& s = *session.impl_;
+  state_->gate = s.gate;
+  std::weak_ptr<State> weak = state_;
+  s.sampler = SamplerLink{[weak] {
+                            auto state = weak.lock();
+                            return state ? state->Position() : std::pair<uint64_t, uint64_t>{0, 0};
+                          },
+                          [weak](uint64_t epoch, uint64_t cursor, int rank, int world) {
+                            if (auto state = weak.lock())
+                              state->Reposition(epoch, cursor, rank, world);
+                          }};
+}
 
 void DistributedSampler::set_epoch(uint64_t epoch) { state_->next_epoch = epoch; }
 
@@ -61,13 +113,16 @@ void DistributedSampler::reset(torch::optional<size_t> new_size) {
   s.sampler.epoch = s.next_epoch;
   s.next_epoch = s.sampler.epoch + 1;
   s.started = true;
-  s.indices = ElasticSamplerIndices(s.sampler, std::min(s.cursor, s.sampler.dataset_size));
+  s.start = std::min(s.cursor, s.sampler.dataset_size);
+  s.indices = ElasticSamplerIndices(s.sampler, s.start);
   s.cursor = 0;  // a cursor is for one epoch
   s.position = 0;
 }
 
 torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
   State& s = *state_;
+  // A step boundary: where a job that lost or gained a rank re-forms.
+  if (s.gate && s.gate->impl) s.gate->impl->AtStepBoundary();
   if (s.position >= s.indices.size() || batch_size == 0) return torch::nullopt;
   const size_t n = std::min(batch_size, s.indices.size() - s.position);
   std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);

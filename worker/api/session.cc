@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/credentials.h"
+#include "common/logging.h"
 #include "common/net_address.h"
 #include "common/store_client.h"
 #include "ddp/error.h"
@@ -32,6 +33,9 @@ constexpr char kEnvHelp[] =
     "ddp-run --nproc N -- PROGRAM, or set DDP_COORDINATOR=HOST:PORT (a coordinator running a "
     "job with model.kind \"program\"), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
     "as torchrun does";
+
+// Steps between the parameter digests in step reports.
+constexpr uint64_t kDigestEvery = 100;
 
 std::string EnvString(const char* name) {
   const char* value = std::getenv(name);
@@ -138,6 +142,19 @@ std::string Session::Impl::Explain(const absl::Status& status, const std::string
   const std::string ended = joined ? joined->ended_reason() : "";
   if (!ended.empty()) return absl::StrCat(what, ": ", ended);
   return absl::StrCat(what, ": ", status.message());
+}
+
+bool Session::Impl::ReformedAfter(const absl::Status& failure) {
+  if (!joined || !elastic) return false;
+  if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
+  DDP_LOG(Warning) << "a collective of the program's own was cut short by a re-formation ("
+                   << failure.message() << "); it keeps this rank's values";
+  AtStepBoundary();
+  return true;
+}
+
+bool Session::Impl::Joining() const {
+  return joined && !elastic && joined->assignment().state_source() != v1::STATE_SOURCE_FRESH;
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -264,21 +281,28 @@ uint64_t Session::sampler_seed() const {
   return impl_->joined ? impl_->joined->assignment().sampler_seed() : 0;
 }
 uint64_t Session::start_epoch() const {
+  if (impl_->elastic) return impl_->committed_epoch;
   return impl_->joined ? impl_->joined->assignment().start_epoch() : 0;
 }
 
 void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
-  if (!impl_->joined) return;
+  // Nothing to say about a generation the coordinator ended.
+  if (!impl_->joined || !impl_->joined->ended_reason().empty()) return;
   const absl::Time now = absl::Now();
   v1::StepReport report;
   report.set_generation(impl_->joined->assignment().generation());
-  report.set_step(++impl_->steps);
+  report.set_step(++impl_->reported_steps);
   report.set_epoch(epoch);
   report.set_loss(loss);
   report.set_samples(samples);
   report.set_world_size(static_cast<uint32_t>(impl_->world_size));
   report.set_step_seconds(absl::ToDoubleSeconds(now - impl_->last_report));
   *report.mutable_reduction() = impl_->last_reduction;
+  // Now and then the replicas' fingerprint: the coordinator fails the job,
+  // naming both ranks, if two ranks' differ at the same step.
+  if (impl_->ddp && report.step() % kDigestEvery == 0) {
+    report.set_parameter_digest(impl_->ddp->digest());
+  }
   impl_->last_reduction.clear_newly_unused_parameter_names();
   impl_->last_report = now;
   impl_->joined->ReportStep(std::move(report));
@@ -295,8 +319,10 @@ void Session::all_reduce_sum(torch::Tensor& tensor) {
       !tensor.is_contiguous()) {
     throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
   }
+  if (impl_->Joining()) return;
   if (absl::Status s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
       !s.ok()) {
+    if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "all_reduce_sum"));
   }
 }
@@ -305,14 +331,18 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
   if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
     throw Error("broadcast takes a contiguous CPU tensor");
   }
+  if (impl_->Joining()) return;
   if (absl::Status s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root); !s.ok()) {
+    if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "broadcast"));
   }
 }
 
 void Session::barrier() {
+  if (impl_->Joining()) return;
   float one = 1;
   if (absl::Status s = impl_->comm->AllReduceSum(&one, 1); !s.ok()) {
+    if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "barrier"));
   }
 }

@@ -1,12 +1,17 @@
-// What a ddp::Session holds, shared with the rest of the library (the
-// DistributedDataParallel hands it each step's reduction).
+// What a ddp::Session holds, shared with the rest of the library: the
+// DistributedDataParallel hands it each step's reduction and outcome, the
+// DistributedSampler asks it at each step boundary whether the job re-forms.
 #ifndef DDP_WORKER_API_SESSION_IMPL_H_
 #define DDP_WORKER_API_SESSION_IMPL_H_
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -18,10 +23,53 @@
 
 namespace ddp {
 
+// The sampler made last with a session, as the session sees it.
+struct SamplerLink {
+  // (epoch, cursor) once the batches handed out so far are trained.
+  std::function<std::pair<uint64_t, uint64_t>()> position;
+  // Go on from (epoch, cursor), split among `world` as `rank`.
+  std::function<void(uint64_t epoch, uint64_t cursor, int rank, int world)> reposition;
+};
+
+// The DistributedDataParallel made last with a session.
+struct DdpLink {
+  // Before the communicator goes: drop the reducer over it.
+  std::function<void()> release;
+  // On a new communicator: what construction does (check the parameters,
+  // copy them from the source rank) and a new reducer.
+  std::function<void(int source)> rejoin;
+  std::function<void()> zero_grads;
+  // The fingerprint of its parameters (equal on every replica).
+  std::function<std::string()> digest;
+};
+
+// What a sampler holds to reach its session; cleared when the session goes.
+struct SessionGate {
+  Session::Impl* impl = nullptr;
+};
+
 struct Session::Impl {
+  Impl() : gate(std::make_shared<SessionGate>()) { gate->impl = this; }
+  ~Impl() { gate->impl = nullptr; }
+
   // `what` failed with `status`: the message for ddp::Error, with the
   // coordinator's reason when it ended this rank's generation.
   std::string Explain(const absl::Status& status, const std::string& what) const;
+
+  // A synchronized backward completed on every rank.
+  void OnCommitted();
+  // A synchronized backward failed with `failure`: true when the step is
+  // dropped, to be undone at the next step boundary (elastic, and the
+  // coordinator ended the generation); false when the error stands.
+  bool VoidStep(const absl::Status& failure);
+  // The sampler is about to hand out a batch: re-form first if due.
+  void AtStepBoundary();
+  // A collective of the program's own failed: true when that was the
+  // generation ending and the job re-formed (the values stay this rank's).
+  bool ReformedAfter(const absl::Status& failure);
+  // Started into a running job and not yet holding its state: the others
+  // are past the program's start, so its own collectives are skipped.
+  bool Joining() const;
 
   Options options;
   int rank = 0;
@@ -30,15 +78,37 @@ struct Session::Impl {
   std::unique_ptr<CoordinatorSession> joined;  // with a coordinator
   Communicator* comm = nullptr;                // the one above's, or `owned`
   std::shared_ptr<Communicator> owned;
+  std::shared_ptr<SessionGate> gate;
+  std::optional<SamplerLink> sampler;
+  std::optional<DdpLink> ddp;
 
   // Reports (joined only).
-  uint64_t steps = 0;
+  uint64_t reported_steps = 0;
   absl::Time last_report;
   v1::ReductionStatus last_reduction;
   bool finished = false;
   // Exceptions in flight when the session began: more at its end means the
   // program is leaving by one.
   int uncaught_at_start = std::uncaught_exceptions();
+
+  // Elastic (joined only).
+  std::optional<ElasticState> elastic;
+  // The last step every rank completed, and where the data stood after it.
+  uint64_t committed_step = 0;
+  uint64_t committed_epoch = 0;
+  uint64_t committed_cursor = 0;
+  // The state this rank offers the next generation, frozen when the step
+  // in flight failed or the re-formation began.
+  std::optional<std::string> offered;
+
+  // Every rank takes the state of rank `source`; then the sampler goes on
+  // from where it stood there.
+  void TakeUpState(int source);
+
+ private:
+  std::string Serialize(uint64_t step, uint64_t epoch, uint64_t cursor);
+  // Takes up `bytes`; returns (step, epoch, cursor).
+  std::tuple<uint64_t, uint64_t, uint64_t> Deserialize(const std::string& bytes);
 };
 
 }  // namespace ddp
