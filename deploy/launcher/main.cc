@@ -289,6 +289,7 @@ ProgramLaunch ProgramFor(const std::vector<std::string>& program, const std::str
   launch.threads = threads;
   launch.log_dir = absl::GetFlag(FLAGS_log_dir);
   launch.coordinator = target;
+  launch.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   for (const std::string& flag : security.worker_flags) {
     const size_t eq = flag.find('=');
     launch.env.push_back(

@@ -19,9 +19,11 @@ v1::JobSpec ProgramJobSpec(int nproc) {
   v1::JobSpec spec;
   spec.set_name("program");
   spec.mutable_model()->set_kind("program");
+  // Every copy: after a loss the job waits for the restarted one (a
+  // program with elastic state goes on from the survivors' state; one
+  // without starts over, as torchrun's restarts do).
   spec.set_min_workers(nproc);
   spec.set_max_workers(nproc);
-  spec.set_fault_budget(0);
   spec.set_settle_seconds(0);
   return WithDefaults(spec);
 }
@@ -45,7 +47,7 @@ int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
             << ", " << launch.threads << " thread(s) each, joined to the coordinator at "
             << launch.coordinator << (launch.log_dir.empty() ? "" : ", logs in " + launch.log_dir)
             << std::endl;
-  for (int i = 0; i < launch.nproc; ++i) {
+  auto start = [&](int i, bool again) {
     std::vector<std::string> env = {absl::StrCat("DDP_COORDINATOR=", launch.coordinator),
                                     absl::StrCat("LOCAL_RANK=", i),
                                     absl::StrCat("LOCAL_WORLD_SIZE=", launch.nproc),
@@ -54,12 +56,14 @@ int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
     env.insert(env.end(), launch.env.begin(), launch.env.end());
     const std::string log =
         launch.log_dir.empty() ? "" : absl::StrCat(launch.log_dir, "/rank-", i, ".log");
-    auto started = children.Start(absl::StrCat("rank ", i), argv, env, log);
-    if (!started.ok()) {
-      std::cerr << "ddp-run: " << started.status().message() << "\n";
-      return 1;
-    }
+    auto started = children.Start(absl::StrCat("rank ", i), argv, env, log, again);
+    if (!started.ok()) std::cerr << "ddp-run: " << started.status().message() << "\n";
+    return started.ok();
+  };
+  for (int i = 0; i < launch.nproc; ++i) {
+    if (!start(i, false)) return 1;
   }
+  int restarts_left = launch.max_restarts;
   int running = launch.nproc;
   int coordinator_code = -1;
   absl::Time coordinator_gone = absl::InfiniteFuture();
@@ -78,6 +82,16 @@ int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
       }
       --running;
       if (code == 0) continue;
+      if (restarts_left > 0 && coordinator_code < 0) {
+        // The others train on; the new copy joins them at a step boundary.
+        --restarts_left;
+        std::cerr << "ddp-run: " << name << " exited with code " << code << "; restarting it ("
+                  << restarts_left << " restart(s) left)" << std::endl;
+        if (start(std::stoi(name.substr(5)), true)) {
+          ++running;
+          continue;
+        }
+      }
       std::cerr << "ddp-run: " << name << " exited with code " << code
                 << "; stopping the other ranks" << std::endl;
       children.StopAll(absl::Seconds(10));

@@ -25,10 +25,15 @@ struct ProgramLaunch {
   // it besides (DDP_TOKEN_FILE, DDP_TLS_CA, ...).
   std::string coordinator;
   std::vector<std::string> env;
+  // Copies that die are started again, this many times in all: the new
+  // copy joins the running job (a program with elastic state takes up the
+  // others' state; see ddp::Session::set_elastic_state).
+  int max_restarts = 0;
 };
 
-// The job ddp-run's coordinator runs for a program on `nproc` ranks: every
-// rank or none (a lost rank fails the job: the library can't re-form yet).
+// The job ddp-run's coordinator runs for a program on `nproc` ranks: it
+// forms with all of them, and again once a lost one's restarted copy is
+// back.
 v1::JobSpec ProgramJobSpec(int nproc);
 
 // The program as a path to execute: as given when it has a '/', else the
@@ -36,11 +41,12 @@ v1::JobSpec ProgramJobSpec(int nproc);
 std::string ResolveProgram(const std::string& program);
 
 // Starts the copies in `children` (where the coordinator runs as
-// "coordinator") and waits until all exit. The first that fails (non-zero,
-// or a signal) stops the others (SIGTERM, then SIGKILL after 10 s) and its
-// code is returned (128 + N for signal N); SIGINT or SIGTERM to ddp-run
-// stops them all and returns 128 + the signal. When every copy succeeded,
-// the coordinator's code (the job's outcome).
+// "coordinator") and waits until all exit. A copy that fails (non-zero, or
+// a signal) is started again while restarts are left; otherwise it stops
+// the others (SIGTERM, then SIGKILL after 10 s) and its code is returned
+// (128 + N for signal N). SIGINT or SIGTERM to ddp-run stops them all and
+// returns 128 + the signal. When every copy succeeded, the coordinator's
+// code (the job's outcome).
 int RunProgram(const ProgramLaunch& launch, ChildProcesses& children);
 
 }  // namespace ddp

@@ -12,6 +12,7 @@ what ddp-run hands a program, and that one failing rank stops the others."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
-from cluster import Cluster, synthetic_job  # noqa: E402
+from cluster import Cluster, children_of, synthetic_job  # noqa: E402
 from harness import BIN, free_port, read_text, thread_env, wait_for  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
@@ -117,6 +118,32 @@ class OutOfTreeExampleTest(unittest.TestCase):
         # 4096 samples, 2 ranks, batches of 32: 64 steps an epoch.
         self.assertIn("job program SUCCEEDED", out)
         self.assertIn("finished 1280 steps", out)
+
+    def test_under_ddp_run_a_killed_rank_is_restarted_and_takes_up_the_state(self):
+        proc = subprocess.Popen(
+            [os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--max_restarts=1", "--",
+             self.program, "--data", os.path.join(self.dir, "data-restarted"), "--epochs", "400"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=thread_env())
+        try:
+            def rank_one():
+                for pid in children_of(proc.pid, "custom_loop"):
+                    with open("/proc/%d/environ" % pid, "rb") as f:
+                        if b"LOCAL_RANK=1\0" in f.read():
+                            return pid
+                return None
+            victim = wait_for(rank_one, 60, "rank 1 to start")
+            time.sleep(2)  # it trains a while
+            os.kill(victim, signal.SIGKILL)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("rank 1 exited with code 137; restarting it (0 restart(s) left)", err)
+        self.assertRegex(err, r"took up rank 0's state at step \d+")
+        self.assertIn("job program SUCCEEDED", out)
+        self.check_trained(out)
 
     def test_joins_a_coordinator_started_by_hand(self):
         cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2})
