@@ -9,25 +9,11 @@
 #include "worker/worker_metrics.h"
 
 namespace ddp {
-namespace {
-
-CoordinatorLink::Options LinkOptions(const WorkerAgent::Options& o) {
-  CoordinatorLink::Options link;
-  link.coordinator = o.coordinator;
-  link.security = o.security;
-  link.min_backoff = o.min_backoff;
-  link.max_backoff = o.max_backoff;
-  link.register_timeout = o.register_timeout;
-  link.complaint_interval = o.complaint_interval;
-  return link;
-}
-
-}  // namespace
 
 WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      link_(LinkOptions(options_), this, &outbox_, &board_) {
+      link_(options_.link, this, &outbox_, &board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
 }
 

@@ -14,7 +14,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/credentials.h"
 #include "common/device.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/coordinator_link.h"
@@ -29,7 +28,8 @@ class WorkerMetrics;
 class WorkerAgent final : public CoordinatorLink::Handler {
  public:
   struct Options {
-    std::string coordinator = "127.0.0.1:29400";
+    // The coordinator, how to reach it, and how patiently.
+    CoordinatorLink::Options link;
     // Where peers reach this worker, and the name it registers under.
     std::string host;
     Device device;
@@ -48,15 +48,6 @@ class WorkerAgent final : public CoordinatorLink::Handler {
     std::string debug_hang_file;
     // Step reports to the coordinator (off only to measure what they cost).
     bool send_reports = true;
-    absl::Duration min_backoff = absl::Milliseconds(100);
-    absl::Duration max_backoff = absl::Seconds(5);
-    // TLS and the bearer token for every call to the coordinator.
-    ClientSecurity security;
-    // A register not answered within this (a silent TCP listener, an HTTP
-    // server, a TLS/plaintext mismatch that hangs) is given up and retried.
-    absl::Duration register_timeout = absl::Seconds(10);
-    // Repeated connection errors and refusals are logged at most this often.
-    absl::Duration complaint_interval = absl::Minutes(1);
   };
 
   explicit WorkerAgent(Options options);

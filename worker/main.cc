@@ -113,8 +113,8 @@ int Run() {
                         "set --tls_ca (and --tls_cert/--tls_key for mutual TLS)";
   }
   WorkerAgent::Options options;
-  options.coordinator = coordinator;
-  options.security = std::move(*security);
+  options.link.coordinator = coordinator;
+  options.link.security = std::move(*security);
   options.device = *device;
   options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
   options.name = absl::GetFlag(FLAGS_name);

@@ -10,21 +10,11 @@
 #include "worker/connect.h"
 
 namespace ddp {
-namespace {
-
-CoordinatorLink::Options LinkOptions(const CoordinatorSession::Options& o) {
-  CoordinatorLink::Options link;
-  link.coordinator = o.coordinator;
-  link.security = o.security;
-  return link;
-}
-
-}  // namespace
-
 CoordinatorSession::CoordinatorSession(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      link_(LinkOptions(options_), this, &outbox_, &board_) {
+      link_(CoordinatorLink::Options{options_.coordinator, options_.security}, this, &outbox_,
+            &board_) {
   link_thread_ = std::thread([this] {
     const int result = link_.Run();
     absl::MutexLock lock(&mu_);
