@@ -167,10 +167,16 @@ class OutOfTreeExampleTest(unittest.TestCase):
             cluster.stop()
 
     def test_elastic_a_lost_rank_and_a_replacement_rejoin_at_step_boundaries(self):
+        self.check_elastic("auto")  # shared memory: one machine
+
+    def test_elastic_over_gloo(self):
+        self.check_elastic("gloo")
+
+    def check_elastic(self, backend):
         cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
-                               "maxWorkers": 3, "settleSeconds": 1})
+                               "maxWorkers": 3, "settleSeconds": 1, "backend": backend})
         try:
-            argv = [self.program, "--data", os.path.join(self.dir, "data-elastic"),
+            argv = [self.program, "--data", os.path.join(self.dir, "data-elastic-" + backend),
                     "--epochs", "600"]
             procs = [cluster.start_program(i, argv) for i in range(3)]
 

@@ -157,6 +157,18 @@ bool CoordinatorSession::AwaitEnd(const absl::Status& failure, absl::Duration ti
   PushState(assignment_.generation(), v1::WORKER_STATE_FAILED,
             absl::StrCat("a collective failed: ", failure.message()), nullptr,
             absl::StatusCode::kUnavailable);
+  // Then free again, saying what it holds (the coordinator sends no abort
+  // to a rank that failed; a new assignment ends the wait below).
+  v1::WorkerMessage idle;
+  v1::StateChange* change = idle.mutable_state();
+  change->set_generation(assignment_.generation());
+  change->set_state(v1::WORKER_STATE_IDLE);
+  change->set_detail("after a failed collective");
+  {
+    absl::MutexLock lock(&mu_);
+    *change->mutable_held() = HeldLocked();
+  }
+  outbox_.Push(std::move(idle));
   absl::MutexLock lock(&mu_);
   auto ended = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
     return !self->ended_.empty() || self->link_result_ >= 0;
@@ -196,24 +208,32 @@ void CoordinatorSession::OnAssignment(const v1::Assignment& assignment,
       assigned_ = true;
       return;
     }
-    if (elastic_ && assignment.generation() > assignment_.generation()) {
+    if (elastic_) {
+      if (assignment.generation() <= assignment_.generation()) return;  // not news
       // Taken up at the program's next step boundary (Reform).
       DDP_LOG(Info) << "assigned to generation " << assignment.generation() << " as rank "
                     << assignment.rank() << " of " << assignment.world_size();
       next_ = assignment;
       stub_ = std::move(stub);
-      return;
+      if (!ended_.empty()) return;
     }
+  }
+  if (elastic_) {
+    // A newer generation means the current one is over (a rank that said
+    // it failed is not sent the abort).
+    End(absl::StrCat("the coordinator re-formed the job into generation ",
+                     assignment.generation()));
+    return;
   }
   // A re-formed generation: this program's state can't follow it.
   DDP_LOG(Warning) << "assigned to generation " << assignment.generation()
-                   << ", but a program can't join a new generation yet";
+                   << ", which a program without elastic state can't join";
   PushState(assignment.generation(), v1::WORKER_STATE_FAILED,
             "this program can't move to a new generation: it registered no elastic state "
             "(ddp::Session::set_elastic_state), so it leaves the job",
             nullptr, absl::StatusCode::kFailedPrecondition);
   End(absl::StrCat("the coordinator re-formed the job into generation ", assignment.generation(),
-                   ", which a program can't join yet"));
+                   ", which a program without elastic state (set_elastic_state) can't join"));
 }
 
 void CoordinatorSession::OnAbort(const v1::Abort& abort) {
