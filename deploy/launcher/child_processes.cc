@@ -8,9 +8,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process.h"
 
 namespace ddp {
 
@@ -102,6 +104,16 @@ void ChildProcesses::StopAll(absl::Duration grace) {
   for (const auto& [pid, name] : children_) ::kill(-pid, SIGKILL);
   for (const auto& [pid, name] : children_) ::waitpid(pid, nullptr, 0);
   children_.clear();
+}
+
+std::optional<int> ChildProcesses::StopOnTermination(absl::Duration wait, absl::Duration grace) {
+  const int sig = WaitForTermination(wait);
+  if (sig == 0) return std::nullopt;
+  std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
+            << "; stopping every process" << std::endl;
+  interrupted_ = true;
+  StopAll(grace);
+  return 128 + sig;
 }
 
 }  // namespace ddp

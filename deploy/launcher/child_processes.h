@@ -36,11 +36,18 @@ class ChildProcesses {
   // `grace`, then SIGKILL.
   void StopAll(absl::Duration grace);
 
+  // Waits up to `wait` for SIGINT or SIGTERM to the launcher; if one came,
+  // says so, stops every child (StopAll(grace)) and returns 128 + the
+  // signal. interrupted() says so from then on.
+  std::optional<int> StopOnTermination(absl::Duration wait, absl::Duration grace);
+  bool interrupted() const { return interrupted_; }
+
   bool running(pid_t pid) const { return children_.count(pid) > 0; }
   size_t num_running() const { return children_.size(); }
 
  private:
   std::map<pid_t, std::string> children_;
+  bool interrupted_ = false;
 };
 
 }  // namespace ddp

@@ -249,11 +249,8 @@ int RunWorkers(const std::string& target, const std::string& dir, int threads,
   int restarts_left = absl::GetFlag(FLAGS_max_restarts);
   int exit_code = -1;
   while (exit_code < 0) {
-    if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
-      std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
-                << "; stopping every process" << std::endl;
-      children.StopAll(absl::Seconds(5));
-      return 128 + sig;
+    if (auto code = children.StopOnTermination(absl::Milliseconds(100), absl::Seconds(5))) {
+      return *code;
     }
     for (const auto& [name, code] : children.Reap()) {
       if (name == "coordinator") {
@@ -452,7 +449,7 @@ int Run(const std::vector<std::string>& program) {
   const int exit_code = program.empty()
                             ? RunWorkers(target, dir, threads, *security, env, children)
                             : RunProgram(ProgramFor(program, target, threads, *security), children);
-  if (exit_code >= 128 && children.num_running() == 0) return exit_code;  // interrupted
+  if (children.interrupted()) return exit_code;
   // The coordinator stopped the workers on its way out; give them a moment.
   for (absl::Time deadline = absl::Now() + absl::Seconds(5);
        children.num_running() > 0 && absl::Now() < deadline;) {

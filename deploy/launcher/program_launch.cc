@@ -1,6 +1,5 @@
 #include "deploy/launcher/program_launch.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,7 +10,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
-#include "common/process.h"
 
 namespace ddp {
 
@@ -68,11 +66,8 @@ int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
   int coordinator_code = -1;
   absl::Time coordinator_gone = absl::InfiniteFuture();
   while (running > 0) {
-    if (const int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
-      std::cerr << "ddp-run: " << (sig == SIGINT ? "interrupted" : "terminated")
-                << "; stopping every rank" << std::endl;
-      children.StopAll(absl::Seconds(10));
-      return 128 + sig;
+    if (auto code = children.StopOnTermination(absl::Milliseconds(100), absl::Seconds(10))) {
+      return *code;
     }
     for (const auto& [name, code] : children.Reap()) {
       if (name == "coordinator") {

@@ -10,6 +10,7 @@
 #include "worker/connect.h"
 
 namespace ddp {
+
 CoordinatorSession::CoordinatorSession(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
@@ -129,6 +130,7 @@ absl::Status CoordinatorSession::Reform(absl::Duration timeout) {
     next_.reset();
     stub = stub_;
     ended_.clear();
+    ended_flag_ = false;
     live_comm_.reset();
   }
   comm_.reset();
@@ -137,10 +139,8 @@ absl::Status CoordinatorSession::Reform(absl::Duration timeout) {
     // the coordinator's word comes): the caller waits for the next one.
     {
       absl::MutexLock lock(&mu_);
-      auto ended = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return !self->ended_.empty() || self->link_result_ >= 0;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(+ended, this), absl::Seconds(5));
+      mu_.AwaitWithTimeout(absl::Condition(this, &CoordinatorSession::GenerationOverLocked),
+                           absl::Seconds(5));
       if (!ended_.empty()) return absl::AbortedError(ended_);
     }
     PushState(assignment_.generation(), v1::WORKER_STATE_FAILED, std::string(connected.message()),
@@ -151,29 +151,23 @@ absl::Status CoordinatorSession::Reform(absl::Duration timeout) {
 }
 
 bool CoordinatorSession::AwaitEnd(const absl::Status& failure, absl::Duration timeout) {
-  if (!ended_reason().empty()) return true;
+  if (ended()) return true;
   // Say so: the coordinator ends the generation for every rank (a transient
-  // code: it re-forms rather than failing the job).
+  // code: it re-forms rather than failing the job). Then free again, saying
+  // what it holds; the coordinator sends no abort to a rank that failed, so
+  // a new assignment ends the wait below.
+  v1::HeldState held;
+  {
+    absl::MutexLock lock(&mu_);
+    held = HeldLocked();
+  }
   PushState(assignment_.generation(), v1::WORKER_STATE_FAILED,
             absl::StrCat("a collective failed: ", failure.message()), nullptr,
             absl::StatusCode::kUnavailable);
-  // Then free again, saying what it holds (the coordinator sends no abort
-  // to a rank that failed; a new assignment ends the wait below).
-  v1::WorkerMessage idle;
-  v1::StateChange* change = idle.mutable_state();
-  change->set_generation(assignment_.generation());
-  change->set_state(v1::WORKER_STATE_IDLE);
-  change->set_detail("after a failed collective");
-  {
-    absl::MutexLock lock(&mu_);
-    *change->mutable_held() = HeldLocked();
-  }
-  outbox_.Push(std::move(idle));
+  PushState(assignment_.generation(), v1::WORKER_STATE_IDLE, "after a failed collective", nullptr,
+            absl::StatusCode::kOk, &held);
   absl::MutexLock lock(&mu_);
-  auto ended = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-    return !self->ended_.empty() || self->link_result_ >= 0;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(+ended, this), timeout);
+  mu_.AwaitWithTimeout(absl::Condition(this, &CoordinatorSession::GenerationOverLocked), timeout);
   return !ended_.empty();
 }
 
@@ -237,18 +231,16 @@ void CoordinatorSession::OnAssignment(const v1::Assignment& assignment,
 }
 
 void CoordinatorSession::OnAbort(const v1::Abort& abort) {
+  v1::HeldState held;
   {
     absl::MutexLock lock(&mu_);
+    held = HeldLocked();
     if (next_ && next_->generation() == abort.generation()) {
       // Ended before this rank took it up: free again, holding what it held.
       next_.reset();
-      v1::WorkerMessage message;
-      v1::StateChange* change = message.mutable_state();
-      change->set_generation(abort.generation());
-      change->set_state(v1::WORKER_STATE_IDLE);
-      change->set_detail(absl::StrCat("left before joining: ", abort.reason()));
-      *change->mutable_held() = HeldLocked();
-      outbox_.Push(std::move(message));
+      PushState(abort.generation(), v1::WORKER_STATE_IDLE,
+                absl::StrCat("left before joining: ", abort.reason()), nullptr,
+                absl::StatusCode::kOk, &held);
       return;
     }
     if (!assigned_ || abort.generation() != assignment_.generation()) return;
@@ -256,18 +248,9 @@ void CoordinatorSession::OnAbort(const v1::Abort& abort) {
   DDP_LOG(Warning) << "the coordinator ended generation " << abort.generation() << ": "
                    << abort.reason();
   End(absl::StrCat("the coordinator ended generation ", abort.generation(), ": ", abort.reason()));
-  v1::HeldState held;
-  {
-    absl::MutexLock lock(&mu_);
-    held = HeldLocked();
-  }
-  v1::WorkerMessage message;
-  v1::StateChange* change = message.mutable_state();
-  change->set_generation(abort.generation());
-  change->set_state(v1::WORKER_STATE_IDLE);
-  change->set_detail(absl::StrCat("left after step ", held.step(), ": ", abort.reason()));
-  if (elastic_) *change->mutable_held() = held;
-  outbox_.Push(std::move(message));
+  PushState(abort.generation(), v1::WORKER_STATE_IDLE,
+            absl::StrCat("left after step ", held.step(), ": ", abort.reason()), nullptr,
+            absl::StatusCode::kOk, elastic_ ? &held : nullptr);
 }
 
 void CoordinatorSession::OnDropped(const std::string& why) {
@@ -286,6 +269,7 @@ void CoordinatorSession::End(const std::string& why) {
     absl::MutexLock lock(&mu_);
     if (!ended_.empty()) return;
     ended_ = why;
+    ended_flag_ = true;
     comm = live_comm_;
   }
   if (comm) comm->Abort();
@@ -298,13 +282,14 @@ std::string CoordinatorSession::ended_reason() const {
 
 void CoordinatorSession::PushState(uint64_t generation, v1::WorkerState state,
                                    const std::string& detail, const v1::ProbeResult* probe,
-                                   absl::StatusCode code) {
+                                   absl::StatusCode code, const v1::HeldState* held) {
   v1::WorkerMessage message;
   v1::StateChange* change = message.mutable_state();
   change->set_generation(generation);
   change->set_state(state);
   change->set_detail(detail);
   if (probe) *change->mutable_probe() = *probe;
+  if (held) *change->mutable_held() = *held;
   change->set_code(static_cast<int>(code));
   outbox_.Push(std::move(message));
 }
@@ -321,10 +306,7 @@ void CoordinatorSession::Finish(absl::Duration timeout) {
   // The job ends once every rank is done; until then this rank's stream
   // must stay, or the coordinator would count it lost.
   absl::MutexLock lock(&mu_);
-  auto over = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-    return self->stopped_ || self->link_result_ >= 0;
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(+over, this), timeout)) {
+  if (!mu_.AwaitWithTimeout(absl::Condition(this, &CoordinatorSession::JobOverLocked), timeout)) {
     DDP_LOG(Warning) << "the coordinator did not end the job within "
                      << absl::FormatDuration(timeout) << " of this rank finishing; leaving";
   }
@@ -335,10 +317,7 @@ void CoordinatorSession::Fail(const std::string& why) {
             absl::StatusCode::kUnknown);
   // Long enough for the word to go up; the job's end then stops the rest.
   absl::MutexLock lock(&mu_);
-  auto over = [](CoordinatorSession* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-    return self->stopped_ || self->link_result_ >= 0;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(+over, this), absl::Seconds(5));
+  mu_.AwaitWithTimeout(absl::Condition(this, &CoordinatorSession::JobOverLocked), absl::Seconds(5));
 }
 
 }  // namespace ddp

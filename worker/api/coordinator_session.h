@@ -84,6 +84,8 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void Fail(const std::string& why);
   // Why the coordinator ended this rank's generation ("" while it runs).
   std::string ended_reason() const;
+  // Whether it did: cheap enough for every batch.
+  bool ended() const { return ended_flag_; }
 
  private:
   explicit CoordinatorSession(Options options);
@@ -99,7 +101,15 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void End(const std::string& why);
   void PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
                  const v1::ProbeResult* probe = nullptr,
-                 absl::StatusCode code = absl::StatusCode::kOk);
+                 absl::StatusCode code = absl::StatusCode::kOk,
+                 const v1::HeldState* held = nullptr);
+  // What Await* wait for: the job's end (or the line's), the generation's.
+  bool JobOverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || link_result_ >= 0;
+  }
+  bool GenerationOverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !ended_.empty() || link_result_ >= 0;
+  }
   absl::Status Connect(std::shared_ptr<v1::Coordinator::StubInterface> stub);
   v1::HeldState HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -118,6 +128,7 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   std::optional<v1::Assignment> next_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string ended_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> ended_flag_{false};  // !ended_.empty(), read without the lock
   std::shared_ptr<Communicator> live_comm_ ABSL_GUARDED_BY(mu_);
   // What the link's Run returned; -1 while it runs.
   int link_result_ ABSL_GUARDED_BY(mu_) = -1;

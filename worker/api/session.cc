@@ -161,8 +161,7 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Session::~Session() {
   if (!impl_->joined || impl_->finished) return;
-  if (std::uncaught_exceptions() > impl_->uncaught_at_start &&
-      impl_->joined->ended_reason().empty()) {
+  if (std::uncaught_exceptions() > impl_->uncaught_at_start && !impl_->joined->ended()) {
     impl_->joined->Fail(
         absl::StrCat("rank ", impl_->rank, "'s program left with an exception (see its output)"));
     return;
@@ -287,7 +286,7 @@ uint64_t Session::start_epoch() const {
 
 void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
   // Nothing to say about a generation the coordinator ended.
-  if (!impl_->joined || !impl_->joined->ended_reason().empty()) return;
+  if (!impl_->joined || impl_->joined->ended()) return;
   const absl::Time now = absl::Now();
   v1::StepReport report;
   report.set_generation(impl_->joined->assignment().generation());

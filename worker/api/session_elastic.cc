@@ -32,7 +32,7 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
 }
 
 void Session::Impl::AtStepBoundary() {
-  if (!joined || !elastic || joined->ended_reason().empty()) return;
+  if (!joined || !elastic || !joined->ended()) return;
   const std::string why = joined->ended_reason();
   // What this rank offers, frozen now: a failed attempt below may have
   // overwritten some parameters from another rank.
@@ -44,7 +44,7 @@ void Session::Impl::AtStepBoundary() {
          s = joined->Reform(deadline - absl::Now())) {
       // ABORTED: the new generation ended too before it formed; wait for the
       // next one.
-      if (!absl::IsAborted(s) || joined->ended_reason().empty() || absl::Now() >= deadline) {
+      if (!absl::IsAborted(s) || !joined->ended() || absl::Now() >= deadline) {
         throw Error(absl::StrCat("the job could not re-form: ", s.message()));
       }
     }
@@ -59,7 +59,7 @@ void Session::Impl::AtStepBoundary() {
       break;
     } catch (const Error& e) {
       // Another rank lost while taking up the state: go round again.
-      if (joined->ended_reason().empty() || absl::Now() >= deadline) throw;
+      if (!joined->ended() || absl::Now() >= deadline) throw;
       DDP_LOG(Warning) << "re-forming again: " << e.what();
     }
   }
