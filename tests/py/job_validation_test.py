@@ -9,6 +9,7 @@ model whose forward reads or writes a root-only file, a forward that never
 returns, a FIFO, /dev/zero, paths outside the roots, an output that exists,
 too many submissions at once, SIGTERM during a check, a hung model in --job."""
 import gzip
+import itertools
 import json
 import os
 import pwd
@@ -354,7 +355,22 @@ class SandboxTest(unittest.TestCase):
         c = self.cluster
         running = [self.submit.later(job("forever-%d" % i, self.models["forever"]))
                    for i in range(2)]
-        wait_for(lambda: len(helper_pids(c.coordinator.pid)) == 2, 10, "two checks to run")
+        seen = []
+
+        def two_checks_running():
+            # A check that ended early says why here, not as a timeout.
+            for pending in running:
+                if pending.done():
+                    self.fail("a check ended before the other started: %s (helpers seen: %s)" %
+                              (pending.exception(), seen))
+            seen.append(len(helper_pids(c.coordinator.pid)))
+            return seen[-1] == 2
+
+        try:
+            wait_for(two_checks_running, 10, "two checks to run")
+        except AssertionError:
+            runs = [(n, len(list(g))) for n, g in itertools.groupby(seen)]
+            self.fail("two checks never ran at once; (helpers, polls) over time: %s" % runs)
         waiting = self.submit.later(job("forever-w", self.models["forever"]))
         time.sleep(0.3)  # for it to reach the queue
         start = time.time()
