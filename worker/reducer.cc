@@ -166,14 +166,12 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   if (!first_sync_done_) ready_order_.clear();
 }
 
-void Reducer::EnableImplicit(std::function<bool()> sync, FinishedCallback finished) {
-  implicit_sync_ = std::move(sync);
-  implicit_finished_ = std::move(finished);
-}
+void Reducer::EnableImplicit(ImplicitHooks hooks) { implicit_ = std::move(hooks); }
 
 void Reducer::ArmImplicit() {
   armed_ = true;
-  const bool sync = implicit_sync_();
+  const std::optional<ControlWords> words = implicit_.sync();
+  const bool sync = words.has_value();
   if (!group_open_) {
     group_open_ = true;
     absl::Status s = RebuildIfDue();
@@ -196,7 +194,7 @@ void Reducer::ArmImplicit() {
     used_.assign(params_.size(), false);
     if (!s.ok() && error_.ok()) error_ = s;
   }
-  PrepareBackward(sync);
+  PrepareBackward(sync, words.value_or(ControlWords{}));
   // A backward that throws part-way drops its final callbacks unrun. Then
   // this guard, going with the callback, disarms the reducer: the buckets in
   // flight finish (so every rank's collectives still match) and the next
@@ -220,16 +218,17 @@ void Reducer::ArmImplicit() {
     disarm->ran = true;
     armed_ = false;
     if (!sync) {
-      implicit_finished_(false, ReductionStats{});
+      implicit_.finished(false, ReductionStats{});
       return;
     }
     group_open_ = false;
-    implicit_finished_(true, FinishBackward());
+    if (implicit_.waiting) implicit_.waiting();
+    implicit_.finished(true, FinishBackward());
   });
 }
 
 void Reducer::MarkReady(size_t param) {
-  if (implicit_finished_ && !armed_) ArmImplicit();
+  if (implicit_.finished && !armed_) ArmImplicit();
   absl::MutexLock lock(&mu_);
   used_[param] = true;
   if (marked_[param]) return;  // reentrant backward: already counted

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,13 +124,21 @@ class Reducer {
   // The implicit protocol (ddp::DistributedDataParallel): nothing is called
   // around backward. The first gradient of a backward arms the reducer: a
   // new group adopts what each .grad holds (the user zeroes gradients, as
-  // in PyTorch), then PrepareBackward(sync()); and `finished` is queued on
-  // the autograd engine, which runs it on the backward's thread once
-  // backward is done, with FinishBackward's result for a synchronized
+  // in PyTorch), then PrepareBackward with what `sync` says (no value: only
+  // accumulate); and a callback is queued on the autograd engine, which
+  // runs on the backward's thread once backward is done: `waiting` (may be
+  // empty), then `finished` with FinishBackward's result for a synchronized
   // backward (an OK, empty one otherwise). `finished` may throw: backward
   // then rethrows. Call once, before the first backward.
   using FinishedCallback = std::function<void(bool sync, absl::StatusOr<ReductionStats>)>;
-  void EnableImplicit(std::function<bool()> sync, FinishedCallback finished);
+  struct ImplicitHooks {
+    // Whether this backward synchronizes, and with which control words.
+    std::function<std::optional<ControlWords>()> sync;
+    // Backward is done; its end now waits for the buckets in flight.
+    std::function<void()> waiting;
+    FinishedCallback finished;
+  };
+  void EnableImplicit(ImplicitHooks hooks);
 
  private:
   struct Param {
@@ -177,8 +186,7 @@ class Reducer {
   bool rebuilt_ = false;
   bool first_sync_done_ = false;
   // Implicit protocol (backward's thread only).
-  std::function<bool()> implicit_sync_;
-  FinishedCallback implicit_finished_;
+  ImplicitHooks implicit_;
   bool armed_ = false;
   bool group_open_ = false;
   std::thread comm_thread_;

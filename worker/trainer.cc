@@ -1,7 +1,6 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/sampler.h"
+#include "worker/api/library_internals.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
 #include "worker/loader.h"
@@ -47,28 +47,6 @@ uint64_t ModelSignature(Model& model) {
   add(model.Parameters());
   add(model.Buffers());
   return h;
-}
-
-// Packs tensors into one byte buffer, broadcasts it from `root`, unpacks.
-absl::Status BroadcastTensors(const std::vector<NamedTensor>& tensors, int root,
-                              Communicator* comm) {
-  size_t total = 0;
-  for (const auto& [name, t] : tensors) total += t.nbytes();
-  if (total == 0) return absl::OkStatus();
-  std::vector<char> bytes(total);
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    std::memcpy(bytes.data() + offset, t.contiguous().data_ptr(), t.nbytes());
-    offset += t.nbytes();
-  }
-  if (absl::Status s = comm->Broadcast(bytes.data(), total, root); !s.ok()) return s;
-  torch::NoGradGuard no_grad;
-  offset = 0;
-  for (const auto& [name, t] : tensors) {
-    std::memcpy(t.data_ptr(), bytes.data() + offset, t.nbytes());
-    offset += t.nbytes();
-  }
-  return absl::OkStatus();
 }
 
 class GenerationTrainer {
@@ -106,8 +84,13 @@ class GenerationTrainer {
   TrainingObserver* observer_;
   const GenerationControl& control_;
 
-  std::unique_ptr<Reducer> reducer_;
-  std::vector<NamedTensor> buffers_;
+  // The library's, over `comm_`: the same reduction a program gets. The
+  // session goes last.
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  // The step's control words, and what its synchronized backward reduced.
+  ControlWords control_words_;
+  std::optional<absl::StatusOr<ReductionStats>> reduced_;
   uint64_t steps_per_epoch_ = 0;
   bool first_step_ = true;
   absl::Time last_checkpoint_ = absl::Now();
@@ -220,17 +203,17 @@ at::Tensor GenerationTrainer::Loss(const at::Tensor& out, const at::Tensor& y, b
 
 absl::StatusOr<double> GenerationTrainer::TrainMicroBatch(const Batch& batch, double scale,
                                                           bool sync, v1::StepTimings* timings) {
-  if (!buffers_.empty()) {
-    // As DDP's broadcast_buffers: running statistics follow rank 0.
-    if (absl::Status s = BroadcastTensors(buffers_, 0, comm_); !s.ok()) return s;
-  }
   const uint64_t step = state_.progress().step;
-  reducer_->PrepareBackward(sync, ControlWords{StepToken(step + 1), control_.leave});
+  // Earlier micro-batches of the group only accumulate.
+  std::optional<DistributedDataParallel::NoSync> accumulate;
+  if (!sync) accumulate.emplace(ddp_->no_sync());
   observer_->OnPhase(v1::STEP_PHASE_FORWARD, step);
   const absl::Time start = absl::Now();
   at::Tensor loss = Loss(state_.model().Forward(batch.x), batch.y);
   const absl::Time forward_done = absl::Now();
   observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step);
+  // A synchronized backward returns with the gradients averaged (or the
+  // reduction's error in reduced_); its wait for them is told apart below.
   (scale == 1.0 ? loss : loss * scale).backward();
   timings->set_forward_ms(timings->forward_ms() + absl::ToDoubleMilliseconds(forward_done - start));
   timings->set_backward_ms(timings->backward_ms() +
@@ -307,7 +290,11 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
       observer_->OnStepIndices(before.step + 1, before.epoch,
                                absl::MakeConstSpan(indices.data() + first, last - first));
     }
-    if (absl::Status s = reducer_->StartGroup(); !s.ok()) return s;
+    // The group's gradients start from zero; its last backward carries
+    // this step's token and this rank's leave vote.
+    state_.optimizer().zero_grad();
+    control_words_ = ControlWords{StepToken(before.step + 1), control_.leave};
+    reduced_.reset();
     double step_loss = 0;
     uint64_t samples = 0;
     v1::StepTimings timings;
@@ -322,9 +309,13 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
       if (!loss.ok()) return loss.status();
       step_loss += *loss / static_cast<double>(group);
     }
-    observer_->OnPhase(v1::STEP_PHASE_ALLREDUCE_WAIT, before.step);
-    absl::StatusOr<ReductionStats> stats = reducer_->FinishBackward();
+    if (!reduced_.has_value()) {
+      return absl::InternalError(
+          "the step's backward reached no parameter, so nothing was reduced");
+    }
+    absl::StatusOr<ReductionStats> stats = std::move(*reduced_);
     if (!stats.ok()) return stats.status();
+    timings.set_backward_ms(std::max(0.0, timings.backward_ms() - stats->wait_ms));
     const uint64_t token = StepToken(before.step + 1);
     if (stats->token_sum != token * world) {
       return absl::DataLossError(absl::StrFormat(
@@ -440,13 +431,22 @@ v1::EpochResult GenerationTrainer::Evaluate(uint64_t epoch, double train_loss, d
 absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   if (absl::Status s = SyncState(); !s.ok()) return s;
   state_.SetLearningRate(a_.lr() > 0 ? a_.lr() : spec_.optimizer().lr());
-  buffers_ = state_.model().Buffers();
-  Reducer::Options options;
-  options.bucket_cap_bytes = static_cast<size_t>(spec_.bucket_cap_mb() * (1 << 20));
-  options.first_bucket_cap_bytes = std::min(kDefaultFirstBucketBytes, options.bucket_cap_bytes);
-  auto reducer = Reducer::Create(state_.model().Parameters(), comm_, options);
-  if (!reducer.ok()) return reducer.status();
-  reducer_ = std::move(*reducer);
+  StepDriver driver;
+  driver.control = [this] { return control_words_; };
+  driver.waiting = [this] {
+    observer_->OnPhase(v1::STEP_PHASE_ALLREDUCE_WAIT, state_.progress().step);
+  };
+  driver.reduced = [this](absl::StatusOr<ReductionStats> r) { reduced_ = std::move(r); };
+  session_ = LibraryInternals::SessionOver(comm_, std::move(driver));
+  DistributedDataParallel::Options options;
+  options.bucket_cap_mb = spec_.bucket_cap_mb();
+  // Every rank holds the source's state now; buffers follow rank 0, as in
+  // PyTorch.
+  options.broadcast_from = 0;
+  auto ddp = LibraryInternals::DataParallelOver(*session_, state_.model().Parameters(),
+                                                state_.model().Buffers(), options);
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = std::move(*ddp);
 
   const uint64_t n = static_cast<uint64_t>(state_.data().train_size());
   const uint64_t k = spec_.gradient_accumulation_steps();

@@ -42,6 +42,7 @@ struct Module;
 namespace ddp {
 
 class Session;
+struct LibraryInternals;
 
 class DistributedDataParallel {
  public:
@@ -104,6 +105,7 @@ class DistributedDataParallel {
   std::vector<std::string> parameter_names() const;
 
  private:
+  friend struct LibraryInternals;  // the worker daemon's trainer
   struct Impl;
   DistributedDataParallel(Session& session,
                           std::vector<std::pair<std::string, torch::Tensor>> params,

@@ -48,6 +48,7 @@ class OutputArchive;
 namespace ddp {
 
 class Communicator;
+struct LibraryInternals;
 
 class Session {
  public:
@@ -166,6 +167,7 @@ class Session {
  private:
   friend class DistributedDataParallel;
   friend class DistributedSampler;
+  friend struct LibraryInternals;  // the worker daemon's trainer
   explicit Session(std::unique_ptr<Impl> impl);
   static std::unique_ptr<Impl> Join(const Options& options);
   std::unique_ptr<Impl> impl_;

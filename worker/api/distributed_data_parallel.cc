@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ddp/error.h"
 #include "ddp/session.h"
+#include "worker/api/library_internals.h"
 #include "worker/api/session_impl.h"
 #include "worker/bucket_plan.h"
 #include "worker/communicator.h"
@@ -23,7 +26,7 @@ namespace {
 using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 
 void Check(const absl::Status& s, const std::string& what) {
-  if (!s.ok()) throw Error(absl::StrCat(what, ": ", s.message()));
+  if (!s.ok()) throw StatusError(s, what);
 }
 
 std::string Describe(const std::string& name, const torch::Tensor& t) {
@@ -82,43 +85,84 @@ absl::Status BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
   return absl::OkStatus();
 }
 
+// Copies `tensors` from rank `root` to every rank in one broadcast, packed
+// into `scratch`, whatever their dtypes.
+absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
+                             std::vector<char>& scratch) {
+  size_t total = 0;
+  for (const auto& [name, t] : tensors) total += t.nbytes();
+  if (total == 0) return absl::OkStatus();
+  scratch.resize(total);
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    std::memcpy(scratch.data() + offset, t.contiguous().data_ptr(), t.nbytes());
+    offset += t.nbytes();
+  }
+  if (absl::Status s = comm.Broadcast(scratch.data(), total, root); !s.ok()) return s;
+  torch::NoGradGuard no_grad;
+  offset = 0;
+  for (auto& [name, t] : tensors) {
+    if (t.is_contiguous()) {
+      std::memcpy(t.data_ptr(), scratch.data() + offset, t.nbytes());
+    } else {
+      t.copy_(torch::from_blob(scratch.data() + offset, t.sizes(), t.options()));
+    }
+    offset += t.nbytes();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct DistributedDataParallel::Impl {
   // At the end of each backward (the autograd engine's final callback).
-  void Finished(bool sync, const absl::StatusOr<ReductionStats>& stats) {
+  void Finished(bool sync, absl::StatusOr<ReductionStats> stats) {
     if (!sync) return;
     Session::Impl& s = *session->impl_;
+    absl::Status buffers_copied = absl::OkStatus();
+    if (stats.ok()) {
+      Record(*stats, s);
+      if (broadcast_buffers) {
+        buffers_copied = BroadcastPacked(*s.comm, buffers, root, scratch);
+      }
+    }
+    if (s.driver) {
+      // The daemon's trainer decides what a failure means, by its code.
+      if (!buffers_copied.ok()) stats = buffers_copied;
+      s.driver->reduced(std::move(stats));
+      return;
+    }
     if (!stats.ok()) {
       if (s.VoidStep(stats.status())) return;  // elastic: undone at the next step boundary
       throw Error(s.Explain(stats.status(), "all-reducing the gradients failed"));
     }
-    last.buckets = stats->buckets_reduced;
-    last.bytes = stats->bytes;
-    last.allreduce_ms = stats->allreduce_ms;
-    last.wait_ms = stats->wait_ms;
-    last.unused_parameters = stats->unused;
-    last.globally_unused_parameters = stats->globally_unused;
-    // What the next report_step carries.
-    v1::ReductionStatus& r = s.last_reduction;
-    r.set_buckets_reduced(stats->buckets_reduced);
-    r.set_buckets_total(stats->buckets_total);
-    r.set_bytes(stats->bytes);
-    r.set_allreduce_ms(stats->allreduce_ms);
-    r.set_wait_ms(stats->wait_ms);
-    r.set_unused_parameters(stats->unused);
-    r.set_globally_unused_parameters(stats->globally_unused);
-    // Names go up once, when first seen unused.
-    for (const std::string& name : stats->newly_unused) r.add_newly_unused_parameter_names(name);
-    if (broadcast_buffers) {
-      for (auto& [name, t] : buffers) {
-        if (absl::Status b = BroadcastTensor(*s.comm, t, root); !b.ok()) {
-          if (s.VoidStep(b)) return;
-          throw Error(s.Explain(b, "copying the buffers from rank " + std::to_string(root)));
-        }
-      }
+    if (!buffers_copied.ok()) {
+      if (s.VoidStep(buffers_copied)) return;
+      throw Error(
+          s.Explain(buffers_copied, "copying the buffers from rank " + std::to_string(root)));
     }
     s.OnCommitted();
+  }
+
+  // What last_reduction() and the next report_step say.
+  void Record(const ReductionStats& stats, Session::Impl& s) {
+    last.buckets = stats.buckets_reduced;
+    last.bytes = stats.bytes;
+    last.allreduce_ms = stats.allreduce_ms;
+    last.wait_ms = stats.wait_ms;
+    last.unused_parameters = stats.unused;
+    last.globally_unused_parameters = stats.globally_unused;
+    if (s.driver) return;  // the trainer reports for itself
+    v1::ReductionStatus& r = s.last_reduction;
+    r.set_buckets_reduced(stats.buckets_reduced);
+    r.set_buckets_total(stats.buckets_total);
+    r.set_bytes(stats.bytes);
+    r.set_allreduce_ms(stats.allreduce_ms);
+    r.set_wait_ms(stats.wait_ms);
+    r.set_unused_parameters(stats.unused);
+    r.set_globally_unused_parameters(stats.globally_unused);
+    // Names go up once, when first seen unused.
+    for (const std::string& name : stats.newly_unused) r.add_newly_unused_parameter_names(name);
   }
 
   // Construction's collectives on the session's communicator: every rank
@@ -132,16 +176,22 @@ struct DistributedDataParallel::Impl {
       Check(BroadcastTensor(comm, t, root),
             "copying the parameters from rank " + std::to_string(root));
     }
-    for (auto& [name, t] : buffers) {
-      Check(BroadcastTensor(comm, t, root),
-            "copying the buffers from rank " + std::to_string(root));
-    }
+    Check(BroadcastPacked(comm, buffers, root, scratch),
+          "copying the buffers from rank " + std::to_string(root));
     auto created = Reducer::Create(trainable, &comm, reducer_options);
     Check(created.status(), "ddp::DistributedDataParallel");
     reducer = std::move(*created);
-    reducer->EnableImplicit(
-        [this] { return !no_sync; },
-        [this](bool sync, absl::StatusOr<ReductionStats> stats) { Finished(sync, stats); });
+    Reducer::ImplicitHooks hooks;
+    hooks.sync = [this]() -> std::optional<ControlWords> {
+      if (no_sync) return std::nullopt;
+      const StepDriver* driver = session->impl_->driver ? &*session->impl_->driver : nullptr;
+      return driver ? driver->control() : ControlWords{};
+    };
+    if (session->impl_->driver) hooks.waiting = session->impl_->driver->waiting;
+    hooks.finished = [this](bool sync, absl::StatusOr<ReductionStats> stats) {
+      Finished(sync, std::move(stats));
+    };
+    reducer->EnableImplicit(std::move(hooks));
   }
 
   void ZeroGrads() {
@@ -163,6 +213,7 @@ struct DistributedDataParallel::Impl {
   // Buffers are taken from `root` after each synchronized backward.
   bool broadcast_buffers = true;
   int root = 0;
+  std::vector<char> scratch;  // the packed buffers
 };
 
 DistributedDataParallel::DistributedDataParallel(Session& session, Named params, Named buffers,

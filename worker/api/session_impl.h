@@ -20,6 +20,7 @@
 #include "worker/api/coordinator_session.h"
 #include "worker/api/store_server.h"
 #include "worker/communicator.h"
+#include "worker/reducer.h"
 
 namespace ddp {
 
@@ -41,6 +42,20 @@ struct DdpLink {
   std::function<void()> zero_grads;
   // The fingerprint of its parameters (equal on every replica).
   std::function<std::string()> digest;
+};
+
+// A session over the worker daemon's communicator, whose trainer drives
+// each synchronized backward itself (worker/trainer.cc): it puts its own
+// control words in the step, and takes the reduction's outcome with its
+// status code (the coordinator tells transient from fatal by it) instead of
+// an exception out of backward.
+struct StepDriver {
+  std::function<ControlWords()> control;
+  // Backward is done and waits for the buckets in flight.
+  std::function<void()> waiting;
+  // The synchronized backward's reduction, or why it failed; after it, the
+  // buffers were copied from the broadcast rank (or that failed).
+  std::function<void(absl::StatusOr<ReductionStats>)> reduced;
 };
 
 // What a sampler holds to reach its session; cleared when the session goes.
@@ -81,6 +96,7 @@ struct Session::Impl {
   std::shared_ptr<SessionGate> gate;
   std::optional<SamplerLink> sampler;
   std::optional<DdpLink> ddp;
+  std::optional<StepDriver> driver;
 
   // Reports (joined only).
   uint64_t reported_steps = 0;
