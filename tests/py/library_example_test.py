@@ -200,9 +200,14 @@ class OutOfTreeExampleTest(unittest.TestCase):
             # The snapshot may lag the processes' going by a moment.
             status = cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
             self.check_trained(logs[0])
-            for i in (0, 1):  # the survivors: the step in flight dropped, twice
+            for i in (0, 1):  # the survivors
                 self.assertIn("re-formed into generation 2", logs[i])
                 self.assertIn("re-formed into generation 3", logs[i])
+                # The kill cost the step in flight; the join cost none: the
+                # ranks voted to leave after a step they all completed.
+                self.assertEqual(len(re.findall(r"step \d+ dropped", logs[i])), 1, logs[i])
+                self.assertRegex(logs[i], r"re-formed into generation 3 .* after: generation 2 "
+                                          r"ended after step \d+")
             self.assertRegex(logs[3], r"took up rank \d's state at step \d+")
             # The replicas stayed equal: the ranks' parameter digests agree at
             # each step they were compared (the coordinator fails the job

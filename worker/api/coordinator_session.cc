@@ -131,6 +131,8 @@ absl::Status CoordinatorSession::Reform(absl::Duration timeout) {
     stub = stub_;
     ended_.clear();
     ended_flag_ = false;
+    leave_vote_ = false;
+    left_by_vote_ = false;
     live_comm_.reset();
   }
   comm_.reset();
@@ -244,6 +246,16 @@ void CoordinatorSession::OnAbort(const v1::Abort& abort) {
       return;
     }
     if (!assigned_ || abort.generation() != assignment_.generation()) return;
+    // Left already, by another rank's vote, and said so.
+    if (left_by_vote_) return;
+    if (abort.at_step_boundary() && elastic_ && ended_.empty()) {
+      // Ended at the next step boundary, by every rank's vote.
+      leave_reason_ = abort.reason();
+      leave_vote_ = true;
+      DDP_LOG(Info) << "leaving generation " << abort.generation()
+                    << " after the step in flight: " << abort.reason();
+      return;
+    }
   }
   DDP_LOG(Warning) << "the coordinator ended generation " << abort.generation() << ": "
                    << abort.reason();
@@ -251,6 +263,24 @@ void CoordinatorSession::OnAbort(const v1::Abort& abort) {
   PushState(abort.generation(), v1::WORKER_STATE_IDLE,
             absl::StrCat("left after step ", held.step(), ": ", abort.reason()), nullptr,
             absl::StatusCode::kOk, elastic_ ? &held : nullptr);
+}
+
+void CoordinatorSession::LeaveAtStepBoundary() {
+  v1::HeldState held;
+  std::string reason;
+  uint64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ended_.empty()) return;
+    held = HeldLocked();
+    reason = leave_reason_.empty() ? "another rank asked to" : leave_reason_;
+    generation = assignment_.generation();
+    left_by_vote_ = true;
+  }
+  End(absl::StrCat("generation ", generation, " ended after step ", held.step(), ": ", reason));
+  PushState(generation, v1::WORKER_STATE_IDLE,
+            absl::StrCat("left after step ", held.step(), ": ", reason), nullptr,
+            absl::StatusCode::kOk, &held);
 }
 
 void CoordinatorSession::OnDropped(const std::string& why) {

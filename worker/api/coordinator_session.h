@@ -82,6 +82,14 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void Finish(absl::Duration timeout);
   // The program is leaving with an error: the job fails with `why`.
   void Fail(const std::string& why);
+  // Set when the coordinator asked this generation to end at a step
+  // boundary (to admit a joiner): the next synchronized backward carries
+  // it as this rank's leave vote, so that every rank leaves after the same
+  // completed step instead of dropping the one in flight.
+  const std::atomic<bool>* leave_vote() const { return &leave_vote_; }
+  // Every rank completed a step that carried a leave vote: the generation
+  // ends here, and this rank says it holds that step.
+  void LeaveAtStepBoundary();
   // Why the coordinator ended this rank's generation ("" while it runs).
   std::string ended_reason() const;
   // Whether it did: cheap enough for every batch.
@@ -129,6 +137,9 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string ended_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> ended_flag_{false};  // !ended_.empty(), read without the lock
+  std::atomic<bool> leave_vote_{false};
+  std::string leave_reason_ ABSL_GUARDED_BY(mu_);
+  bool left_by_vote_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<Communicator> live_comm_ ABSL_GUARDED_BY(mu_);
   // What the link's Run returned; -1 while it runs.
   int link_result_ ABSL_GUARDED_BY(mu_) = -1;

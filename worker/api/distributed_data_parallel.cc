@@ -142,6 +142,9 @@ struct DistributedDataParallel::Impl {
           s.Explain(buffers_copied, "copying the buffers from rank " + std::to_string(root)));
     }
     s.OnCommitted();
+    // Every rank completed this step, and one was asked to end the
+    // generation here: all leave now, keeping it.
+    if (stats->leave_votes > 0 && s.joined) s.joined->LeaveAtStepBoundary();
   }
 
   // What last_reduction() and the next report_step say.
@@ -185,7 +188,10 @@ struct DistributedDataParallel::Impl {
     hooks.sync = [this]() -> std::optional<ControlWords> {
       if (no_sync) return std::nullopt;
       const StepDriver* driver = session->impl_->driver ? &*session->impl_->driver : nullptr;
-      return driver ? driver->control() : ControlWords{};
+      if (driver) return driver->control();
+      // A joined program votes to leave when the coordinator asks it to.
+      const CoordinatorSession* joined = session->impl_->joined.get();
+      return ControlWords{0, joined ? joined->leave_vote() : nullptr};
     };
     if (session->impl_->driver) hooks.waiting = session->impl_->driver->waiting;
     hooks.finished = [this](bool sync, absl::StatusOr<ReductionStats> stats) {
