@@ -117,6 +117,11 @@ absl::Status ValidateProgramJob(const v1::JobSpec& spec) {
   if (spec.backend() == "nccl") {
     return FieldError("backend", "a program's ranks train on the CPU: use auto, gloo or shm");
   }
+  if (!spec.compression().empty() && spec.compression() != "none") {
+    return FieldError("compression",
+                      "not used with model.kind \"program\": the program chooses its own "
+                      "(ddp::DistributedDataParallel::Options::compression)");
+  }
   return absl::OkStatus();
 }
 
@@ -146,6 +151,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (!spec.has_bucket_cap_mb()) spec.set_bucket_cap_mb(25);
   if (spec.gradient_accumulation_steps() == 0) spec.set_gradient_accumulation_steps(1);
   if (spec.backend().empty()) spec.set_backend("auto");
+  if (spec.compression().empty()) spec.set_compression("none");
   if (spec.min_workers() == 0) spec.set_min_workers(1);
   if (spec.max_workers() == 0) spec.set_max_workers(spec.min_workers());
   if (!spec.has_settle_seconds()) spec.set_settle_seconds(2);
@@ -277,6 +283,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("backend",
                       absl::StrCat("unknown backend ", Quote(spec.backend()), "; expected one of ",
                                    Quoted({"gloo", "shm", "nccl", "auto"})));
+  }
+  if (!OneOf(spec.compression(), {"none", "fp16", "bf16"})) {
+    return FieldError("compression",
+                      absl::StrCat("unknown compression ", Quote(spec.compression()),
+                                   "; expected one of ", Quoted({"none", "fp16", "bf16"})));
   }
   if (spec.backend() == "nccl" && !build.nccl) {
     return FieldError("backend",

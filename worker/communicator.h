@@ -7,9 +7,11 @@
 #define DDP_WORKER_COMMUNICATOR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "worker/half.h"
 
 namespace ddp {
 
@@ -26,6 +28,9 @@ class Communicator {
   // result is in `data`. UNAVAILABLE when a peer failed, DEADLINE_EXCEEDED
   // past the collective timeout, ABORTED after Abort.
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+  // The same for 16-bit floats (gradient compression): each partial sum is
+  // rounded to `type`, as Gloo sums float16.
+  virtual absl::Status AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) = 0;
 
   // Copies `bytes` at `data` on rank `root` to `data` on every other rank.
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;

@@ -83,47 +83,49 @@ bool GlooCommunicator::WaitRecv(gloo::transport::UnboundBuffer* b) {
   return b->waitRecv(absl::ToChronoMilliseconds(timeout_));
 }
 
-absl::Status GlooCommunicator::RingAllReduce(float* data, size_t count) {
+template <typename T, typename Add>
+absl::Status GlooCommunicator::RingAllReduce(T* data, size_t count, Add add) {
   const int n = world_size_;
   const int right = (rank_ + 1) % n;
   const int left = (rank_ + n - 1) % n;
   // Chunk c covers [begin(c), begin(c + 1)): sizes differ by at most one.
   auto begin = [&](int c) { return count / n * c + std::min<size_t>(c, count % n); };
   auto length = [&](int c) { return begin(c + 1) - begin(c); };
-  scratch_.resize(count / n + 1);
+  scratch_.resize((count / n + 1) * sizeof(T));
   const uint64_t slot = context_->nextSlot();
-  std::unique_ptr<Buffer> out = Track(data, count * sizeof(float));
-  std::unique_ptr<Buffer> in = Track(data, count * sizeof(float));
-  std::unique_ptr<Buffer> tmp = Track(scratch_.data(), scratch_.size() * sizeof(float));
+  std::unique_ptr<Buffer> out = Track(data, count * sizeof(T));
+  std::unique_ptr<Buffer> in = Track(data, count * sizeof(T));
+  std::unique_ptr<Buffer> tmp = Track(scratch_.data(), scratch_.size());
   // Reduce-scatter: after n-1 steps this rank holds the full sum of chunk
   // (rank + 1) % n.
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + n) % n;
     const int recv = (rank_ - s - 1 + n) % n;
     if (length(send) > 0)
-      (*out)->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
-    if (length(recv) > 0) (*tmp)->recv(left, slot, 0, length(recv) * sizeof(float));
+      (*out)->send(right, slot, begin(send) * sizeof(T), length(send) * sizeof(T));
+    if (length(recv) > 0) (*tmp)->recv(left, slot, 0, length(recv) * sizeof(T));
     if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(tmp->get())) return absl::AbortedError("aborted");
-    float* dst = data + begin(recv);
-    const float* src = scratch_.data();
-    for (size_t i = 0, len = length(recv); i < len; ++i) dst[i] += src[i];
+    T* dst = data + begin(recv);
+    const T* src = reinterpret_cast<const T*>(scratch_.data());
+    for (size_t i = 0, len = length(recv); i < len; ++i) dst[i] = add(dst[i], src[i]);
   }
   // All-gather: pass the finished chunks around the ring.
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + 1 + n) % n;
     const int recv = (rank_ - s + n) % n;
     if (length(send) > 0)
-      (*out)->send(right, slot, begin(send) * sizeof(float), length(send) * sizeof(float));
+      (*out)->send(right, slot, begin(send) * sizeof(T), length(send) * sizeof(T));
     if (length(recv) > 0)
-      (*in)->recv(left, slot, begin(recv) * sizeof(float), length(recv) * sizeof(float));
+      (*in)->recv(left, slot, begin(recv) * sizeof(T), length(recv) * sizeof(T));
     if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(in->get())) return absl::AbortedError("aborted");
   }
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
+template <typename T, typename Add>
+absl::Status GlooCommunicator::AllReduceWith(T* data, size_t count, Add add) {
   {
     absl::MutexLock lock(&mu_);
     if (aborted_) return absl::AbortedError("communicator aborted");
@@ -131,13 +133,21 @@ absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
   if (world_size_ == 1 || count == 0) return absl::OkStatus();
   absl::Status status;
   try {
-    status = RingAllReduce(data, count);
+    status = RingAllReduce(data, count, add);
   } catch (const std::exception& e) {
     status = Failed("all-reduce", e);
   }
   absl::MutexLock lock(&mu_);
   if (aborted_) return absl::AbortedError("gloo all-reduce aborted");
   return status;
+}
+
+absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
+  return AllReduceWith(data, count, [](float a, float b) { return a + b; });
+}
+
+absl::Status GlooCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
+  return AllReduceWith(data, count, [type](uint16_t a, uint16_t b) { return AddHalf(a, b, type); });
 }
 
 absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {

@@ -51,6 +51,7 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string backend() const override { return "gloo"; }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   void Abort() override;
 
@@ -79,13 +80,16 @@ class GlooCommunicator final : public Communicator {
   // Waits for one send or receive; false when aborted. Throws on timeout.
   bool WaitSend(gloo::transport::UnboundBuffer* b);
   bool WaitRecv(gloo::transport::UnboundBuffer* b);
-  absl::Status RingAllReduce(float* data, size_t count);
+  template <typename T, typename Add>
+  absl::Status AllReduceWith(T* data, size_t count, Add add);
+  template <typename T, typename Add>
+  absl::Status RingAllReduce(T* data, size_t count, Add add);
 
   std::shared_ptr<gloo::Context> context_;
   const int rank_;
   const int world_size_;
   const absl::Duration timeout_;
-  std::vector<float> scratch_;
+  std::vector<char> scratch_;
 
   absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

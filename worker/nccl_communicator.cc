@@ -116,6 +116,17 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
   return Wait("all-reduce");
 }
 
+absl::Status NcclCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
+  if (aborted_) return absl::AbortedError("communicator aborted");
+  const ncclDataType_t nccl_type = type == HalfType::kFloat16 ? ncclHalf : ncclBfloat16;
+  if (ncclResult_t r =
+          ncclAllReduce(data, data, count, nccl_type, ncclSum, handles_->comm, handles_->stream);
+      r != ncclSuccess) {
+    return NcclError("ncclAllReduce", r);
+  }
+  return Wait("all-reduce");
+}
+
 absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
   if (aborted_) return absl::AbortedError("communicator aborted");
   if (ncclResult_t r =

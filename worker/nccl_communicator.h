@@ -38,6 +38,7 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return options_.world_size; }
   std::string backend() const override { return "nccl"; }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   void Abort() override;
 

@@ -287,12 +287,8 @@ void Reducer::CommLoop() {
       }
     }
     const absl::Time start = absl::Now();
-    at::Tensor& buffer = buckets_[b].buffer;
-    // Average as DDP does: divide before summing (ATen's vectorized kernel).
-    // The control words are summed as they are.
-    buffer.narrow(0, 0, buffer.numel() - buckets_[b].control_words).div_(world);
     absl::Status s =
-        comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
+        options_.compression ? ReduceCompressed(buckets_[b], world) : Reduce(buckets_[b], world);
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
@@ -300,6 +296,37 @@ void Reducer::CommLoop() {
     if (b < bucket_ms_.size()) bucket_ms_[b] = ms;
     ++done_;
   }
+}
+
+absl::Status Reducer::Reduce(Bucket& bucket, float world) {
+  at::Tensor& buffer = bucket.buffer;
+  // Average as DDP does: divide before summing (ATen's vectorized kernel).
+  // The control words are summed as they are.
+  buffer.narrow(0, 0, buffer.numel() - bucket.control_words).div_(world);
+  return comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
+}
+
+absl::Status Reducer::ReduceCompressed(Bucket& bucket, float world) {
+  // As PyTorch's fp16/bf16 compress hooks: the gradients cast to the 16-bit
+  // type, divided by the world in it, summed in it, and cast back.
+  at::Tensor grads = bucket.buffer.narrow(0, 0, bucket.grad_elements);
+  if (!bucket.compressed.defined()) {
+    bucket.compressed =
+        at::empty({bucket.grad_elements},
+                  grads.options().dtype(
+                      *options_.compression == HalfType::kFloat16 ? at::kHalf : at::kBFloat16));
+  }
+  bucket.compressed.copy_(grads).div_(world);
+  absl::Status s =
+      comm_->AllReduceSumHalf(static_cast<uint16_t*>(bucket.compressed.data_ptr()),
+                              static_cast<size_t>(bucket.grad_elements), *options_.compression);
+  if (!s.ok()) return s;
+  grads.copy_(bucket.compressed);
+  // The used flags and control words are counts: they stay exact, in float.
+  at::Tensor tail =
+      bucket.buffer.narrow(0, bucket.grad_elements, bucket.buffer.numel() - bucket.grad_elements);
+  tail.narrow(0, 0, tail.numel() - bucket.control_words).div_(world);
+  return comm_->AllReduceSum(tail.data_ptr<float>(), static_cast<size_t>(tail.numel()));
 }
 
 absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
@@ -352,7 +379,10 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     p.local.reset();
   }
   for (const Bucket& b : buckets_) {
-    stats.bucket_bytes.push_back(b.buffer.numel() * sizeof(float));
+    // What crossed the wire: compressed gradients, and the counts in float.
+    const int64_t narrow = options_.compression ? b.grad_elements : 0;
+    stats.bucket_bytes.push_back((b.buffer.numel() - narrow) * sizeof(float) +
+                                 narrow * sizeof(uint16_t));
     stats.bytes += stats.bucket_bytes.back();
   }
   stats.bucket_ms.resize(buckets_.size(), 0.0);

@@ -94,6 +94,9 @@ class Reducer {
     // Rebuild buckets in the gradients' real ready order after the first
     // step (rank 0's order, so every rank agrees).
     bool rebuild_after_first_step = true;
+    // Gradients cross the wire in this 16-bit type (PyTorch's fp16/bf16
+    // compress hooks); none: float32.
+    std::optional<HalfType> compression;
   };
 
   // `params`: float32 CPU tensors that require grad. `comm` outlives this.
@@ -159,6 +162,8 @@ class Reducer {
     int64_t control_words = 0;
     size_t pending = 0;
     bool ready = false;
+    // The gradients in the compression type (made on first use).
+    at::Tensor compressed;
   };
 
   Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options);
@@ -174,6 +179,10 @@ class Reducer {
   // predecessors are queued, in plan order.
   void CompleteBucketLocked(size_t bucket, bool from_backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommLoop();
+  // One bucket's all-reduce (communication thread), in float32 or
+  // compressed.
+  absl::Status Reduce(Bucket& bucket, float world);
+  absl::Status ReduceCompressed(Bucket& bucket, float world);
 
   Communicator* comm_;
   const Options options_;

@@ -258,30 +258,39 @@ absl::Status ShmCommunicator::Barrier(int phase) {
   return absl::OkStatus();
 }
 
-absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
+template <typename T, typename Add>
+absl::Status ShmCommunicator::AllReduceWith(T* data, size_t count, Add add) {
   if (aborted_) return absl::AbortedError("communicator aborted");
   const int n = options_.world_size;
   if (n == 1 || count == 0) return absl::OkStatus();
-  const size_t piece = options_.slot_bytes / sizeof(float);
+  const size_t piece = options_.slot_bytes / sizeof(T);
   for (size_t offset = 0; offset < count; offset += piece) {
     const size_t len = std::min(piece, count - offset);
     ++sequence_;
-    std::memcpy(slot(options_.rank), data + offset, len * sizeof(float));
+    std::memcpy(slot(options_.rank), data + offset, len * sizeof(T));
     if (absl::Status s = Barrier(0); !s.ok()) return s;
     // This rank sums chunk `rank` over every slot, in rank order.
     const size_t begin = len / n * options_.rank + std::min<size_t>(options_.rank, len % n);
     const size_t end = begin + len / n + (static_cast<size_t>(options_.rank) < len % n ? 1 : 0);
-    float* out = reinterpret_cast<float*>(result()) + begin;
-    const float* first = reinterpret_cast<const float*>(slot(0)) + begin;
-    std::memcpy(out, first, (end - begin) * sizeof(float));
+    T* out = reinterpret_cast<T*>(result()) + begin;
+    const T* first = reinterpret_cast<const T*>(slot(0)) + begin;
+    std::memcpy(out, first, (end - begin) * sizeof(T));
     for (int r = 1; r < n; ++r) {
-      const float* in = reinterpret_cast<const float*>(slot(r)) + begin;
-      for (size_t i = 0, m = end - begin; i < m; ++i) out[i] += in[i];
+      const T* in = reinterpret_cast<const T*>(slot(r)) + begin;
+      for (size_t i = 0, m = end - begin; i < m; ++i) out[i] = add(out[i], in[i]);
     }
     if (absl::Status s = Barrier(1); !s.ok()) return s;
-    std::memcpy(data + offset, result(), len * sizeof(float));
+    std::memcpy(data + offset, result(), len * sizeof(T));
   }
   return CheckNotAborted();
+}
+
+absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
+  return AllReduceWith(data, count, [](float a, float b) { return a + b; });
+}
+
+absl::Status ShmCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
+  return AllReduceWith(data, count, [type](uint16_t a, uint16_t b) { return AddHalf(a, b, type); });
 }
 
 absl::Status ShmCommunicator::CheckNotAborted() const {

@@ -52,6 +52,7 @@ class ShmCommunicator final : public Communicator {
   int world_size() const override { return options_.world_size; }
   std::string backend() const override { return "shm"; }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   void Abort() override;
 
@@ -60,6 +61,9 @@ class ShmCommunicator final : public Communicator {
   // Where the slots start, past the header.
   static size_t DataOffset();
   // ABORTED once any rank aborted the communicator.
+  // Sums element-wise with `add`, in rank order.
+  template <typename T, typename Add>
+  absl::Status AllReduceWith(T* data, size_t count, Add add);
   absl::Status CheckNotAborted() const;
   // Unlinks segments whose creator process is gone.
   static void RemoveStaleSegments();

@@ -440,6 +440,11 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   session_ = LibraryInternals::SessionOver(comm_, std::move(driver));
   DistributedDataParallel::Options options;
   options.bucket_cap_mb = spec_.bucket_cap_mb();
+  if (spec_.compression() == "fp16") {
+    options.compression = DistributedDataParallel::Options::Compression::kFloat16;
+  } else if (spec_.compression() == "bf16") {
+    options.compression = DistributedDataParallel::Options::Compression::kBFloat16;
+  }
   // Every rank holds the source's state now; buffers follow rank 0, as in
   // PyTorch.
   options.broadcast_from = 0;

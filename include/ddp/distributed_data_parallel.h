@@ -56,6 +56,12 @@ class DistributedDataParallel {
     // rank takes that rank's buffers (BatchNorm's running statistics), so
     // the next forward sees what PyTorch's would.
     bool broadcast_buffers = true;
+    // Gradients cross the wire as 16-bit floats, with the semantics of
+    // PyTorch's fp16_compress_hook / bf16_compress_hook: each bucket cast,
+    // divided by the world size, summed in that type, and cast back. Half
+    // the bytes, for a little precision.
+    enum class Compression { kNone, kFloat16, kBFloat16 };
+    Compression compression = Compression::kNone;
   };
 
   // What the last synchronized backward did.

@@ -43,21 +43,29 @@ class DdpParityTest(unittest.TestCase):
         torch.save((tx[:4100].clone(), ty[:4100].clone()), cls.train)
         torch.save((vx[:1000].clone(), vy[:1000].clone()), cls.test)
 
-    def job(self, name, optimizer):
+    def job(self, name, optimizer, compression="none"):
         # 4100 samples on 2 ranks, 32 a batch: 65 steps an epoch (the last
         # batch partial), 130 in two epochs.
         return {"name": name, "model": {"kind": "torchscript", "path": self.model},
                 "dataset": {"kind": "tensors", "path": self.train, "testPath": self.test},
                 "optimizer": optimizer, "batchSize": 32, "epochs": 2, "seed": 7,
-                "backend": "gloo", "bucketCapMb": 0.1,
+                "backend": "gloo", "bucketCapMb": 0.1, "compression": compression,
                 "outputPath": os.path.join(self.dir, name + "-ours.pt")}
 
-    def check(self, name, optimizer):
+    def check(self, name, optimizer, compression="none"):
         job_file = os.path.join(self.dir, name + ".json")
         with open(job_file, "w") as f:
-            json.dump(self.job(name, optimizer), f)
-        ours = [[r["loss"] for r in rank] for rank in run_ddp_run(
-            job_file, 2, tempfile.mkdtemp(prefix=name + "-ours-", dir=self.dir), timeout=300)]
+            json.dump(self.job(name, optimizer, compression), f)
+        records = run_ddp_run(job_file, 2, tempfile.mkdtemp(prefix=name + "-ours-", dir=self.dir),
+                              timeout=300)
+        ours = [[r["loss"] for r in rank] for rank in records]
+        # What crossed the wire: 16-bit gradients when compressed.
+        gradient_bytes = 4 * sum(p.numel() for p in Net().parameters())
+        sent = records[0][-1]["bytes"]
+        if compression == "none":
+            self.assertGreaterEqual(sent, gradient_bytes)
+        else:
+            self.assertLess(sent, 0.6 * gradient_bytes)
         ref = [[r["loss"] for r in rank] for rank in run_reference(
             job_file, 2, tempfile.mkdtemp(prefix=name + "-ref-", dir=self.dir),
             extra=["--output", os.path.join(self.dir, name + "-ref.pt")], timeout=300)]
@@ -85,6 +93,15 @@ class DdpParityTest(unittest.TestCase):
 
     def test_adam(self):
         self.check("adam", {"kind": "adam", "lr": 0.001})
+
+    # Gradient compression against PyTorch DDP with the matching comm hook
+    # (bench/pytorch_ddp.py): the same casts, divisions and sums, so the
+    # same tolerance holds as without.
+    def test_fp16_compression_as_fp16_compress_hook(self):
+        self.check("fp16", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "fp16")
+
+    def test_bf16_compression_as_bf16_compress_hook(self):
+        self.check("bf16", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "bf16")
 
 
 if __name__ == "__main__":

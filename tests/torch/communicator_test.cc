@@ -67,6 +67,40 @@ TEST_P(CommunicatorTest, AllReduceSum_SameBitsOnEveryRank) {
   for (int r = 1; r < world(); ++r) EXPECT_EQ(results[r], results[0]);
 }
 
+// Compressed gradients: every rank gets the same 16-bit sum, each partial
+// sum rounded to the type (for two ranks: the exact sum, rounded once).
+TEST_P(CommunicatorTest, AllReduceSumHalf_EveryRankGetsTheRoundedSum) {
+  for (HalfType type : {HalfType::kFloat16, HalfType::kBFloat16}) {
+    auto to_half = [type](float f) {
+      return type == HalfType::kFloat16 ? FloatToFloat16(f) : FloatToBFloat16(f);
+    };
+    auto to_float = [type](uint16_t h) {
+      return type == HalfType::kFloat16 ? Float16ToFloat(h) : BFloat16ToFloat(h);
+    };
+    // Spans more than one shared-memory slot (64 KiB here).
+    const size_t n = 50000;
+    auto value = [](int rank, size_t i) { return 0.37f * (rank + 1) / (1 + i % 977); };
+    std::vector<std::vector<uint16_t>> results(world());
+    Run([&](int rank, Communicator* comm) {
+      std::vector<uint16_t> data(n);
+      for (size_t i = 0; i < n; ++i) data[i] = to_half(value(rank, i));
+      ASSERT_THAT(comm->AllReduceSumHalf(data.data(), n, type), IsOk());
+      results[rank] = data;
+    });
+    for (int r = 1; r < world(); ++r) EXPECT_EQ(results[r], results[0]);
+    for (size_t i = 0; i < n; i += 101) {
+      float exact = 0;
+      for (int r = 0; r < world(); ++r) exact += to_float(to_half(value(r, i)));
+      if (world() == 2) {
+        ASSERT_EQ(results[0][i], to_half(exact)) << "element " << i;
+      } else {  // rounded once per partial sum
+        const float tolerance = type == HalfType::kFloat16 ? 2e-3f : 1.6e-2f;
+        ASSERT_NEAR(to_float(results[0][i]), exact, tolerance * exact) << "element " << i;
+      }
+    }
+  }
+}
+
 TEST_P(CommunicatorTest, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
   std::atomic<bool> rank0_done{false};
   Run([&](int rank, Communicator* comm) {

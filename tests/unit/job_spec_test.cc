@@ -307,6 +307,25 @@ TEST(JobSpec, Backends_AllFourAccepted) {
   }
 }
 
+TEST(JobSpec, Compression_NoneByDefault_Fp16Bf16Accepted_OthersNamed) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson("{}", NoNccl());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->compression(), "none");
+  for (const char* kind : {"none", "fp16", "bf16"}) {
+    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"compression": ")", kind, R"("})"), NoNccl()),
+                IsOk())
+        << kind;
+  }
+  EXPECT_THAT(ParseJobSpecJson(R"({"compression": "int8"})", NoNccl()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job.compression"), HasSubstr("int8"), HasSubstr("bf16"))));
+  // A program compresses in its own DistributedDataParallel.
+  EXPECT_THAT(
+      ParseJobSpecJson(R"({"model": {"kind": "program"}, "compression": "fp16"})", NoNccl()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("job.compression"), HasSubstr("Options::compression"))));
+}
+
 TEST(JobSpec, WithDefaults_Idempotent) {
   v1::JobSpec once = WithDefaults(v1::JobSpec());
   v1::JobSpec twice = WithDefaults(once);

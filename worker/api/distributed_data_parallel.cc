@@ -244,6 +244,16 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
       static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
   impl_->reducer_options.first_bucket_cap_bytes =
       std::min(impl_->reducer_options.bucket_cap_bytes, kDefaultFirstBucketBytes);
+  switch (options.compression) {
+    case Options::Compression::kFloat16:
+      impl_->reducer_options.compression = HalfType::kFloat16;
+      break;
+    case Options::Compression::kBFloat16:
+      impl_->reducer_options.compression = HalfType::kBFloat16;
+      break;
+    case Options::Compression::kNone:
+      break;
+  }
   // Started into a running job: the state comes from the rank the
   // coordinator names, as the others re-form from it.
   int root = options.broadcast_from;
