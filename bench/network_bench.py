@@ -98,16 +98,21 @@ def run_torch(net, job_file, folder, hook):
     compression as PyTorch's hook; each rank's step records."""
     procs = []
     for rank in range(2):
+        # The host name resolves to nothing in a namespace: without the
+        # interface, Gloo would fall back to loopback.
         env = thread_env(MASTER_ADDR=net.hosts[1].ip, MASTER_PORT=str(PORT + 1),
-                         WORLD_SIZE="2", RANK=str(rank))
+                         WORLD_SIZE="2", RANK=str(rank), GLOO_SOCKET_IFNAME="eth0")
         metrics = os.path.join(folder, "reference-%d.jsonl" % rank)
         with open(os.path.join(folder, "reference-%d.log" % rank), "w") as out:
             procs.append(net.popen(rank + 1, [PYTHON, REFERENCE, "--job", job_file, "--threads",
                                               "1", "--metrics", metrics],
                                    stdout=out, stderr=subprocess.STDOUT, env=env))
     try:
-        for p in procs:
-            p.wait(timeout=1800)
+        deadline = time.time() + 1800
+        while any(p.poll() is None for p in procs):
+            if any(p.poll() for p in procs) or time.time() > deadline:
+                raise RuntimeError("the PyTorch reference failed (%s)" % folder)
+            time.sleep(0.2)
         if any(p.returncode for p in procs):
             raise RuntimeError("the PyTorch reference failed (%s)" % folder)
     finally:
@@ -128,6 +133,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="100mbit,1gbit,10gbit")
     parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--systems", default="ours,pytorch")
+    parser.add_argument("--compressions", default="none,fp16,bf16")
     parser.add_argument("--steps", type=int, default=150, help="steps per run (the first 20 "
                         "are warm-up)")
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "network_benchmarks.json"))
@@ -155,8 +162,10 @@ def main():
                     net.shape(i, rate=rate)
                 bits = netns._bits_per_second(rate)
                 row = {"model": model, "rate": rate, "compute_ms": compute_s * 1e3, "runs": {}}
-                configs = [("ours", c) for c in ("none", "fp16", "bf16")] + [
-                    ("pytorch", c) for c in ("none", "fp16")]
+                kinds = args.compressions.split(",")
+                systems = args.systems.split(",")
+                configs = [("ours", c) for c in kinds if "ours" in systems] + [
+                    ("pytorch", c) for c in kinds if "pytorch" in systems and c != "bf16"]
                 for system, compression in configs:
                     folder = tempfile.mkdtemp(prefix="%s-%s-%s-%s-" % (
                         system, model, rate, compression), dir=work)

@@ -101,9 +101,9 @@ absl::Status GlooCommunicator::RingAllReduce(T* data, size_t count, Add add) {
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + n) % n;
     const int recv = (rank_ - s - 1 + n) % n;
+    if (length(recv) > 0) (*tmp)->recv(left, slot, 0, length(recv) * sizeof(T));
     if (length(send) > 0)
       (*out)->send(right, slot, begin(send) * sizeof(T), length(send) * sizeof(T));
-    if (length(recv) > 0) (*tmp)->recv(left, slot, 0, length(recv) * sizeof(T));
     if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(tmp->get())) return absl::AbortedError("aborted");
     T* dst = data + begin(recv);
@@ -114,10 +114,10 @@ absl::Status GlooCommunicator::RingAllReduce(T* data, size_t count, Add add) {
   for (int s = 0; s < n - 1; ++s) {
     const int send = (rank_ - s + 1 + n) % n;
     const int recv = (rank_ - s + n) % n;
-    if (length(send) > 0)
-      (*out)->send(right, slot, begin(send) * sizeof(T), length(send) * sizeof(T));
     if (length(recv) > 0)
       (*in)->recv(left, slot, begin(recv) * sizeof(T), length(recv) * sizeof(T));
+    if (length(send) > 0)
+      (*out)->send(right, slot, begin(send) * sizeof(T), length(send) * sizeof(T));
     if (length(send) > 0 && !WaitSend(out->get())) return absl::AbortedError("aborted");
     if (length(recv) > 0 && !WaitRecv(in->get())) return absl::AbortedError("aborted");
   }
