@@ -14,8 +14,8 @@ each rank's whole gradient once over its link (half in the reduce-scatter,
 half in the all-gather), so that time is gradient bytes x 8 / rate.
 Efficiency = floor / actual step time.
 
-Needs root (namespaces, tc). Prints a Markdown table per rate and writes
-docs/network_benchmarks.json (--out to change). netem is often missing from
+Needs root (namespaces, tc). Writes docs/network_benchmarks.json (--out to
+change) and, beside it, NETWORK_BENCHMARKS.md. netem is often missing from
 the kernel (then no added delay: links are rate-limited only)."""
 import argparse
 import json
@@ -138,7 +138,12 @@ def main():
     parser.add_argument("--steps", type=int, default=150, help="steps per run (the first 20 "
                         "are warm-up)")
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "network_benchmarks.json"))
+    parser.add_argument("--from-json", action="store_true",
+                        help="rewrite NETWORK_BENCHMARKS.md beside --out from it, running nothing")
     args = parser.parse_args()
+    if args.from_json:
+        write_markdown(args.out)
+        return
     ok, why = netns.available()
     if not ok:
         sys.exit("network namespaces are not available here: " + why)
@@ -187,26 +192,68 @@ def main():
                 results.append(row)
                 for i in (1, 2):
                     net.shape(i)
+    meta = {"date": time.strftime("%Y-%m-%d"), "steps": args.steps, "warmup": skip}
     with open(args.out, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "steps": args.steps, "warmup": skip,
-                   "results": results}, f, indent=1)
-    print(markdown(results))
+        json.dump(dict(meta, results=results), f, indent=1)
+    write_markdown(args.out)
 
 
-def markdown(results):
-    lines = []
+def write_markdown(json_path):
+    with open(json_path) as f:
+        data = json.load(f)
+    text = markdown(data["results"], data)
+    with open(os.path.join(os.path.dirname(json_path), "NETWORK_BENCHMARKS.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+HEADER = """# Training across hosts on shaped links
+
+Written by `bench/network_bench.py` on %(date)s (%(steps)d steps a run, the first %(warmup)d
+not counted). Two test hosts are network namespaces on a bridge, each with a host name of its
+own (so `backend: auto` picks Gloo's TCP ring), one worker per host with one thread; both
+links limited with tc's `tbf` to the rate, each way. The coordinator is in a third namespace.
+PyTorch DDP (gloo) runs `bench/pytorch_ddp.py` on the same job file and the same links, with
+`fp16_compress_hook` registered for fp16 (Gloo can't all-reduce bfloat16 in PyTorch 1.13, so
+it has no bf16 row). The kernel here has no `netem`: links are rate-limited, with no added
+delay.
+
+**Floor** = max(one rank's compute time for the step alone, the all-reduce of its gradient at
+the link's rate), where a two-rank ring sends each rank's whole gradient once over its link
+(half in the reduce-scatter, half in the all-gather): gradient bytes x 8 / rate, halved by
+compression. **Efficiency** = floor / the step time. Read it with two caveats: the compute time
+is measured with one worker alone on a core, while in the runs both workers and the kernel's
+network path (veth, bridge, tbf: real CPU at 10 Gbit/s) share this machine's 2 cores; and these
+models' gradients fit in one bucket, so their all-reduce can't overlap backward, and
+compute + all-reduce is what a step without overlap can reach.
+"""
+
+
+def markdown(results, meta):
+    lines = [HEADER % meta]
     for row in results:
-        lines.append("\n**%s, %s link** (compute alone %.2f ms a step; gradient %.2f MB)\n" % (
-            row["model"].upper(), row["rate"], row["compute_ms"],
-            row.get("gradient_bytes", 0) / 1e6))
+        runs = row["runs"]
+        lines.append("\n## %s, %s link\n" % (row["model"].upper(), row["rate"]))
+        lines.append("Compute alone %.2f ms a step; gradient %.2f MB.\n" % (
+            row["compute_ms"], row.get("gradient_bytes", 0) / 1e6))
         lines.append("| system | compression | samples/s | step | floor | efficiency |")
         lines.append("| --- | --- | ---: | ---: | ---: | ---: |")
-        for key, r in row["runs"].items():
+        for key, r in runs.items():
             system, compression = key.split("/")
             lines.append("| %s | %s | %.0f | %.2f ms | %.2f ms | %.0f%% |" % (
                 "ours" if system == "ours" else "PyTorch DDP", compression, r["samples_per_s"],
                 r["step_ms"], r["floor_ms"], 100 * r["efficiency"]))
-    return "\n".join(lines)
+        facts = []
+        if "ours/none" in runs and "pytorch/none" in runs:
+            facts.append("ours %.2fx PyTorch DDP uncompressed" % (
+                runs["ours/none"]["samples_per_s"] / runs["pytorch/none"]["samples_per_s"]))
+        for kind in ("fp16", "bf16"):
+            if "ours/" + kind in runs and "ours/none" in runs:
+                facts.append("%s %.2fx our uncompressed" % (
+                    kind, runs["ours/" + kind]["samples_per_s"] / runs["ours/none"]["samples_per_s"]))
+        if facts:
+            lines.append("\n" + "; ".join(facts) + ".")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
