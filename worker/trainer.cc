@@ -360,19 +360,7 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     report.set_world_size(world);
     report.set_total_steps(total);
     v1::ReductionStatus* r = report.mutable_reduction();
-    r->set_buckets_reduced(stats->buckets_reduced);
-    r->set_buckets_total(stats->buckets_total);
-    r->set_bytes(stats->bytes);
-    r->set_allreduce_ms(stats->allreduce_ms);
-    r->set_wait_ms(stats->wait_ms);
-    r->set_unused_parameters(stats->unused);
-    r->set_globally_unused_parameters(stats->globally_unused);
-    for (auto& name : stats->newly_unused) r->add_newly_unused_parameter_names(name);
-    for (size_t b = 0; b < stats->bucket_bytes.size(); ++b) {
-      v1::BucketReduction* bucket = r->add_buckets();
-      bucket->set_allreduce_ms(stats->bucket_ms[b]);
-      bucket->set_bytes(stats->bucket_bytes[b]);
-    }
+    AddReduction(*stats, r);
     r->set_phase(v1::STEP_PHASE_OPTIMIZER);
     // Digests on the first step of a generation (a joiner took up the state
     // correctly) and at each epoch's end (replicas still agree).

@@ -156,16 +156,7 @@ struct DistributedDataParallel::Impl {
     last.unused_parameters = stats.unused;
     last.globally_unused_parameters = stats.globally_unused;
     if (s.driver) return;  // the trainer reports for itself
-    v1::ReductionStatus& r = s.last_reduction;
-    r.set_buckets_reduced(stats.buckets_reduced);
-    r.set_buckets_total(stats.buckets_total);
-    r.set_bytes(stats.bytes);
-    r.set_allreduce_ms(stats.allreduce_ms);
-    r.set_wait_ms(stats.wait_ms);
-    r.set_unused_parameters(stats.unused);
-    r.set_globally_unused_parameters(stats.globally_unused);
-    // Names go up once, when first seen unused.
-    for (const std::string& name : stats.newly_unused) r.add_newly_unused_parameter_names(name);
+    AddReduction(stats, &s.last_reduction);
   }
 
   // Construction's collectives on the session's communicator: every rank

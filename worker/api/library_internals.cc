@@ -2,6 +2,23 @@
 
 namespace ddp {
 
+void AddReduction(const ReductionStats& stats, v1::ReductionStatus* status) {
+  status->set_buckets_reduced(stats.buckets_reduced);
+  status->set_buckets_total(stats.buckets_total);
+  status->set_bytes(stats.bytes);
+  status->set_allreduce_ms(stats.allreduce_ms);
+  status->set_wait_ms(stats.wait_ms);
+  status->set_unused_parameters(stats.unused);
+  status->set_globally_unused_parameters(stats.globally_unused);
+  for (const std::string& name : stats.newly_unused) status->add_newly_unused_parameter_names(name);
+  status->clear_buckets();
+  for (size_t b = 0; b < stats.bucket_bytes.size(); ++b) {
+    v1::BucketReduction* bucket = status->add_buckets();
+    bucket->set_allreduce_ms(stats.bucket_ms[b]);
+    bucket->set_bytes(stats.bucket_bytes[b]);
+  }
+}
+
 std::unique_ptr<Session> LibraryInternals::SessionOver(Communicator* comm, StepDriver driver) {
   auto impl = std::make_unique<Session::Impl>();
   impl->rank = comm->rank();

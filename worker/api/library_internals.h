@@ -35,6 +35,11 @@ class StatusError : public Error {
   absl::Status status_;
 };
 
+// A reduction as the coordinator reads it: `stats`' figures and per-bucket
+// times replace what `status` held; the newly unused parameter names are
+// added to those not yet reported.
+void AddReduction(const ReductionStats& stats, v1::ReductionStatus* status);
+
 struct LibraryInternals {
   // A session of `comm`'s rank and world; `comm` outlives it.
   static std::unique_ptr<Session> SessionOver(Communicator* comm, StepDriver driver);
