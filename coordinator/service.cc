@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "coordinator/attach_stream.h"
+#include "coordinator/worker_pages.h"
 
 namespace ddp {
 namespace {
@@ -146,12 +147,12 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
-                                                          const v1::ListWorkersRequest* /*request*/,
+                                                          const v1::ListWorkersRequest* request,
                                                           v1::ListWorkersResponse* response) {
   if (absl::Status s = Allow(context, method::kListWorkers); !s.ok()) return Reply(context, s);
-  std::shared_ptr<const v1::JobStatus> status = core_->Snapshot();
-  *response->mutable_workers() = status->workers();
-  return Reply(context, absl::OkStatus());
+  absl::StatusOr<v1::ListWorkersResponse> page = PageOfWorkers(*core_->Snapshot(), *request);
+  if (page.ok()) *response = *std::move(page);
+  return Reply(context, page.status());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerContext* context,
