@@ -1,5 +1,7 @@
 #include "coordinator/job_validator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ddp {
@@ -19,7 +21,7 @@ void JobValidator::Validate(v1::JobSpec spec, Done done) {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
       refused = absl::UnavailableError("the coordinator is shutting down");
-    } else if (waiting_.size() >= static_cast<size_t>(options_.max_waiting)) {
+    } else if (waiting_.size() >= Capacity()) {
       refused = absl::ResourceExhaustedError(
           absl::StrCat("too many job submissions being validated (", options_.concurrency,
                        " running, ", options_.max_waiting,
@@ -31,6 +33,13 @@ void JobValidator::Validate(v1::JobSpec spec, Done done) {
     }
   }
   done(refused);
+}
+
+size_t JobValidator::Capacity() const {
+  // A job queued for an idle thread that hasn't woken to take it yet is not
+  // waiting behind the running ones: it counts against the idle threads.
+  const int idle = std::max(1, options_.concurrency) - running_;
+  return static_cast<size_t>(std::max(0, idle) + options_.max_waiting);
 }
 
 void JobValidator::Loop() {
@@ -46,8 +55,11 @@ void JobValidator::Loop() {
       if (shut_down_) return;
       next = std::move(waiting_.front());
       waiting_.pop_front();
+      ++running_;
     }
     next.done(check_(next.spec, stop_));
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

@@ -58,12 +58,16 @@ class JobValidator {
   };
 
   void Loop();
+  // How many jobs may be queued now: one per idle thread, plus max_waiting.
+  size_t Capacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const Check check_;
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
   std::deque<Pending> waiting_ ABSL_GUARDED_BY(mu_);
+  // Checks running now (taken off waiting_, not yet done).
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Started once, in the constructor; joined by Shutdown.
   std::vector<std::thread> threads_;

@@ -145,7 +145,8 @@ class FatalRefusalTest(unittest.TestCase):
                           "needs a worker token; this token's role is operator")
         # The coordinator says who was refused, and the worker never attached.
         self.assertIn("refused /ddp.v1.Coordinator/Attach", self.cluster.log("coordinator"))
-        self.assertEqual(self.cluster.client.call("ddp.v1.Coordinator/ListWorkers"), {"workers": []})
+        listed = self.cluster.client.call("ddp.v1.Coordinator/ListWorkers")
+        self.assertEqual((listed["workers"], listed["total_size"]), ([], 0))
 
     def test_unparseable_coordinator_exits_at_once(self):
         for bad in ("127.0.0.1", "127.0.0.1:99999", "http://127.0.0.1:80", "host name:1"):

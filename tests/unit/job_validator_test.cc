@@ -1,5 +1,6 @@
 #include "coordinator/job_validator.h"
 
+#include <atomic>
 #include <optional>
 
 #include "absl/synchronization/notification.h"
@@ -85,6 +86,36 @@ TEST(JobValidator, Validate_BeyondRunningAndWaiting_ResourceExhaustedAtOnce) {
   ASSERT_TRUE(running.Wait() && waiting.Wait());
   EXPECT_THAT(running.status, IsOk());
   EXPECT_THAT(waiting.status, IsOk());
+}
+
+// Submissions that arrive together, before the idle threads wake to take
+// them, are not "waiting": each idle thread takes one, and only the queue
+// beyond them is bounded (a second one was refused here once, on a busy
+// machine).
+TEST(JobValidator, Validate_BurstBeforeThreadsWake_IdleThreadsStillTakeOneEach) {
+  absl::Notification release;
+  std::atomic<int> started{0};
+  JobValidator validator(Limits(2, 1), [&](const v1::JobSpec&, const std::atomic<bool>&) {
+    ++started;
+    release.WaitForNotification();
+    return absl::OkStatus();
+  });
+  Answer a, b, c, refused;
+  validator.Validate(Named("a"), a.Callback());
+  validator.Validate(Named("b"), b.Callback());
+  validator.Validate(Named("c"), c.Callback());
+  validator.Validate(Named("refused"), refused.Callback());
+  EXPECT_FALSE(a.done.HasBeenNotified());
+  EXPECT_FALSE(b.done.HasBeenNotified());
+  EXPECT_FALSE(c.done.HasBeenNotified());
+  ASSERT_TRUE(refused.done.HasBeenNotified());
+  EXPECT_THAT(refused.status, StatusIs(absl::StatusCode::kResourceExhausted));
+  // Whenever the threads wake, two run and one waits.
+  for (int i = 0; i < 3000 && started.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(started.load(), 2);
+  release.Notify();
+  ASSERT_TRUE(a.Wait() && b.Wait() && c.Wait());
+  EXPECT_THAT(c.status, IsOk());
 }
 
 TEST(JobValidator, Shutdown_StopsRunningFailsWaitingRefusesNew) {
