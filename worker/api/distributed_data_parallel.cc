@@ -74,17 +74,6 @@ void CheckSameParameters(Communicator& comm, const Named& params, int root) {
                            ". Every rank must build the same model"));
 }
 
-// Copies `t` from rank `root` to every rank, whatever its dtype.
-absl::Status BroadcastTensor(Communicator& comm, torch::Tensor& t, int root) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor contiguous = t.contiguous();
-  if (absl::Status s = comm.Broadcast(contiguous.data_ptr(), contiguous.nbytes(), root); !s.ok()) {
-    return s;
-  }
-  if (!contiguous.is_same(t)) t.copy_(contiguous);
-  return absl::OkStatus();
-}
-
 // Copies `tensors` from rank `root` to every rank in one broadcast, packed
 // into `scratch`, whatever their dtypes.
 absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
@@ -166,10 +155,9 @@ struct DistributedDataParallel::Impl {
     Communicator& comm = *session->impl_->comm;
     root = from;
     CheckSameParameters(comm, params, root);
-    for (auto& [name, t] : params) {
-      Check(BroadcastTensor(comm, t, root),
-            "copying the parameters from rank " + std::to_string(root));
-    }
+    std::vector<char> bytes;  // once: not kept, unlike the buffers' scratch
+    Check(BroadcastPacked(comm, params, root, bytes),
+          "copying the parameters from rank " + std::to_string(root));
     Check(BroadcastPacked(comm, buffers, root, scratch),
           "copying the buffers from rank " + std::to_string(root));
     auto created = Reducer::Create(trainable, &comm, reducer_options);
@@ -178,8 +166,7 @@ struct DistributedDataParallel::Impl {
     Reducer::ImplicitHooks hooks;
     hooks.sync = [this]() -> std::optional<ControlWords> {
       if (no_sync) return std::nullopt;
-      const StepDriver* driver = session->impl_->driver ? &*session->impl_->driver : nullptr;
-      if (driver) return driver->control();
+      if (session->impl_->driver) return session->impl_->driver->control();
       // A joined program votes to leave when the coordinator asks it to.
       const CoordinatorSession* joined = session->impl_->joined.get();
       return ControlWords{0, joined ? joined->leave_vote() : nullptr};
