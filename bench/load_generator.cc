@@ -333,10 +333,21 @@ int Run() {
   v1::GetStatusRequest request;
   v1::JobStatus final_status;
   operator_stub->GetStatus(&ctx, request, &final_status);
-  int lost = 0, stale = 0;
-  for (const auto& w : final_status.workers()) {
-    lost += w.state() == v1::WORKER_STATE_LOST;
-    stale += static_cast<int>(w.stale_messages());
+  // Every worker, through ListWorkers' pages (GetStatus lists only some).
+  int lost = 0, stale = 0, listed = 0;
+  v1::ListWorkersRequest page_request;
+  page_request.set_page_size(1000);
+  for (int pages = 0; pages < 100; ++pages) {
+    grpc::ClientContext page_ctx;
+    v1::ListWorkersResponse page;
+    if (!operator_stub->ListWorkers(&page_ctx, page_request, &page).ok()) break;
+    for (const auto& w : page.workers()) {
+      lost += w.state() == v1::WORKER_STATE_LOST;
+      stale += static_cast<int>(w.stale_messages());
+      ++listed;
+    }
+    if (page.next_page_token().empty()) break;
+    page_request.set_page_token(page.next_page_token());
   }
   int rejected = 0, failed = 0;
   bool store_ok = true;
@@ -353,13 +364,15 @@ int Run() {
       "\"reports_per_s\": %.0f, \"job_state\": \"%s\", \"global_step\": %llu, \"attached\": %d, "
       "\"lost\": %d, \"stale\": %d, \"rejected\": %d, \"failed_streams\": %d, "
       "\"get_status_calls\": %zu, \"get_status_p50_ms\": %.2f, \"get_status_p99_ms\": %.2f, "
-      "\"get_status_max_ms\": %.2f}\n",
+      "\"get_status_max_ms\": %.2f, \"get_status_bytes\": %zu, \"summary_total\": %u, "
+      "\"listed_by_pages\": %d}\n",
       n, absl::ToDoubleSeconds(last_assigned - last_registered),
       absl::ToDoubleSeconds(last_assigned - start), rendezvous_s, store_ok ? "true" : "false",
       heartbeats.load() / load_s, reports / load_s, v1::JobState_Name(final_status.state()).c_str(),
       static_cast<unsigned long long>(final_status.global_step()), final_status.attached_workers(),
       lost, stale, rejected, failed, sorted.size(), Pct(sorted, 0.5), Pct(sorted, 0.99),
-      sorted.empty() ? 0 : sorted.back());
+      sorted.empty() ? 0 : sorted.back(), final_status.ByteSizeLong(),
+      final_status.summary().total(), listed);
   std::fflush(stdout);
   stop_heartbeats = true;
   heartbeat_thread.join();

@@ -21,8 +21,9 @@ bool LogRefusalNow() {
 
 }  // namespace
 
-AttachStream* AttachStream::Start(Coordinator* core, grpc::CallbackServerContext* context) {
-  std::shared_ptr<AttachStream> stream(new AttachStream(core, context));
+AttachStream* AttachStream::Start(Coordinator* core, grpc::CallbackServerContext* context,
+                                  CallObserver* observer) {
+  std::shared_ptr<AttachStream> stream(new AttachStream(core, context, observer));
   stream->self_ = stream;
   absl::StatusOr<StreamGate::StreamId> admitted = core->streams()->Open(stream);
   if (!admitted.ok()) {
@@ -106,7 +107,10 @@ void AttachStream::Pump() {
   // out_ is stable while writing_ is set: only the owner of the write
   // touches it again, in OnWriteDone.
   if (action == kWrite) StartWrite(&out_);
-  if (action == kFinish) Finish(finish_status);
+  if (action == kFinish) {
+    call_.Handled(finish_status.error_code());
+    Finish(finish_status);
+  }
 }
 
 void AttachStream::OnWriteDone(bool ok) {
@@ -177,6 +181,7 @@ void AttachStream::OnReadDone(bool ok) {
 }
 
 void AttachStream::OnDone() {
+  call_.Handled(grpc::StatusCode::CANCELLED);  // unless it finished
   ReportClosed("its stream ended");
   core_->streams()->Closed(gate_id_);
   std::shared_ptr<AttachStream> self;

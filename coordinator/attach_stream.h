@@ -26,6 +26,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/authorizer.h"
+#include "coordinator/call_observer.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/grpcpp.h"
 
@@ -42,8 +44,10 @@ class AttachStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   static constexpr size_t kMaxQueuedMessages = 1000;
 
   // Admits the stream and starts reading, or refuses it; returns the
-  // reactor for gRPC. `context` is gRPC's, valid until OnDone.
-  static AttachStream* Start(Coordinator* core, grpc::CallbackServerContext* context);
+  // reactor for gRPC. `context` is gRPC's, valid until OnDone. `observer`
+  // (may be null) hears of the call's start and end.
+  static AttachStream* Start(Coordinator* core, grpc::CallbackServerContext* context,
+                             CallObserver* observer);
 
   void Send(const v1::CoordinatorMessage& message) override;
   void Close(const absl::Status& status) override;
@@ -53,8 +57,8 @@ class AttachStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void OnDone() override;
 
  private:
-  AttachStream(Coordinator* core, grpc::CallbackServerContext* context)
-      : core_(core), context_(context) {}
+  AttachStream(Coordinator* core, grpc::CallbackServerContext* context, CallObserver* observer)
+      : core_(core), context_(context), call_(observer, method::kAttach) {}
   // Starts the next write or the finish, if one is due. Called without mu_:
   // gRPC may run reactions inline.
   void Pump();
@@ -65,6 +69,9 @@ class AttachStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   Coordinator* const core_;
   grpc::CallbackServerContext* const context_;
+  // Told of the status at Finish (or CANCELLED at OnDone, without one).
+  // Used by Pump's finish, which happens once, and then by OnDone.
+  ObservedCall call_;
   std::shared_ptr<AttachStream> self_;
   // Set in Start; 0 when the gate refused the stream.
   StreamGate::StreamId gate_id_ = 0;

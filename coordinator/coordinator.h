@@ -40,6 +40,7 @@
 #include "coordinator/reform_policy.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/status_summary.h"
 #include "coordinator/stream_gate.h"
 #include "coordinator/worker_channel.h"
 #include "coordinator/worker_registry.h"
@@ -66,6 +67,9 @@ class Coordinator {
     // stream handler needs), and at least every snapshot_max_age.
     absl::Duration snapshot_min_interval = absl::Milliseconds(200);
     absl::Duration snapshot_max_age = absl::Seconds(1);
+    // Workers GetStatus and WatchStatus list in full (the summary counts
+    // them all; ListWorkers pages through them).
+    uint32_t status_workers = kDefaultStatusWorkers;
     // After a restart, how long the saved generation's members have to come
     // back before it is re-formed without the missing ones.
     absl::Duration adopt_grace = absl::Seconds(10);
@@ -163,8 +167,12 @@ class Coordinator {
   // republishes the status snapshot.
   void Tick();
 
-  // The latest status snapshot: never waits behind stream handlers.
+  // The latest status snapshot, every worker in it: never waits behind
+  // stream handlers.
   std::shared_ptr<const v1::JobStatus> Snapshot() const;
+  // The same snapshot as GetStatus answers it: a summary of the workers and
+  // at most options.status_workers of them.
+  std::shared_ptr<const v1::JobStatus> StatusView() const;
   v1::JobState job_state() const;
 
   // Tells every attached worker to exit.
@@ -299,6 +307,7 @@ class Coordinator {
 
   mutable absl::Mutex snapshot_mu_;
   std::shared_ptr<const v1::JobStatus> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  std::shared_ptr<const v1::JobStatus> view_ ABSL_GUARDED_BY(snapshot_mu_);
 };
 
 }  // namespace ddp

@@ -7,6 +7,7 @@
 #include "common/quote.h"
 #include "common/tokens.h"
 #include "coordinator/coordinator.h"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace ddp {
@@ -173,8 +174,14 @@ absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request
 
 void Coordinator::PublishLocked() {
   job_.SampleProgress();
-  auto status = std::make_shared<v1::JobStatus>();
-  job_.FillStatus(status.get());
+  // On an arena: at 4,096 workers the snapshot is ~40k small objects, made
+  // and (for the one it replaces) freed under mu_ several times a second.
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 64 << 10;
+  arena_options.max_block_size = 4 << 20;
+  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
+  job_.FillStatus(status);
   changes_.Fill(status->mutable_generation_changes());
   const Generation* g = generations_.last();
   status->set_generation(generations_.latest());
@@ -182,6 +189,10 @@ void Coordinator::PublishLocked() {
   if (const Generation* current = generations_.current()) {
     for (const RankCandidate& m : current->members) status->add_members(m.worker_id);
   }
+  // What GetStatus answers: the job as above, with a bounded worker list.
+  // Its own heap copy: a WatchStatus stream holding it must not keep the
+  // whole snapshot's arena alive.
+  auto view = std::make_shared<v1::JobStatus>(*status);
   const absl::Time now = clock_->Now();
   uint32_t attached = 0;
   for (const WorkerRecord* w : registry_.All()) {
@@ -215,15 +226,23 @@ void Coordinator::PublishLocked() {
     if (w->held) *ws->mutable_held() = *w->held;
   }
   status->set_attached_workers(attached);
+  view->set_attached_workers(attached);
+  BoundStatusView(*status, options_.status_workers, view.get());
   dirty_ = false;
   published_at_ = now;
   absl::MutexLock lock(&snapshot_mu_);
-  snapshot_ = std::move(status);
+  snapshot_ = std::shared_ptr<const v1::JobStatus>(std::move(arena), status);
+  view_ = std::move(view);
 }
 
 std::shared_ptr<const v1::JobStatus> Coordinator::Snapshot() const {
   absl::MutexLock lock(&snapshot_mu_);
   return snapshot_;
+}
+
+std::shared_ptr<const v1::JobStatus> Coordinator::StatusView() const {
+  absl::MutexLock lock(&snapshot_mu_);
+  return view_;
 }
 
 v1::JobState Coordinator::job_state() const {

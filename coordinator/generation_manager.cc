@@ -7,10 +7,15 @@
 namespace ddp {
 
 int Generation::RankOf(const std::string& worker_id) const {
-  for (size_t r = 0; r < members.size(); ++r) {
-    if (members[r].worker_id == worker_id) return static_cast<int>(r);
-  }
-  return -1;
+  auto it = rank_of.find(worker_id);
+  return it == rank_of.end() ? -1 : it->second;
+}
+
+void Generation::IndexMembers() {
+  rank_of.clear();
+  rank_of.reserve(members.size());
+  for (size_t r = 0; r < members.size(); ++r)
+    rank_of.emplace(members[r].worker_id, static_cast<int>(r));
 }
 
 std::vector<std::string> Generation::MemberIds() const {
@@ -25,6 +30,7 @@ const Generation& GenerationManager::Form(std::vector<RankCandidate> members,
   Generation g;
   g.number = ++latest_;
   g.members = std::move(members);
+  g.IndexMembers();
   for (size_t r = 0; r < g.members.size(); ++r) g.store_tokens.push_back(RandomToken());
   g.source = source;
   g.lr = lr;
@@ -49,6 +55,7 @@ void GenerationManager::RestoreCurrent(const v1::DurableGeneration& saved) {
     // long over, and a fresh token keeps the store closed to others.
     g.store_tokens.push_back(m.store_token().empty() ? RandomToken() : m.store_token());
   }
+  g.IndexMembers();
   g.source.rank = saved.source_rank();
   g.source.source = saved.state_source();
   g.source.step = saved.start_step();

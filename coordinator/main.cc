@@ -40,6 +40,7 @@
 #include "coordinator/state_store.h"
 #include "coordinator/status_history.h"
 #include "coordinator/status_page.h"
+#include "coordinator/status_summary.h"
 #include "coordinator/status_watchers.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -69,6 +70,9 @@ ABSL_FLAG(absl::Duration, register_deadline, absl::Seconds(10),
           "with DEADLINE_EXCEEDED");
 ABSL_FLAG(uint32_t, max_watch_streams, 64,
           "most WatchStatus streams open at once; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, status_workers, ddp::kDefaultStatusWorkers,
+          "workers GetStatus and WatchStatus list in full; their summary counts every worker, "
+          "and ListWorkers pages through all of them");
 ABSL_FLAG(std::string, status_file, "",
           "on exit, write the final GetStatus answer to this file (protobuf JSON)");
 ABSL_FLAG(std::string, data_root, "/usr/share/datasets,/var/lib/ddp/data",
@@ -349,6 +353,7 @@ int Run() {
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.status_workers = absl::GetFlag(FLAGS_status_workers);
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.registry.heartbeat_timeout <= options.heartbeat_interval) {
     DDP_LOG(Error) << "--heartbeat_timeout must be longer than --heartbeat_interval > 0";
@@ -404,7 +409,6 @@ int Run() {
   }
 
   StatusWatchers watchers(absl::GetFlag(FLAGS_max_watch_streams));
-  CoordinatorService service(&core, &watchers, security->authorizer.get());
   HealthService health;
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -421,9 +425,13 @@ int Run() {
     sample.attach_streams = core.streams()->open();
     return sample;
   });
+  // Attach streams tell rpc_metrics themselves: an interceptor would see
+  // each of their messages.
+  CoordinatorService service(&core, &watchers, security->authorizer.get(),
+                             metrics_listen.empty() ? nullptr : &rpc_metrics);
   if (!metrics_listen.empty()) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-    creators.push_back(rpc_metrics.InterceptorFactory());
+    creators.push_back(rpc_metrics.InterceptorFactory({method::kAttach}));
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   int port = 0;
@@ -480,9 +488,8 @@ int Run() {
     while (!stopping) {
       core.Tick();
       const absl::Time now = absl::Now();
-      const std::shared_ptr<const v1::JobStatus> snapshot = core.Snapshot();
-      watchers.Broadcast(snapshot, now);
-      if (*page) history.Record(*snapshot);
+      watchers.Broadcast(core.StatusView(), now);
+      if (*page) history.Record(*core.Snapshot());
       if (now - trimmed >= absl::Seconds(5)) {
         ReturnFreeMemory();
         trimmed = now;
@@ -520,7 +527,7 @@ int Run() {
   if (const std::string file = absl::GetFlag(FLAGS_status_file); !file.empty()) {
     core.Tick();  // publish the latest state
     std::string json;
-    google::protobuf::util::MessageToJsonString(*core.Snapshot(), &json);
+    google::protobuf::util::MessageToJsonString(*core.StatusView(), &json);
     std::ofstream(file + ".tmp") << json << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
   }

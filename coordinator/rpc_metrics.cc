@@ -40,46 +40,38 @@ std::string CodeLabel(int code) {
 
 // One call: started when gRPC creates it, handled when its status is sent
 // (or, for a call that never sends one, when it is destroyed: CANCELLED).
+// gRPC calls a call's interceptor from one batch at a time.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(RpcMetrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)), start_(metrics->clock()->Now()) {
-    metrics_->Started(method_);
-  }
-  ~MetricsInterceptor() override {
-    if (!handled_) Finish(grpc::StatusCode::CANCELLED);
-  }
+  MetricsInterceptor(RpcMetrics* metrics, std::string method) : call_(metrics, std::move(method)) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      Finish(methods->GetSendStatus().error_code());
+      call_.Handled(methods->GetSendStatus().error_code());
     }
     methods->Proceed();
   }
 
  private:
-  void Finish(int code) {
-    handled_ = true;
-    metrics_->Handled(method_, code, metrics_->clock()->Now() - start_);
-  }
-
-  RpcMetrics* const metrics_;
-  const std::string method_;
-  const absl::Time start_;
-  // gRPC calls a call's interceptor from one batch at a time.
-  bool handled_ = false;
+  ObservedCall call_;
 };
 
 class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit Factory(RpcMetrics* metrics) : metrics_(metrics) {}
+  Factory(RpcMetrics* metrics, std::vector<std::string> self_reported)
+      : metrics_(metrics), self_reported_(std::move(self_reported)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new MetricsInterceptor(metrics_, info->method() ? info->method() : "");
+    const std::string method = info->method() ? info->method() : "";
+    for (const std::string& m : self_reported_) {
+      if (m == method) return nullptr;  // no interceptor: no interception path at all
+    }
+    return new MetricsInterceptor(metrics_, method);
   }
 
  private:
   RpcMetrics* const metrics_;
+  const std::vector<std::string> self_reported_;
 };
 
 }  // namespace
@@ -101,8 +93,8 @@ RpcMetrics::RpcMetrics(prometheus::Registry* registry, const Clock* clock)
                      .Register(*registry)) {}
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-RpcMetrics::InterceptorFactory() {
-  return std::make_unique<Factory>(this);
+RpcMetrics::InterceptorFactory(std::vector<std::string> self_reported) {
+  return std::make_unique<Factory>(this, std::move(self_reported));
 }
 
 std::string RpcMetrics::MethodLabel(absl::string_view method) {

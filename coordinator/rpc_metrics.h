@@ -1,5 +1,6 @@
 // Counts every RPC the coordinator serves, by method and status code, and
-// times it, through a gRPC server interceptor (so no handler changes):
+// times it, through a gRPC server interceptor (so no handler changes), or,
+// for a stream that reports itself, as its CallObserver:
 //
 //   ddp_coordinator_rpcs_started_total{method}
 //   ddp_coordinator_rpcs_handled_total{method,code}
@@ -14,12 +15,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/call_observer.h"
 
 namespace grpc::experimental {
 class ServerInterceptorFactoryInterface;
@@ -35,7 +38,7 @@ class Family;
 
 namespace ddp {
 
-class RpcMetrics {
+class RpcMetrics final : public CallObserver {
  public:
   static constexpr size_t kMaxMethods = 64;
 
@@ -45,15 +48,17 @@ class RpcMetrics {
   RpcMetrics& operator=(const RpcMetrics&) = delete;
 
   // For ServerBuilder::experimental().SetInterceptorCreators; it refers to
-  // this object.
-  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> InterceptorFactory();
+  // this object. Methods in `self_reported` get no interceptor: their
+  // handlers tell this object themselves.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> InterceptorFactory(
+      std::vector<std::string> self_reported = {});
 
-  // What the interceptor records (public for tests). `method` as gRPC names
-  // it ("/ddp.v1.Coordinator/GetStatus"); `code` a grpc::StatusCode.
-  void Started(absl::string_view method);
-  void Handled(absl::string_view method, int code, absl::Duration took);
+  // What a call records. `method` as gRPC names it
+  // ("/ddp.v1.Coordinator/GetStatus"); `code` a grpc::StatusCode.
+  void Started(absl::string_view method) override;
+  void Handled(absl::string_view method, int code, absl::Duration took) override;
 
-  const Clock* clock() const { return clock_; }
+  const Clock* clock() const override { return clock_; }
   // The label a method gets ("ddp.v1.Coordinator/GetStatus", or "other").
   std::string MethodLabel(absl::string_view method);
 

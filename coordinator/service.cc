@@ -81,8 +81,11 @@ std::string StoreToken(const grpc::CallbackServerContext* context) {
 }  // namespace
 
 CoordinatorService::CoordinatorService(Coordinator* core, StatusWatchers* watchers,
-                                       const Authorizer* authorizer)
-    : core_(core), watchers_(watchers), authorizer_(authorizer) {}
+                                       const Authorizer* authorizer, CallObserver* attach_observer)
+    : core_(core),
+      watchers_(watchers),
+      authorizer_(authorizer),
+      attach_observer_(attach_observer) {}
 
 absl::Status CoordinatorService::Allow(grpc::CallbackServerContext* context, const char* method) {
   if (authorizer_ == nullptr) return absl::OkStatus();
@@ -107,9 +110,10 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService:
     grpc::CallbackServerContext* context) {
   // Before the first read: a caller without a worker token is never heard.
   if (absl::Status s = Allow(context, method::kAttach); !s.ok()) {
+    ObservedCall(attach_observer_, method::kAttach).Handled(ToGrpcStatus(s).error_code());
     return new Refused<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(s);
   }
-  return AttachStream::Start(core_, context);
+  return AttachStream::Start(core_, context, attach_observer_);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::StoreSet(grpc::CallbackServerContext* context,
@@ -142,7 +146,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
                                                         const v1::GetStatusRequest* /*request*/,
                                                         v1::JobStatus* response) {
   if (absl::Status s = Allow(context, method::kGetStatus); !s.ok()) return Reply(context, s);
-  *response = *core_->Snapshot();
+  *response = *core_->StatusView();
   return Reply(context, absl::OkStatus());
 }
 
@@ -189,7 +193,7 @@ grpc::ServerWriteReactor<v1::JobStatus>* CoordinatorService::WatchStatus(
   }
   double seconds = request->interval_seconds() == 0 ? 1.0 : request->interval_seconds();
   seconds = std::clamp(seconds, 0.05, 3600.0);
-  return watchers_->Start(core_->Snapshot(), absl::Seconds(seconds), absl::Now());
+  return watchers_->Start(core_->StatusView(), absl::Seconds(seconds), absl::Now());
 }
 
 }  // namespace ddp

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/log_limiter.h"
 #include "coordinator/authorizer.h"
+#include "coordinator/call_observer.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/status_watchers.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
@@ -34,10 +35,13 @@ using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Attach<
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
-  // `core`, `watchers` and `authorizer` must outlive the service; a null
-  // `authorizer` lets every call through.
+  // `core`, `watchers`, `authorizer` and `attach_observer` must outlive the
+  // service; a null `authorizer` lets every call through. `attach_observer`
+  // (may be null) hears of every Attach stream (RpcMetrics, which observes
+  // the other calls through an interceptor).
   CoordinatorService(Coordinator* core, StatusWatchers* watchers,
-                     const Authorizer* authorizer = nullptr);
+                     const Authorizer* authorizer = nullptr,
+                     CallObserver* attach_observer = nullptr);
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Attach(
       grpc::CallbackServerContext* context) override;
@@ -74,6 +78,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   Coordinator* core_;
   StatusWatchers* watchers_;
   const Authorizer* authorizer_;
+  CallObserver* attach_observer_;
   absl::Mutex log_mu_;
   // Refusals are logged, but a client hammering with a bad token must not
   // flood the log.
