@@ -58,6 +58,45 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class BasicBlock(nn.Module):
+    """torchvision's BasicBlock, built in the order worker/model.cc builds it
+    (so one seed gives both the same weights)."""
+
+    def __init__(self, inputs, outputs, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.downsample = None
+        if stride != 1 or inputs != outputs:
+            self.downsample = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False),
+                                            nn.BatchNorm2d(outputs))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet18(nn.Module):
+    """Our built-in "resnet18": ResNet-18 with a 3x3 stem and no max-pool."""
+
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.layer1 = nn.Sequential(BasicBlock(64, 64, 1), BasicBlock(64, 64, 1))
+        self.layer2 = nn.Sequential(BasicBlock(64, 128, 2), BasicBlock(128, 128, 1))
+        self.layer3 = nn.Sequential(BasicBlock(128, 256, 2), BasicBlock(256, 256, 1))
+        self.layer4 = nn.Sequential(BasicBlock(256, 512, 2), BasicBlock(512, 512, 1))
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
 def make_model(spec, sample_shape, classes, seed):
     kind = spec.get("kind", "cnn")
     if kind == "torchscript":
@@ -68,6 +107,8 @@ def make_model(spec, sample_shape, classes, seed):
         for d in sample_shape:
             inputs *= d
         return Mlp(inputs, classes)
+    if kind == "resnet18":
+        return ResNet18(sample_shape[0], classes)
     return Cnn(classes)
 
 

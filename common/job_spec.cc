@@ -257,10 +257,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                                            "starting with a letter"));
   }
   const auto& model = spec.model();
-  if (!OneOf(model.kind(), {"mlp", "cnn", "torchscript", "program"})) {
+  if (!OneOf(model.kind(), {"mlp", "cnn", "resnet18", "torchscript", "program"})) {
     return FieldError("model.kind",
                       absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
-                                   Quoted({"mlp", "cnn", "torchscript", "program"})));
+                                   Quoted({"mlp", "cnn", "resnet18", "torchscript", "program"})));
   }
   absl::Status parts =
       IsProgramJob(spec) ? ValidateProgramJob(spec) : ValidateBuiltInTraining(spec);

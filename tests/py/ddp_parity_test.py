@@ -52,15 +52,16 @@ class DdpParityTest(unittest.TestCase):
                 "backend": "gloo", "bucketCapMb": 0.1, "compression": compression,
                 "outputPath": os.path.join(self.dir, name + "-ours.pt")}
 
-    def check(self, name, optimizer, compression="none"):
+    def check(self, name, optimizer, compression="none", job=None, steps=130, parameters=None):
+        """`job` replaces self.job's; `parameters` is the model's count."""
         job_file = os.path.join(self.dir, name + ".json")
         with open(job_file, "w") as f:
-            json.dump(self.job(name, optimizer, compression), f)
+            json.dump(job or self.job(name, optimizer, compression), f)
         records = run_ddp_run(job_file, 2, tempfile.mkdtemp(prefix=name + "-ours-", dir=self.dir),
                               timeout=300)
         ours = [[r["loss"] for r in rank] for rank in records]
         # What crossed the wire: 16-bit gradients when compressed.
-        gradient_bytes = 4 * sum(p.numel() for p in Net().parameters())
+        gradient_bytes = 4 * (parameters or sum(p.numel() for p in Net().parameters()))
         sent = records[0][-1]["bytes"]
         if compression == "none":
             self.assertGreaterEqual(sent, gradient_bytes)
@@ -70,8 +71,8 @@ class DdpParityTest(unittest.TestCase):
             job_file, 2, tempfile.mkdtemp(prefix=name + "-ref-", dir=self.dir),
             extra=["--output", os.path.join(self.dir, name + "-ref.pt")], timeout=300)]
         for rank in range(2):
-            self.assertEqual(len(ours[rank]), 130)
-            self.assertEqual(len(ref[rank]), 130)
+            self.assertEqual(len(ours[rank]), steps)
+            self.assertEqual(len(ref[rank]), steps)
             for step, (a, b) in enumerate(zip(ours[rank], ref[rank]), start=1):
                 self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)),
                                        msg="rank %d step %d" % (rank, step))
@@ -79,14 +80,15 @@ class DdpParityTest(unittest.TestCase):
         self.assertNotEqual(ours[0][:10], ours[1][:10])
         # Training did something.
         self.assertLess(sum(ours[0][-10:]), sum(ours[0][:10]))
-        trained = torch.jit.load(os.path.join(self.dir, name + "-ours.pt")).state_dict()
+        ours_file = os.path.join(self.dir, name + "-ours.pt")
+        trained = (torch.load(ours_file) if job else torch.jit.load(ours_file).state_dict())
         reference = torch.load(os.path.join(self.dir, name + "-ref.pt"))
         self.assertEqual(sorted(trained), sorted(reference))
         for key in reference:
             self.assertTrue(torch.allclose(trained[key], reference[key], rtol=1e-4, atol=1e-5),
                             "%s differs by %g" % (key, (trained[key] - reference[key]).abs().max()))
         worst = max(abs(a - b) for r in range(2) for a, b in zip(ours[r], ref[r]))
-        print("%s: 2 x 130 steps, largest loss difference %.3g" % (name, worst))
+        print("%s: 2 x %d steps, largest loss difference %.3g" % (name, steps, worst))
 
     def test_sgd_momentum_weight_decay(self):
         self.check("sgd", {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "weightDecay": 1e-4})
@@ -102,6 +104,27 @@ class DdpParityTest(unittest.TestCase):
 
     def test_bf16_compression_as_bf16_compress_hook(self):
         self.check("bf16", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "bf16")
+
+    def test_builtin_resnet18_as_the_reference_resnet18(self):
+        """The built-in ResNet-18 (worker/model.cc) is bench/pytorch_ddp.py's:
+        the same layers, names and initial weights from the same seed, batch
+        norm buffers included, in three buckets (11.2 M parameters). Small
+        3x8x8 images keep it quick."""
+        g = torch.Generator()
+        g.manual_seed(3)
+        prototypes = torch.randn(10, 3, 8, 8, generator=g)
+        y = torch.randint(10, (384,), generator=g)
+        x = prototypes[y] + torch.randn(384, 3, 8, 8, generator=g)
+        train, test = (os.path.join(self.dir, "rgb-%s.pt" % part) for part in ("train", "test"))
+        torch.save((x[:320].clone(), y[:320].clone()), train)
+        torch.save((x[320:].clone(), y[320:].clone()), test)
+        # 320 samples on 2 ranks, 16 a batch: 10 steps an epoch.
+        job = {"name": "resnet18", "model": {"kind": "resnet18"},
+               "dataset": {"kind": "tensors", "path": train, "testPath": test},
+               "optimizer": {"kind": "sgd", "lr": 0.02, "momentum": 0.9}, "batchSize": 16,
+               "epochs": 2, "seed": 11, "backend": "gloo",
+               "outputPath": os.path.join(self.dir, "resnet18-ours.pt")}
+        self.check("resnet18", None, job=job, steps=20, parameters=11173962)
 
 
 if __name__ == "__main__":
