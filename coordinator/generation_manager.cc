@@ -14,8 +14,20 @@ int Generation::RankOf(const std::string& worker_id) const {
 void Generation::IndexMembers() {
   rank_of.clear();
   rank_of.reserve(members.size());
-  for (size_t r = 0; r < members.size(); ++r)
+  machine_starts.clear();
+  for (size_t r = 0; r < members.size(); ++r) {
     rank_of.emplace(members[r].worker_id, static_cast<int>(r));
+    const std::string& id = members[r].machine_id;
+    if (r == 0 || id.empty() || id != members[r - 1].machine_id) {
+      machine_starts.push_back(static_cast<int>(r));
+    }
+  }
+  machine_starts.push_back(static_cast<int>(members.size()));
+}
+
+int Generation::MachineOf(int rank) const {
+  const auto next = std::upper_bound(machine_starts.begin(), machine_starts.end(), rank);
+  return static_cast<int>(next - machine_starts.begin()) - 1;
 }
 
 std::vector<std::string> Generation::MemberIds() const {

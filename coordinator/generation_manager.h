@@ -39,11 +39,17 @@ struct Generation {
   // Worker id -> rank, so that looking a worker up costs the same at 4,096
   // members as at 2 (the status snapshot does it for every worker).
   absl::flat_hash_map<std::string, int> rank_of;
+  // First rank of each machine (a run of consecutive members with one
+  // machine_id; a member without one is a machine of its own), then the
+  // world size.
+  std::vector<int> machine_starts;
 
   // The member's rank, or -1.
   int RankOf(const std::string& worker_id) const;
-  // Fills rank_of from members.
+  // Fills rank_of and machine_starts from members.
   void IndexMembers();
+  // Which machine rank `rank` is on (an index into machine_starts).
+  int MachineOf(int rank) const;
   std::vector<std::string> MemberIds() const;
 };
 

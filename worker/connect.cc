@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "worker/gloo_communicator.h"
 #include "worker/gloo_store.h"
+#include "worker/hierarchical_communicator.h"
 #include "worker/shm_communicator.h"
 #ifdef DDP_HAVE_NCCL
 #include "worker/nccl_communicator.h"
@@ -14,12 +15,21 @@
 namespace ddp {
 namespace {
 
+// Several machines, and one of them with several ranks: only the
+// machines' leaders need the network. Decided from what every member's
+// assignment says alike, so all choose the same.
+bool Hierarchical(const v1::Assignment& a) {
+  return a.machines() > 1 && a.world_size() > a.machines() &&
+         a.max_local_size() <= static_cast<uint32_t>(ShmCommunicator::kMaxRanks);
+}
+
 // The backend a job's "auto" means for this generation.
 std::string ChooseBackend(const v1::Assignment& a, const Device& device) {
   const std::string& wanted = a.spec().backend();
   if (wanted != "auto") return wanted;
   if (device.is_cuda()) return "nccl";
-  return a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks ? "shm" : "gloo";
+  if (a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks) return "shm";
+  return Hierarchical(a) ? "hierarchical" : "gloo";
 }
 
 }  // namespace
@@ -44,6 +54,20 @@ absl::StatusOr<std::shared_ptr<Communicator>> ConnectForAssignment(const v1::Ass
     }
     DDP_LOG(Warning) << "shared memory is not usable (" << created.status().message()
                      << "); using gloo over TCP";
+  }
+  if (backend == "hierarchical") {
+    HierarchicalCommunicator::Options options;
+    options.rank = static_cast<int>(a.rank());
+    options.world_size = static_cast<int>(a.world_size());
+    options.local_rank = static_cast<int>(a.local_rank());
+    options.local_size = static_cast<int>(a.local_size());
+    options.machine = static_cast<int>(a.machine());
+    options.machines = static_cast<int>(a.machines());
+    options.host = host;
+    options.timeout = timeout;
+    auto created = HierarchicalCommunicator::Create(gloo_store, options);
+    if (!created.ok()) return created.status();
+    return std::shared_ptr<Communicator>(std::move(*created));
   }
   if (backend == "nccl") {
 #ifdef DDP_HAVE_NCCL

@@ -170,6 +170,77 @@ INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Two ranks to a machine: 3 ranks are machines of 2 and 1, 4 ranks two of 2.
+INSTANTIATE_TEST_SUITE_P(Hierarchical, CommunicatorTest,
+                         testing::Combine(testing::Values(Backend::kHierarchical),
+                                          testing::Values(3, 4)),
+                         [](const testing::TestParamInfo<CommunicatorTest::ParamType>& info) {
+                           return BackendName(std::get<0>(info.param)) +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// The flat ring's sums, in another order: equal within float rounding.
+TEST(HierarchicalCommunicator, AllReduceSum_MatchesTheFlatRingWithinRounding) {
+  const int world = 4;
+  auto value = [](int rank, size_t i) { return 0.1f * (rank + 1) / (1.0f + i % 1013) - 0.02f; };
+  const size_t n = 300000;
+  std::vector<std::vector<float>> flat(world), hierarchical(world);
+  for (Backend backend : {Backend::kGloo, Backend::kHierarchical}) {
+    auto& out = backend == Backend::kGloo ? flat : hierarchical;
+    RunRanks(
+        world,
+        [&](int rank, Communicator* comm) {
+          std::vector<float> data(n);
+          for (size_t i = 0; i < n; ++i) data[i] = value(rank, i);
+          ASSERT_THAT(comm->AllReduceSum(data.data(), n), IsOk());
+          out[rank] = std::move(data);
+        },
+        absl::Seconds(30), backend, /*shm_slot_bytes=*/64 << 10);
+  }
+  for (int r = 1; r < world; ++r) EXPECT_EQ(hierarchical[r], hierarchical[0]);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(hierarchical[0][i], flat[0][i], 1e-6f * (1.0f + std::abs(flat[0][i])))
+        << "element " << i;
+  }
+}
+
+TEST(HierarchicalCommunicator, Create_MachinesDontAddUpToTheWorld_InvalidArgumentOnEveryRank) {
+  // Three ranks that think the world is four: machine 0 holds rank 0,
+  // machine 1 ranks 1 and 2.
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> results(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      HierarchicalCommunicator::Options options;
+      options.rank = r;
+      options.world_size = 4;
+      options.machine = r == 0 ? 0 : 1;
+      options.machines = 2;
+      options.local_rank = r == 0 ? 0 : r - 1;
+      options.local_size = r == 0 ? 1 : 2;
+      options.timeout = absl::Seconds(30);
+      results[r] = HierarchicalCommunicator::Create(store, options).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                            testing::HasSubstr("the machines hold 3 ranks")));
+  }
+}
+
+TEST(HierarchicalCommunicator, Create_ImpossibleLayout_InvalidArgumentSaysWhy) {
+  gloo::rendezvous::HashStore store;
+  HierarchicalCommunicator::Options options;
+  options.rank = 0;
+  options.world_size = 4;
+  options.local_rank = 2;
+  options.local_size = 2;
+  EXPECT_THAT(HierarchicalCommunicator::Create(store, options),
+              StatusIs(absl::StatusCode::kInvalidArgument, testing::HasSubstr("is not possible")));
+}
+
 TEST(ShmCommunicator, Create_TooManyRanks_FailedPrecondition) {
   gloo::rendezvous::HashStore store;
   ShmCommunicator::Options options;

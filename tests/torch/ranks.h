@@ -3,6 +3,7 @@
 #ifndef DDP_TESTS_TORCH_RANKS_H_
 #define DDP_TESTS_TORCH_RANKS_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -11,14 +12,18 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "worker/gloo_communicator.h"
+#include "worker/hierarchical_communicator.h"
 #include "worker/shm_communicator.h"
 
 namespace ddp {
 
-// The CPU communicators, for tests parameterised over them.
-enum class Backend { kGloo, kShm };
+// The CPU communicators, for tests parameterised over them. kHierarchical
+// puts ranks two to a "machine" (a last one alone when the world is odd).
+enum class Backend { kGloo, kShm, kHierarchical };
 
-inline std::string BackendName(Backend b) { return b == Backend::kGloo ? "gloo" : "shm"; }
+inline std::string BackendName(Backend b) {
+  return b == Backend::kGloo ? "gloo" : b == Backend::kShm ? "shm" : "hierarchical";
+}
 
 // Calls body(rank, communicator) on `world` threads and joins them.
 // `shm_slot_bytes` makes the shared-memory backend work in small pieces.
@@ -36,6 +41,19 @@ inline void RunRanks(int world, const std::function<void(int, Communicator*)>& b
         options.world_size = world;
         options.timeout = timeout;
         auto created = GlooCommunicator::Create(store, options);
+        ASSERT_TRUE(created.ok()) << created.status();
+        comm = std::move(*created);
+      } else if (backend == Backend::kHierarchical) {
+        HierarchicalCommunicator::Options options;
+        options.rank = r;
+        options.world_size = world;
+        options.local_rank = r % 2;
+        options.local_size = std::min(2, world - r / 2 * 2);
+        options.machine = r / 2;
+        options.machines = (world + 1) / 2;
+        options.timeout = timeout;
+        options.shm_slot_bytes = shm_slot_bytes;
+        auto created = HierarchicalCommunicator::Create(store, options);
         ASSERT_TRUE(created.ok()) << created.status();
         comm = std::move(*created);
       } else {
