@@ -329,6 +329,48 @@ def fmt_size(n):
     return "%d B" % n
 
 
+def network_section(w):
+    """The targets of training across shaped links, from what
+    bench/network_bench.py last wrote (docs/network_benchmarks.json)."""
+    path = os.path.join(DOCS, "network_benchmarks.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = json.load(f)["results"]
+
+    def row(model, rate, hosts=2, per_host=1):
+        return next((r for r in rows if (r["model"], r["rate"], r.get("hosts", 2),
+                                         r.get("per_host", 1)) == (model, rate, hosts, per_host)),
+                    None)
+    w("## 6. Across hosts, on shaped links")
+    w("")
+    w("`bench/network_bench.py` (run by `bench/run.sh` as root) trains across test hosts that are")
+    w("network namespaces, their links limited with tc's tbf; every table, with the floor a perfect")
+    w("system could reach, is in [NETWORK_BENCHMARKS.md](NETWORK_BENCHMARKS.md), and step time")
+    w("against link rate in [network_step_time.png](network_step_time.png). The targets:")
+    w("")
+    r = row("resnet18", "1gbit")
+    if r and "ours/none" in r["runs"] and "pytorch/none" in r["runs"]:
+        ours, torch_ = r["runs"]["ours/none"], r["runs"]["pytorch/none"]
+        w("- ResNet-18 on 1 Gbit/s, uncompressed: %.0f%% of the floor (target >= 90%%: %s), %.2fx "
+          "PyTorch DDP (target: ahead: %s)." % (
+              100 * ours["efficiency"], "met" if ours["efficiency"] >= 0.9 else "**missed**",
+              ours["samples_per_s"] / torch_["samples_per_s"],
+              "met" if ours["samples_per_s"] > torch_["samples_per_s"] else "**missed**"))
+    r = row("resnet18", "100mbit")
+    if r and "ours/bf16" in r["runs"] and "ours/none" in r["runs"]:
+        ratio = r["runs"]["ours/bf16"]["samples_per_s"] / r["runs"]["ours/none"]["samples_per_s"]
+        w("- ResNet-18 on 100 Mbit/s: bf16 compression %.2fx our uncompressed throughput (target "
+          ">= 1.7x: %s)." % (ratio, "met" if ratio >= 1.7 else "**missed**"))
+    for rate in ("100mbit", "1gbit"):
+        r = row("mlp", rate, 2, 2)
+        if r and "ours/none" in r["runs"] and "flat/none" in r["runs"]:
+            w("- MLP, 2 hosts x 2 workers, %s: the hierarchical all-reduce %.2fx the flat ring." % (
+                rate, r["runs"]["ours/none"]["samples_per_s"] /
+                r["runs"]["flat/none"]["samples_per_s"]))
+    w("")
+
+
 def report(args, m, tp, ar, ov, oh, load, command, elapsed):
     L = []
     w = L.append
@@ -533,6 +575,7 @@ def report(args, m, tp, ar, ov, oh, load, command, elapsed):
               "met" if k["register_to_all_assigned_s"] < 1 else "**missed**",
               k["get_status_p99_ms"], "met" if k["get_status_p99_ms"] < 20 else "**missed**"))
         w("")
+    network_section(w)
     w("## How to run")
     w("")
     w("```sh")
