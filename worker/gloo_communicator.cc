@@ -108,7 +108,7 @@ absl::Status GlooCommunicator::RingAllReduce(T* data, size_t count, Add add) {
     if (length(recv) > 0 && !WaitRecv(tmp->get())) return absl::AbortedError("aborted");
     T* dst = data + begin(recv);
     const T* src = reinterpret_cast<const T*>(scratch_.data());
-    for (size_t i = 0, len = length(recv); i < len; ++i) dst[i] = add(dst[i], src[i]);
+    add(dst, src, length(recv));
   }
   // All-gather: pass the finished chunks around the ring.
   for (int s = 0; s < n - 1; ++s) {
@@ -143,11 +143,15 @@ absl::Status GlooCommunicator::AllReduceWith(T* data, size_t count, Add add) {
 }
 
 absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
-  return AllReduceWith(data, count, [](float a, float b) { return a + b; });
+  return AllReduceWith(data, count, [](float* dst, const float* src, size_t n) {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  });
 }
 
 absl::Status GlooCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
-  return AllReduceWith(data, count, [type](uint16_t a, uint16_t b) { return AddHalf(a, b, type); });
+  return AllReduceWith(data, count, [type](uint16_t* dst, const uint16_t* src, size_t n) {
+    AddHalves(dst, src, n, type);
+  });
 }
 
 absl::Status GlooCommunicator::Broadcast(void* data, size_t bytes, int root) {

@@ -277,7 +277,7 @@ absl::Status ShmCommunicator::AllReduceWith(T* data, size_t count, Add add) {
     std::memcpy(out, first, (end - begin) * sizeof(T));
     for (int r = 1; r < n; ++r) {
       const T* in = reinterpret_cast<const T*>(slot(r)) + begin;
-      for (size_t i = 0, m = end - begin; i < m; ++i) out[i] = add(out[i], in[i]);
+      add(out, in, end - begin);
     }
     if (absl::Status s = Barrier(1); !s.ok()) return s;
     std::memcpy(data + offset, result(), len * sizeof(T));
@@ -286,11 +286,15 @@ absl::Status ShmCommunicator::AllReduceWith(T* data, size_t count, Add add) {
 }
 
 absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
-  return AllReduceWith(data, count, [](float a, float b) { return a + b; });
+  return AllReduceWith(data, count, [](float* dst, const float* src, size_t n) {
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  });
 }
 
 absl::Status ShmCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
-  return AllReduceWith(data, count, [type](uint16_t a, uint16_t b) { return AddHalf(a, b, type); });
+  return AllReduceWith(data, count, [type](uint16_t* dst, const uint16_t* src, size_t n) {
+    AddHalves(dst, src, n, type);
+  });
 }
 
 absl::Status ShmCommunicator::CheckNotAborted() const {

@@ -61,7 +61,8 @@ class ShmCommunicator final : public Communicator {
   // Where the slots start, past the header.
   static size_t DataOffset();
   // ABORTED once any rank aborted the communicator.
-  // Sums element-wise with `add`, in rank order.
+  // Sums with add(dst, src, n) (dst[i] += src[i] in T's arithmetic), in
+  // rank order.
   template <typename T, typename Add>
   absl::Status AllReduceWith(T* data, size_t count, Add add);
   absl::Status CheckNotAborted() const;
