@@ -277,7 +277,12 @@ void CoordinatorSession::LeaveAtStepBoundary() {
     generation = assignment_.generation();
     left_by_vote_ = true;
   }
-  End(absl::StrCat("generation ", generation, " ended after step ", held.step(), ": ", reason));
+  // Every rank saw the vote in the same finished collective and leaves
+  // here: none waits in one. Aborting would fail a peer still finishing that
+  // collective (shared memory counts a collective only if no rank aborted),
+  // and it would drop the step this rank keeps.
+  End(absl::StrCat("generation ", generation, " ended after step ", held.step(), ": ", reason),
+      /*abort_collectives=*/false);
   PushState(generation, v1::WORKER_STATE_IDLE,
             absl::StrCat("left after step ", held.step(), ": ", reason), nullptr,
             absl::StatusCode::kOk, &held);
@@ -293,7 +298,7 @@ void CoordinatorSession::OnStopping(const std::string& reason) {
   stopped_ = true;
 }
 
-void CoordinatorSession::End(const std::string& why) {
+void CoordinatorSession::End(const std::string& why, bool abort_collectives) {
   std::shared_ptr<Communicator> comm;
   {
     absl::MutexLock lock(&mu_);
@@ -302,7 +307,7 @@ void CoordinatorSession::End(const std::string& why) {
     ended_flag_ = true;
     comm = live_comm_;
   }
-  if (comm) comm->Abort();
+  if (comm && abort_collectives) comm->Abort();
 }
 
 std::string CoordinatorSession::ended_reason() const {

@@ -105,8 +105,10 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void OnDropped(const std::string& why) override;
   void OnStopping(const std::string& reason) override;
 
-  // Ends the generation here: records why and breaks the communicator.
-  void End(const std::string& why);
+  // Ends the generation here: records why and, unless every rank is leaving
+  // at the same finished step, breaks the communicator (so a peer waiting in
+  // a collective fails now).
+  void End(const std::string& why, bool abort_collectives = true);
   void PushState(uint64_t generation, v1::WorkerState state, const std::string& detail,
                  const v1::ProbeResult* probe = nullptr,
                  absl::StatusCode code = absl::StatusCode::kOk,
