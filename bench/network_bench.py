@@ -95,7 +95,7 @@ def breakdown(records, skip):
     steady = records[skip:] or records
     parts = {}
     for name in ("forward_ms", "backward_ms", "allreduce_wait_ms", "optimizer_ms"):
-        parts[name] = statistics.median(r.get("timings", {}).get(name, 0) for r in steady)
+        parts[name] = statistics.median(r.get(name, 0) for r in steady)
     return parts
 
 
@@ -183,8 +183,8 @@ def main():
                         ", ".join("%s %d" % (m, v[1]) for m, v in MODELS.items()))
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "network_benchmarks.json"))
     parser.add_argument("--append", action="store_true",
-                        help="add these rows to --out's (replacing rows of the same model, "
-                        "link and host count) instead of starting afresh")
+                        help="add these runs to --out's (replacing the same runs of the same "
+                        "model, link and hosts, keeping the rest) instead of starting afresh")
     parser.add_argument("--from-json", action="store_true",
                         help="rewrite NETWORK_BENCHMARKS.md beside --out from it, running nothing")
     args = parser.parse_args()
@@ -194,6 +194,13 @@ def main():
     ok, why = netns.available()
     if not ok:
         sys.exit("network namespaces are not available here: " + why)
+    kept = []
+    if args.append and os.path.exists(args.out):
+        with open(args.out) as f:
+            kept = json.load(f)["results"]
+
+    def key(r):
+        return r["model"], r["rate"], r.get("hosts", 2), r.get("per_host", 1)
     work = tempfile.mkdtemp(prefix="ddp-netbench-")
     rgb = write_rgb_dataset(work) if "resnet18" in args.models.split(",") else ""
     results = []
@@ -217,6 +224,10 @@ def main():
                        "per_host": args.per_host,
                        "compute_ms": compute_s * 1e3, "steps": steps, "warmup": skip, "runs": {},
                        "alone_breakdown": breakdown(alone[0], skip)}
+                # A rerun of compressed runs alone still knows the gradient.
+                before = next((r for r in kept if key(r) == key(row)), {})
+                if "gradient_bytes" in before:
+                    row["gradient_bytes"] = before["gradient_bytes"]
                 kinds = args.compressions.split(",")
                 systems = args.systems.split(",")
                 configs = [("ours", c) for c in kinds if "ours" in systems] + [
@@ -250,13 +261,15 @@ def main():
                 results.append(row)
                 for i in range(1, args.hosts + 1):
                     net.shape(i)
-    if args.append and os.path.exists(args.out):
-        with open(args.out) as f:
-            kept = json.load(f)["results"]
-        def key(r):
-            return r["model"], r["rate"], r.get("hosts", 2), r.get("per_host", 1)
-        new = {key(r) for r in results}
-        results = [r for r in kept if key(r) not in new] + results
+    if kept:
+        merged = {key(r): r for r in kept}
+        for r in results:
+            if key(r) in merged:
+                old = merged[key(r)]
+                r = dict(old, **{k: v for k, v in r.items() if k != "runs"},
+                         runs=dict(old["runs"], **r["runs"]))
+            merged[key(r)] = r
+        results = list(merged.values())
     meta = {"date": time.strftime("%Y-%m-%d")}
     with open(args.out, "w") as f:
         json.dump(dict(meta, results=results), f, indent=1)
