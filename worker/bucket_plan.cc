@@ -2,9 +2,12 @@
 
 namespace ddp {
 
-std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
-                                             const std::vector<size_t>& order, size_t first_cap,
-                                             size_t cap) {
+namespace {
+
+// Greedy: a bucket closes once it holds at least its cap.
+std::vector<std::vector<size_t>> Greedy(const std::vector<size_t>& bytes,
+                                        const std::vector<size_t>& order, size_t first_cap,
+                                        size_t cap) {
   std::vector<std::vector<size_t>> buckets;
   std::vector<size_t> current;
   size_t filled = 0;
@@ -19,6 +22,21 @@ std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
     }
   }
   if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
+                                             const std::vector<size_t>& order, size_t first_cap,
+                                             size_t cap) {
+  std::vector<std::vector<size_t>> buckets = Greedy(bytes, order, first_cap, cap);
+  if (buckets.size() < 2 || first_cap >= cap) return buckets;
+  std::vector<size_t> tail = std::move(buckets.back());
+  buckets.pop_back();
+  for (std::vector<size_t>& piece : Greedy(bytes, tail, first_cap, first_cap)) {
+    buckets.push_back(std::move(piece));
+  }
   return buckets;
 }
 

@@ -15,8 +15,12 @@ inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;
 // Groups tensors of `bytes[i]` bytes, taken in `order`, into buckets: a
 // bucket closes as soon as it holds at least its cap (so one tensor larger
 // than the cap gets a bucket of its own); the first bucket's cap is
-// `first_cap`, the others' `cap`. Returns tensor indices per bucket, in
-// `order`. Every index in `order` appears exactly once.
+// `first_cap`, the others' `cap`. The last bucket is then split again at
+// `first_cap`: its all-reduce can only start when backward ends, so its
+// tensors go in small pieces as they become ready instead of all at once
+// after (ResNet-18 on 1 Gbit/s: an 8.7 MB tail of 78 ms). Returns tensor
+// indices per bucket, in `order`. Every index in `order` appears exactly
+// once.
 std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
                                              const std::vector<size_t>& order, size_t first_cap,
                                              size_t cap);

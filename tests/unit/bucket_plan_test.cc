@@ -27,6 +27,12 @@ TEST(BucketPlan, PlanBuckets_Table) {
       {{4, 4, 4, 4}, {1, 3, 0, 2}, 8, 8, {{1, 3}, {0, 2}}},
       // No tensors, no buckets.
       {{}, {}, 8, 8, {}},
+      // The last bucket goes again in first-cap pieces: it can only start
+      // when backward ends.
+      {{10, 10, 10, 10, 10}, {4, 3, 2, 1, 0}, 10, 100, {{4}, {3}, {2}, {1}, {0}}},
+      {{3, 3, 3, 30, 1}, {4, 3, 2, 1, 0}, 2, 25, {{4, 3}, {2}, {1}, {0}}},
+      // A tail of one tensor can't be split.
+      {{5, 50}, {1, 0}, 8, 100, {{1}, {0}}},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(PlanBuckets(c.bytes, c.order, c.first_cap, c.cap), c.want);
