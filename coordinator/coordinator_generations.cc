@@ -341,11 +341,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
   DDP_LOG(Info) << "job " << job_.id() << ": generation " << g.number << " formed with " << world
                 << " worker(s), starting from " << SourceWords(source)
                 << (source.steps_lost ? absl::StrCat(" (", source.steps_lost, " steps lost)") : "");
-  uint32_t largest_machine = 0;
-  for (size_t m = 0; m + 1 < g.machine_starts.size(); ++m) {
-    largest_machine =
-        std::max<uint32_t>(largest_machine, g.machine_starts[m + 1] - g.machine_starts[m]);
-  }
+  const int largest_machine = g.LargestMachine();
   for (size_t rank = 0; rank < g.members.size(); ++rank) {
     const RankCandidate& member = g.members[rank];
     WorkerRecord* w = registry_.Find(member.worker_id);
@@ -381,7 +377,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     const int machine = g.MachineOf(static_cast<int>(rank));
     a->set_machine(static_cast<uint32_t>(machine));
     a->set_local_rank(static_cast<uint32_t>(rank) - g.machine_starts[machine]);
-    a->set_local_size(g.machine_starts[machine + 1] - g.machine_starts[machine]);
+    a->set_local_size(g.MachineSize(machine));
     a->set_machines(static_cast<uint32_t>(g.machine_starts.size() - 1));
     a->set_max_local_size(largest_machine);
     a->set_store_token(g.store_tokens[rank]);

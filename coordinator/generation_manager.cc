@@ -30,6 +30,14 @@ int Generation::MachineOf(int rank) const {
   return static_cast<int>(next - machine_starts.begin()) - 1;
 }
 
+int Generation::LargestMachine() const {
+  int largest = 0;
+  for (size_t m = 0; m + 1 < machine_starts.size(); ++m) {
+    largest = std::max(largest, MachineSize(static_cast<int>(m)));
+  }
+  return largest;
+}
+
 std::vector<std::string> Generation::MemberIds() const {
   std::vector<std::string> ids;
   ids.reserve(members.size());

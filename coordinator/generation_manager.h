@@ -48,8 +48,11 @@ struct Generation {
   int RankOf(const std::string& worker_id) const;
   // Fills rank_of and machine_starts from members.
   void IndexMembers();
-  // Which machine rank `rank` is on (an index into machine_starts).
+  // Which machine rank `rank` is on (an index into machine_starts), how many
+  // ranks machine `m` holds, and the most any machine holds.
   int MachineOf(int rank) const;
+  int MachineSize(int m) const { return machine_starts[m + 1] - machine_starts[m]; }
+  int LargestMachine() const;
   std::vector<std::string> MemberIds() const;
 };
 

@@ -32,6 +32,23 @@ class GenerationManagerTest : public testing::Test {
   GenerationManager generations_{&clock_};
 };
 
+// Machines are runs of one machine id in rank order; a member without one
+// is a machine of its own. The hierarchical all-reduce's layout comes from
+// here.
+TEST_F(GenerationManagerTest, Form_MachinesAreRunsOfOneMachineId) {
+  const Generation& g = generations_.Form(
+      {Slot(0, "a"), Slot(1, "a"), Slot(2, "b"), Slot(3, "b"), Slot(4, "b"), Slot(5, "")},
+      FromMemory(0, 0), 0.1);
+  EXPECT_EQ(g.machine_starts, (std::vector<int>{0, 2, 5, 6}));
+  EXPECT_EQ(g.MachineOf(0), 0);
+  EXPECT_EQ(g.MachineOf(1), 0);
+  EXPECT_EQ(g.MachineOf(4), 1);
+  EXPECT_EQ(g.MachineOf(5), 2);
+  EXPECT_EQ(g.MachineSize(1), 3);
+  EXPECT_EQ(g.MachineSize(2), 1);
+  EXPECT_EQ(g.LargestMachine(), 3);
+}
+
 TEST_F(GenerationManagerTest, Form_First_NumberedOneMembersInGivenOrder) {
   EXPECT_EQ(generations_.current(), nullptr);
   EXPECT_EQ(generations_.latest(), 0u);
