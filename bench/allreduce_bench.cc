@@ -29,6 +29,8 @@ ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "buffer sizes in bytes, comma-separated");
 ABSL_FLAG(double, seconds, 1.0, "time to spend per size (at least 5 iterations)");
 ABSL_FLAG(std::string, impl, "gloo", "gloo (TCP ring) or shm (shared memory)");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "gloo: the address peers reach this rank at (a test host's, to cross a shaped link)");
 ABSL_FLAG(bool, memcpy, false, "print this machine's memcpy bandwidth and exit");
 
 namespace ddp {
@@ -68,6 +70,7 @@ int Run() {
     GlooCommunicator::Options options;
     options.rank = rank;
     options.world_size = world;
+    options.host = absl::GetFlag(FLAGS_host);
     comm = GlooCommunicator::Create(file_store, options);
   }
   if (!comm.ok()) {

@@ -64,7 +64,8 @@ def write_rgb_dataset(folder):
     return path
 
 
-def write_job(folder, name, model, compression, steps, workers, rgb, backend="auto"):
+def write_job(folder, name, model, compression, steps, workers, rgb, backend="auto",
+              bucket_cap_mb=None):
     batch = MODELS[model][0]
     dataset = ({"kind": "tensors", "path": rgb} if model == "resnet18"
                else {"kind": "fashion-mnist"})
@@ -72,6 +73,8 @@ def write_job(folder, name, model, compression, steps, workers, rgb, backend="au
            "optimizer": {"kind": "sgd", "lr": 0.01, "momentum": 0.9}, "batchSize": batch,
            "epochs": 100, "maxSteps": steps, "evaluate": False, "seed": 1, "backend": backend,
            "minWorkers": workers, "compression": compression}
+    if bucket_cap_mb is not None:
+        job["bucketCapMb"] = bucket_cap_mb
     path = os.path.join(folder, name + ".json")
     with open(path, "w") as f:
         json.dump(job, f)
@@ -91,12 +94,45 @@ def step_stats(ranks, skip):
 
 
 def breakdown(records, skip):
-    """Median milliseconds of a rank's step parts (the worker's own timers)."""
+    """Median milliseconds of a rank's step parts (the worker's own timers),
+    and, from its buckets' timeline, of when the first all-reduce started
+    (from the start of backward), how long the link sat idle between
+    buckets because the next one wasn't ready, and when the last ended."""
     steady = records[skip:] or records
     parts = {}
     for name in ("forward_ms", "backward_ms", "allreduce_wait_ms", "optimizer_ms"):
         parts[name] = statistics.median(r.get(name, 0) for r in steady)
+    timelines = [link_timeline(r["buckets"]) for r in steady
+                 if len(r.get("buckets", [])) and "started_ms" in r["buckets"][0]]
+    for i, name in enumerate(("first_start_ms", "idle_between_ms", "last_end_ms")):
+        if timelines:
+            parts[name] = statistics.median(t[i] for t in timelines)
     return parts
+
+
+def link_timeline(buckets):
+    """(first start, idle between buckets, last end) of one step's buckets,
+    in milliseconds from the start of backward; buckets run one at a time."""
+    idle, end = 0.0, None
+    for b in buckets:
+        start = b.get("started_ms", 0)
+        if end is not None:
+            idle += max(0.0, start - end)
+        end = start + b.get("allreduce_ms", 0)
+    return buckets[0].get("started_ms", 0), idle, end
+
+
+# --pin: each rank's process on one core of its own (rank modulo the cores).
+PIN = False
+
+
+def pinned(rank, argv):
+    """argv, run on core `rank` modulo the cores with --pin: a host of one
+    core, whose compute shares that core with its own network work only,
+    as on separate machines; else wherever the scheduler puts it."""
+    if not PIN:
+        return argv
+    return ["taskset", "-c", str(rank % os.cpu_count())] + argv
 
 
 def run_ours(net, job_file, folder, workers, data_root, per_host=1):
@@ -117,8 +153,8 @@ def run_ours(net, job_file, folder, workers, data_root, per_host=1):
             name = "w%d" % i
             host = 1 + i // per_host
             with open(os.path.join(folder, name + ".log"), "w") as out:
-                procs.append(net.popen(host, run.worker_command(
-                    target, i % per_host, name, net.hosts[host].ip), stdout=out,
+                procs.append(net.popen(host, pinned(i, run.worker_command(
+                    target, i % per_host, name, net.hosts[host].ip)), stdout=out,
                     stderr=subprocess.STDOUT, env=env))
         coordinator.wait(timeout=1800)
         if coordinator.returncode != 0:
@@ -142,9 +178,8 @@ def run_torch(net, job_file, folder, workers, per_host=1):
                          WORLD_SIZE=str(workers), RANK=str(rank), GLOO_SOCKET_IFNAME="eth0")
         metrics = os.path.join(folder, "reference-%d.jsonl" % rank)
         with open(os.path.join(folder, "reference-%d.log" % rank), "w") as out:
-            procs.append(net.popen(1 + rank // per_host, [PYTHON, REFERENCE, "--job", job_file,
-                                                          "--threads",
-                                              "1", "--metrics", metrics],
+            procs.append(net.popen(1 + rank // per_host, pinned(rank, [
+                PYTHON, REFERENCE, "--job", job_file, "--threads", "1", "--metrics", metrics]),
                                    stdout=out, stderr=subprocess.STDOUT, env=env))
     try:
         deadline = time.time() + 1800
@@ -181,6 +216,10 @@ def main():
                         "and the flat Gloo ring runs too (system \"flat\")")
     parser.add_argument("--steps", type=int, help="steps per run (default per model: %s)" %
                         ", ".join("%s %d" % (m, v[1]) for m, v in MODELS.items()))
+    parser.add_argument("--pin", action="store_true",
+                        help="each rank's process (ours and PyTorch's) on a core of its own")
+    parser.add_argument("--bucket-cap-mb", type=float,
+                        help="the job's bucket_cap_mb for both systems (default: theirs, 25)")
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "network_benchmarks.json"))
     parser.add_argument("--append", action="store_true",
                         help="add these runs to --out's (replacing the same runs of the same "
@@ -188,6 +227,8 @@ def main():
     parser.add_argument("--from-json", action="store_true",
                         help="rewrite NETWORK_BENCHMARKS.md beside --out from it, running nothing")
     args = parser.parse_args()
+    global PIN
+    PIN = args.pin
     if args.from_json:
         write_markdown(args.out)
         return
@@ -239,7 +280,8 @@ def main():
                         system, model, rate, compression), dir=work)
                     job = write_job(folder, "%s-%s" % (model, compression), model, compression,
                                     steps, workers, rgb,
-                                    backend="gloo" if system == "flat" else "auto")
+                                    backend="gloo" if system == "flat" else "auto",
+                                    bucket_cap_mb=args.bucket_cap_mb)
                     ranks = (run_torch(net, job, folder, workers, args.per_host)
                              if system == "pytorch"
                              else run_ours(net, job, folder, workers, work, args.per_host))
@@ -416,6 +458,11 @@ def markdown(results, meta):
                          "ms; one rank alone: forward %.1f, backward %.1f ms." % (
                              b["forward_ms"], b["backward_ms"], b["allreduce_wait_ms"],
                              b["optimizer_ms"], a["forward_ms"], a["backward_ms"]))
+            if "last_end_ms" in b:
+                lines.append("The link: the first bucket's all-reduce started %.1f ms into "
+                             "backward, the link waited %.1f ms between buckets for the next to "
+                             "be ready, and the last ended %.1f ms into backward." % (
+                                 b["first_start_ms"], b["idle_between_ms"], b["last_end_ms"]))
         if "ours/none" in runs and "flat/none" in runs:
             facts.append("hierarchical %.2fx the flat ring" % (
                 runs["ours/none"]["samples_per_s"] / runs["flat/none"]["samples_per_s"]))

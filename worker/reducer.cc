@@ -162,7 +162,8 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   queue_head_ = 0;
   done_ = 0;
   allreduce_ms_ = 0;
-  bucket_ms_.assign(buckets_.size(), 0.0);
+  backward_start_ = absl::Now();
+  timings_.assign(buckets_.size(), BucketTiming{});
   if (!first_sync_done_) ready_order_.clear();
 }
 
@@ -257,15 +258,23 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
     control[1] = control_.leave != nullptr && control_.leave->load() ? 1.0f : 0.0f;
   }
   bucket.ready = true;
+  if (b < timings_.size()) timings_[b].ready_ms = SinceBackwardStartLocked(absl::Now());
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
     // Alone in the world there is nothing to average: no hand-off at all.
     if (comm_->world_size() == 1) {
+      if (next_launch_ < timings_.size()) {
+        timings_[next_launch_].started_ms = timings_[next_launch_].ready_ms;
+      }
       ++next_launch_;
       ++done_;
       continue;
     }
     queue_.push_back(next_launch_++);
   }
+}
+
+double Reducer::SinceBackwardStartLocked(absl::Time t) const {
+  return absl::ToDoubleMilliseconds(t - backward_start_);
 }
 
 void Reducer::CommLoop() {
@@ -293,7 +302,10 @@ void Reducer::CommLoop() {
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
     allreduce_ms_ += ms;
-    if (b < bucket_ms_.size()) bucket_ms_[b] = ms;
+    if (b < timings_.size()) {
+      timings_[b].started_ms = SinceBackwardStartLocked(start);
+      timings_[b].allreduce_ms = ms;
+    }
     ++done_;
   }
 }
@@ -344,7 +356,7 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
         this));
     if (!error_.ok()) return error_;
     stats.allreduce_ms = allreduce_ms_;
-    stats.bucket_ms = bucket_ms_;
+    stats.buckets = timings_;
     for (size_t p = 0; p < params_.size(); ++p) {
       if (used_[p]) continue;
       ++stats.unused;
@@ -378,14 +390,15 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
     p.local.reset();
   }
-  for (const Bucket& b : buckets_) {
+  stats.buckets.resize(buckets_.size());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
     // What crossed the wire: compressed gradients, and the counts in float.
+    const Bucket& b = buckets_[i];
     const int64_t narrow = options_.compression ? b.grad_elements : 0;
-    stats.bucket_bytes.push_back((b.buffer.numel() - narrow) * sizeof(float) +
-                                 narrow * sizeof(uint16_t));
-    stats.bytes += stats.bucket_bytes.back();
+    stats.buckets[i].bytes =
+        (b.buffer.numel() - narrow) * sizeof(float) + narrow * sizeof(uint16_t);
+    stats.bytes += stats.buckets[i].bytes;
   }
-  stats.bucket_ms.resize(buckets_.size(), 0.0);
   const Bucket& last = buckets_.back();
   const float* control =
       last.buffer.data_ptr<float>() + last.grad_elements + static_cast<int64_t>(last.params.size());

@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/bucket_plan.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
@@ -51,6 +52,20 @@ struct Node;
 }
 
 namespace ddp {
+
+// One bucket's all-reduce in one synchronized step. Times are milliseconds
+// from PrepareBackward, so a bucket launched late (started well after
+// ready) or a link left idle between buckets shows in one step's record.
+struct BucketTiming {
+  // Its last gradient arrived (or FinishBackward completed it).
+  double ready_ms = 0;
+  // The communication thread began its all-reduce.
+  double started_ms = 0;
+  // Time inside its all-reduce.
+  double allreduce_ms = 0;
+  // What crossed the wire (compressed gradients, counts in float).
+  uint64_t bytes = 0;
+};
 
 // What one synchronized step's reduction did.
 struct ReductionStats {
@@ -65,9 +80,8 @@ struct ReductionStats {
   uint32_t globally_unused = 0;
   // Parameters seen unused on this rank for the first time.
   std::vector<std::string> newly_unused;
-  // Per bucket, in launch order: all-reduce milliseconds and bytes.
-  std::vector<double> bucket_ms;
-  std::vector<uint64_t> bucket_bytes;
+  // Per bucket, in launch order.
+  std::vector<BucketTiming> buckets;
   // Sums over the ranks of the step's control words (see ControlWords).
   uint64_t token_sum = 0;
   uint32_t leave_votes = 0;
@@ -179,6 +193,7 @@ class Reducer {
   // predecessors are queued, in plan order.
   void CompleteBucketLocked(size_t bucket, bool from_backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommLoop();
+  double SinceBackwardStartLocked(absl::Time t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One bucket's all-reduce (communication thread), in float32 or
   // compressed.
   absl::Status Reduce(Bucket& bucket, float world);
@@ -213,7 +228,10 @@ class Reducer {
   size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
   size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   double allreduce_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<double> bucket_ms_ ABSL_GUARDED_BY(mu_);
+  // This step's: when PrepareBackward ran, and each bucket's times (no
+  // bytes: FinishBackward fills those in).
+  absl::Time backward_start_ ABSL_GUARDED_BY(mu_);
+  std::vector<BucketTiming> timings_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 

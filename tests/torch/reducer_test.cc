@@ -94,6 +94,27 @@ void ExpectGradsEqual(Net& net, const std::vector<at::Tensor>& want, int rank) {
   }
 }
 
+// Each bucket starts once ready, in launch order, one at a time on the
+// communication thread; the bytes add up to the step's.
+void ExpectSerialTimeline(const std::vector<BucketTiming>& buckets, uint64_t bytes) {
+  ASSERT_GT(buckets.size(), 1u);
+  uint64_t sum = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const BucketTiming& t = buckets[b];
+    EXPECT_GE(t.ready_ms, 0) << "bucket " << b;
+    EXPECT_GE(t.started_ms, t.ready_ms) << "bucket " << b << " started before it was ready";
+    EXPECT_GE(t.allreduce_ms, 0) << "bucket " << b;
+    if (b > 0) {
+      const BucketTiming& before = buckets[b - 1];
+      // Rounding of the two clock readings aside.
+      EXPECT_GE(t.started_ms + 1e-3, before.started_ms + before.allreduce_ms)
+          << "bucket " << b << " overlapped bucket " << b - 1;
+    }
+    sum += t.bytes;
+  }
+  EXPECT_EQ(sum, bytes);
+}
+
 Reducer::Options SmallBuckets() {
   Reducer::Options o;
   o.first_bucket_cap_bytes = 16;  // several buckets even for a tiny net
@@ -131,6 +152,7 @@ TEST_P(ReducerTest, FinishBackward_GradientsAreTheMeanOverRanks_AcrossRebuild) {
       // Gradients live in the buckets: no copy. Besides them, a used-flag
       // per parameter and the two control words.
       EXPECT_EQ(stats->bytes, (8 * 3 + 8 + 16 + 2 + 16 + 5 + 6 + 2) * sizeof(float));
+      ExpectSerialTimeline(stats->buckets, stats->bytes);
     }
     // After the first step, buckets follow the real ready order; "unused"
     // never became ready, so it lands last.

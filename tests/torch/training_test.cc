@@ -80,6 +80,26 @@ TEST(Model, MakeModel_CnnOnOtherShapes_Refused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1x28x28")));
 }
 
+TEST(Model, MakeModel_ResNet18_SmallOrFlatSamplesRefusedSmallestAllowedRuns) {
+  v1::ModelSpec spec;
+  spec.set_kind("resnet18");
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{1, 28, 28}, std::vector<int64_t>{3, 32, 32}}) {
+    EXPECT_THAT(MakeModel(spec, shape, 10, 0), IsOk());
+  }
+  // Three stride-2 stages: below 8x8 a stage's output would be empty.
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{3, 7, 32}, std::vector<int64_t>{3, 32, 4}, std::vector<int64_t>{784},
+        std::vector<int64_t>{3, 32}}) {
+    EXPECT_THAT(MakeModel(spec, shape, 10, 0),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 8x8")))
+        << shape.size();
+  }
+  auto model = MakeModel(spec, {3, 8, 8}, 10, 0);
+  ASSERT_THAT(model, IsOk());
+  EXPECT_THAT(CheckModelFits(**model, spec, {3, 8, 8}, 10), IsOk());
+}
+
 TEST(Loader, Next_BatchesFollowTheIndicesLastOnePartial) {
   at::Tensor x = torch::arange(10).to(torch::kFloat32).unsqueeze(1);
   at::Tensor y = torch::arange(10);

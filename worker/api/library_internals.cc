@@ -12,10 +12,12 @@ void AddReduction(const ReductionStats& stats, v1::ReductionStatus* status) {
   status->set_globally_unused_parameters(stats.globally_unused);
   for (const std::string& name : stats.newly_unused) status->add_newly_unused_parameter_names(name);
   status->clear_buckets();
-  for (size_t b = 0; b < stats.bucket_bytes.size(); ++b) {
+  for (const BucketTiming& timing : stats.buckets) {
     v1::BucketReduction* bucket = status->add_buckets();
-    bucket->set_allreduce_ms(stats.bucket_ms[b]);
-    bucket->set_bytes(stats.bucket_bytes[b]);
+    bucket->set_allreduce_ms(timing.allreduce_ms);
+    bucket->set_bytes(timing.bytes);
+    bucket->set_ready_ms(timing.ready_ms);
+    bucket->set_started_ms(timing.started_ms);
   }
 }
 
