@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Training across test hosts on shaped links: ours (compression none, fp16,
-bf16) and PyTorch DDP (no hook, fp16_compress_hook), each against the floor a
-perfect system could reach.
+bf16, and powersgd with --compressions) and PyTorch DDP (no hook,
+fp16_compress_hook, powerSGD_hook), each against the floor a perfect system
+could reach.
 
 Two (or, with --hosts 4, four) hosts are network namespaces on a bridge
 (tests/py/netns.py), each with a host name of its own so that `backend: auto`
@@ -64,6 +65,10 @@ def write_rgb_dataset(folder):
     return path
 
 
+# PowerSGD's rank in the "powersgd" runs (PyTorch's matrix_approximation_rank).
+POWERSGD_RANK = 4
+
+
 def write_job(folder, name, model, compression, steps, workers, rgb, backend="auto",
               bucket_cap_mb=None):
     batch = MODELS[model][0]
@@ -73,6 +78,10 @@ def write_job(folder, name, model, compression, steps, workers, rgb, backend="au
            "optimizer": {"kind": "sgd", "lr": 0.01, "momentum": 0.9}, "batchSize": batch,
            "epochs": 100, "maxSteps": steps, "evaluate": False, "seed": 1, "backend": backend,
            "minWorkers": workers, "compression": compression}
+    if compression == "powersgd":
+        # Compressed from the third step on (PyTorch's least start with
+        # error feedback is 2), well inside the warm-up steps not counted.
+        job.update(powersgdRank=POWERSGD_RANK, powersgdStartStep=2)
     if bucket_cap_mb is not None:
         job["bucketCapMb"] = bucket_cap_mb
     path = os.path.join(folder, name + ".json")
@@ -282,8 +291,9 @@ def main():
                        "alone_breakdown": breakdown(alone[0], skip)}
                 # A rerun of compressed runs alone still knows the gradient.
                 before = next((r for r in kept if key(r) == key(row)), {})
-                if "gradient_bytes" in before:
-                    row["gradient_bytes"] = before["gradient_bytes"]
+                for kept_field in ("gradient_bytes", "powersgd_bytes"):
+                    if kept_field in before:
+                        row[kept_field] = before[kept_field]
                 kinds = args.compressions.split(",")
                 systems = args.systems.split(",")
                 configs = [("ours", c) for c in kinds if "ours" in systems] + [
@@ -313,7 +323,12 @@ def main():
                     if system == "ours" and compression == "none":
                         row["gradient_bytes"] = gradient_bytes(ranks[0])
                         row["breakdown"] = breakdown(ranks[0], skip)
+                    if system == "ours" and compression == "powersgd":
+                        row["powersgd_bytes"] = gradient_bytes(ranks[0])
                     wire = row.get("gradient_bytes", 0) / (2 if compression != "none" else 1)
+                    if compression == "powersgd":
+                        # What our run sent: the factors and what stays whole.
+                        wire = row.get("powersgd_bytes", wire)
                     # What each host's link must carry at best: its share of a
                     # ring among the hosts (the hierarchical all-reduce's).
                     ring = 2 * (args.hosts - 1) / args.hosts
@@ -366,8 +381,8 @@ def plot(results, path):
     for ax, (model, where) in zip(axes.flat, panels):
         rows = [r for r in ordered(results) if (r["model"], layout(r)) == (model, where)]
         rates = [netns._bits_per_second(r["rate"]) / 1e9 for r in rows]
-        for key in ("ours/none", "ours/fp16", "ours/bf16", "flat/none", "pytorch/none",
-                    "pytorch/fp16"):
+        for key in ("ours/none", "ours/fp16", "ours/bf16", "ours/powersgd", "flat/none",
+                    "pytorch/none", "pytorch/fp16", "pytorch/powersgd"):
             points = [(x, r["runs"][key]["step_ms"]) for x, r in zip(rates, rows) if key in r["runs"]]
             if points:
                 system, compression = key.split("/")
@@ -408,7 +423,8 @@ Fashion-MNIST (batch 64 a rank), and ResNet-18 (the built-in `resnet18`: 11.2 M 
 44.7 MB of fp32 gradients) on synthetic 3x32x32 images (batch 16 a rank).
 PyTorch DDP (gloo) runs `bench/pytorch_ddp.py` on the same job file and the same links, with
 `fp16_compress_hook` registered for fp16 (Gloo can't all-reduce bfloat16 in PyTorch 1.13, so
-it has no bf16 row). The kernel here has no `netem`: links are rate-limited, with no added
+it has no bf16 row) and `powerSGD_hook` for powersgd (rank %(powersgd_rank)d, from the third
+step; its floor counts the bytes our run sent). The kernel here has no `netem`: links are rate-limited, with no added
 delay.
 
 **Floor** = max(one rank's compute time for the step alone, the all-reduce of its gradient at
@@ -444,7 +460,8 @@ goes in 1 MiB pieces, so the first layers' gradients don't wait for backward's e
 
 
 COLORS = {"ours/none": "C0", "ours/fp16": "C1", "ours/bf16": "C2", "flat/none": "C5",
-          "pytorch/none": "C3", "pytorch/fp16": "C4"}
+          "pytorch/none": "C3", "pytorch/fp16": "C4", "ours/powersgd": "C6",
+          "pytorch/powersgd": "C7"}
 SYSTEM_NAMES = {"ours": "ours", "flat": "ours, flat ring", "pytorch": "PyTorch DDP"}
 
 
@@ -461,7 +478,7 @@ def ordered(results):
 
 
 def markdown(results, meta):
-    lines = [HEADER % meta]
+    lines = [HEADER % dict(meta, powersgd_rank=POWERSGD_RANK)]
     for row in ordered(results):
         runs = row["runs"]
         lines.append("\n## %s, %s link, %s\n" % (row["model"].upper(), row["rate"], layout(row)))
@@ -482,7 +499,7 @@ def markdown(results, meta):
         if "ours/none" in runs and "pytorch/none" in runs:
             facts.append("ours %.2fx PyTorch DDP uncompressed" % (
                 runs["ours/none"]["samples_per_s"] / runs["pytorch/none"]["samples_per_s"]))
-        for kind in ("fp16", "bf16"):
+        for kind in ("fp16", "bf16", "powersgd"):
             if "ours/" + kind in runs and "ours/none" in runs:
                 facts.append("%s %.2fx our uncompressed" % (
                     kind, runs["ours/" + kind]["samples_per_s"] / runs["ours/none"]["samples_per_s"]))

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -128,12 +129,18 @@ def bf16_compress_hook_over_gloo(process_group, bucket):
     return future.then(decompress)
 
 
-def register_compression(ddp, compression):
+def register_compression(ddp, job):
     """Our job's `compression`, as the matching PyTorch comm hook."""
+    compression = job.get("compression", "none")
     if compression == "fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif compression == "bf16":
         ddp.register_comm_hook(None, bf16_compress_hook_over_gloo)
+    elif compression == "powersgd":
+        state = powersgd.PowerSGDState(
+            process_group=None, matrix_approximation_rank=int(job.get("powersgdRank", 1)),
+            start_powerSGD_iter=int(job.get("powersgdStartStep", 1000)))
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
 
 
 def main():
@@ -157,7 +164,7 @@ def main():
     model = make_model(job.get("model", {}), list(train_x.shape[1:]), classes, seed)
     ddp = DDP(model, bucket_cap_mb=float(job.get("bucketCapMb", 25)),
               find_unused_parameters=args.find_unused_parameters)
-    register_compression(ddp, job.get("compression", "none"))
+    register_compression(ddp, job)
 
     shuffle = job.get("shuffle", True)
     drop_last = job.get("dropLast", False)

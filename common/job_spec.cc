@@ -152,6 +152,10 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.gradient_accumulation_steps() == 0) spec.set_gradient_accumulation_steps(1);
   if (spec.backend().empty()) spec.set_backend("auto");
   if (spec.compression().empty()) spec.set_compression("none");
+  if (spec.compression() == "powersgd") {
+    if (!spec.has_powersgd_rank()) spec.set_powersgd_rank(1);
+    if (!spec.has_powersgd_start_step()) spec.set_powersgd_start_step(1000);
+  }
   if (spec.min_workers() == 0) spec.set_min_workers(1);
   if (spec.max_workers() == 0) spec.set_max_workers(spec.min_workers());
   if (!spec.has_settle_seconds()) spec.set_settle_seconds(2);
@@ -284,10 +288,29 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                       absl::StrCat("unknown backend ", Quote(spec.backend()), "; expected one of ",
                                    Quoted({"gloo", "shm", "nccl", "auto"})));
   }
-  if (!OneOf(spec.compression(), {"none", "fp16", "bf16"})) {
-    return FieldError("compression",
-                      absl::StrCat("unknown compression ", Quote(spec.compression()),
-                                   "; expected one of ", Quoted({"none", "fp16", "bf16"})));
+  if (!OneOf(spec.compression(), {"none", "fp16", "bf16", "powersgd"})) {
+    return FieldError("compression", absl::StrCat("unknown compression ", Quote(spec.compression()),
+                                                  "; expected one of ",
+                                                  Quoted({"none", "fp16", "bf16", "powersgd"})));
+  }
+  if (spec.compression() != "powersgd") {
+    if (spec.has_powersgd_rank()) {
+      return FieldError("powersgd_rank", "only used with compression \"powersgd\"");
+    }
+    if (spec.has_powersgd_start_step()) {
+      return FieldError("powersgd_start_step", "only used with compression \"powersgd\"");
+    }
+  } else {
+    if (spec.powersgd_rank() < 1 || spec.powersgd_rank() > 1024) {
+      return FieldError("powersgd_rank",
+                        absl::StrCat("must be in [1, 1024] (got ", spec.powersgd_rank(), ")"));
+    }
+    if (spec.powersgd_start_step() < 2) {
+      return FieldError("powersgd_start_step",
+                        absl::StrCat("must be at least 2, as PyTorch's start_powerSGD_iter with "
+                                     "error feedback (got ",
+                                     spec.powersgd_start_step(), ")"));
+    }
   }
   if (spec.backend() == "nccl" && !build.nccl) {
     return FieldError("backend",

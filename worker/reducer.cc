@@ -31,6 +31,16 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor
           "; the reducer takes contiguous float32 CPU parameters that require grad"));
     }
   }
+  if (options.powersgd) {
+    if (options.compression) {
+      return absl::InvalidArgumentError("PowerSGD replaces fp16/bf16 compression: choose one");
+    }
+    if (options.powersgd->rank < 1 || options.powersgd->start_iter < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PowerSGD needs a rank of at least 1 and a start step of at least 2 (got rank ",
+          options.powersgd->rank, ", start step ", options.powersgd->start_iter, ")"));
+    }
+  }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), comm, options));
   reducer->BuildBuckets(ReverseOrder(reducer->params_.size()));
   reducer->InstallHooks();
@@ -40,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor
 
 Reducer::Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options)
     : comm_(comm), options_(options) {
+  if (options_.powersgd) powersgd_ = std::make_unique<PowerSgd>(*options_.powersgd);
   for (auto& [name, tensor] : params) params_.push_back(Param{name, tensor, {}, {}, 0, 0});
   reported_unused_.assign(params_.size(), false);
   had_grad_.assign(params_.size(), false);
@@ -85,7 +96,10 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
   for (size_t b = 0; b < plan.size(); ++b) {
     Bucket bucket;
     bucket.params = std::move(plan[b]);
-    for (size_t p : bucket.params) bucket.grad_elements += params_[p].tensor.numel();
+    for (size_t p : bucket.params) {
+      bucket.grad_elements += params_[p].tensor.numel();
+      bucket.shapes.push_back(params_[p].tensor.sizes().vec());
+    }
     bucket.control_words = b + 1 == plan.size() ? kControlWords : 0;
     bucket.buffer = torch::zeros(
         {bucket.grad_elements + static_cast<int64_t>(bucket.params.size()) + bucket.control_words},
@@ -296,8 +310,18 @@ void Reducer::CommLoop() {
       }
     }
     const absl::Time start = absl::Now();
-    absl::Status s =
-        options_.compression ? ReduceCompressed(buckets_[b], world) : Reduce(buckets_[b], world);
+    uint64_t wire = 0;
+    absl::Status s;
+    if (powersgd_ && powersgd_->active()) {
+      s = ReducePowerSgd(buckets_[b], b, world, &wire);
+    } else if (options_.compression) {
+      s = ReduceCompressed(buckets_[b], world);
+    } else {
+      s = Reduce(buckets_[b], world);
+    }
+    // Every rank counts the same steps: a failed one ends the generation,
+    // and with it this reducer.
+    if (powersgd_ && b + 1 == buckets_.size()) powersgd_->StepDone();
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
@@ -305,6 +329,7 @@ void Reducer::CommLoop() {
     if (b < timings_.size()) {
       timings_[b].started_ms = SinceBackwardStartLocked(start);
       timings_[b].allreduce_ms = ms;
+      timings_[b].bytes = wire;  // 0: FinishBackward counts the buffer
     }
     ++done_;
   }
@@ -334,6 +359,18 @@ absl::Status Reducer::ReduceCompressed(Bucket& bucket, float world) {
                               static_cast<size_t>(bucket.grad_elements), *options_.compression);
   if (!s.ok()) return s;
   grads.copy_(bucket.compressed);
+  return ReduceTail(bucket, world);
+}
+
+absl::Status Reducer::ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire) {
+  at::Tensor grads = bucket.buffer.narrow(0, 0, bucket.grad_elements);
+  absl::Status s = powersgd_->Reduce(index, grads, bucket.shapes, *comm_, world, wire);
+  if (!s.ok()) return s;
+  *wire += (bucket.buffer.numel() - bucket.grad_elements) * sizeof(float);
+  return ReduceTail(bucket, world);
+}
+
+absl::Status Reducer::ReduceTail(Bucket& bucket, float world) {
   // The used flags and control words are counts: they stay exact, in float.
   at::Tensor tail =
       bucket.buffer.narrow(0, bucket.grad_elements, bucket.buffer.numel() - bucket.grad_elements);
@@ -395,8 +432,10 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     // What crossed the wire: compressed gradients, and the counts in float.
     const Bucket& b = buckets_[i];
     const int64_t narrow = options_.compression ? b.grad_elements : 0;
-    stats.buckets[i].bytes =
-        (b.buffer.numel() - narrow) * sizeof(float) + narrow * sizeof(uint16_t);
+    if (stats.buckets[i].bytes == 0) {
+      stats.buckets[i].bytes =
+          (b.buffer.numel() - narrow) * sizeof(float) + narrow * sizeof(uint16_t);
+    }
     stats.bytes += stats.buckets[i].bytes;
   }
   const Bucket& last = buckets_.back();

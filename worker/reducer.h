@@ -46,6 +46,7 @@
 #include "worker/bucket_plan.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
+#include "worker/power_sgd.h"
 
 namespace torch::autograd {
 struct Node;
@@ -111,6 +112,8 @@ class Reducer {
     // Gradients cross the wire in this 16-bit type (PyTorch's fp16/bf16
     // compress hooks); none: float32.
     std::optional<HalfType> compression;
+    // PowerSGD instead (PyTorch's powerSGD_hook); not with `compression`.
+    std::optional<PowerSgdOptions> powersgd;
   };
 
   // `params`: float32 CPU tensors that require grad. `comm` outlives this.
@@ -178,6 +181,8 @@ class Reducer {
     bool ready = false;
     // The gradients in the compression type (made on first use).
     at::Tensor compressed;
+    // Its parameters' shapes, in bucket order (PowerSGD's matrices).
+    std::vector<std::vector<int64_t>> shapes;
   };
 
   Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options);
@@ -198,6 +203,11 @@ class Reducer {
   // compressed.
   absl::Status Reduce(Bucket& bucket, float world);
   absl::Status ReduceCompressed(Bucket& bucket, float world);
+  // PowerSGD's, once it has started; the float32 bytes sent in `*wire`.
+  absl::Status ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire);
+  // The flags and control words after the gradients, exactly: flags
+  // averaged, control words summed.
+  absl::Status ReduceTail(Bucket& bucket, float world);
 
   Communicator* comm_;
   const Options options_;
@@ -214,6 +224,8 @@ class Reducer {
   bool armed_ = false;
   bool group_open_ = false;
   std::thread comm_thread_;
+  // Communication thread only (PowerSGD's state: errors, P, Q, its step).
+  std::unique_ptr<PowerSgd> powersgd_;
 
   absl::Mutex mu_;
   bool sync_ ABSL_GUARDED_BY(mu_) = false;

@@ -432,6 +432,10 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
     options.compression = DistributedDataParallel::Options::Compression::kFloat16;
   } else if (spec_.compression() == "bf16") {
     options.compression = DistributedDataParallel::Options::Compression::kBFloat16;
+  } else if (spec_.compression() == "powersgd") {
+    options.compression = DistributedDataParallel::Options::Compression::kPowerSGD;
+    options.powersgd_rank = static_cast<int>(spec_.powersgd_rank());
+    options.powersgd_start_step = static_cast<int64_t>(spec_.powersgd_start_step());
   }
   // Every rank holds the source's state now; buffers follow rank 0, as in
   // PyTorch.

@@ -60,8 +60,14 @@ class DistributedDataParallel {
     // PyTorch's fp16_compress_hook / bf16_compress_hook: each bucket cast,
     // divided by the world size, summed in that type, and cast back. Half
     // the bytes, for a little precision.
-    enum class Compression { kNone, kFloat16, kBFloat16 };
+    // kPowerSGD: PyTorch's powerSGD_hook (error feedback and warm start on):
+    // plain all-reduce for the first powersgd_start_step steps, then each
+    // large enough gradient matrix sent as two rank-powersgd_rank factors.
+    // Its state lasts one generation: a re-formed job starts over.
+    enum class Compression { kNone, kFloat16, kBFloat16, kPowerSGD };
     Compression compression = Compression::kNone;
+    int powersgd_rank = 1;
+    int64_t powersgd_start_step = 1000;
   };
 
   // What the last synchronized backward did.

@@ -43,20 +43,22 @@ class DdpParityTest(unittest.TestCase):
         torch.save((tx[:4100].clone(), ty[:4100].clone()), cls.train)
         torch.save((vx[:1000].clone(), vy[:1000].clone()), cls.test)
 
-    def job(self, name, optimizer, compression="none"):
+    def job(self, name, optimizer, compression="none", **extra):
         # 4100 samples on 2 ranks, 32 a batch: 65 steps an epoch (the last
         # batch partial), 130 in two epochs.
         return {"name": name, "model": {"kind": "torchscript", "path": self.model},
                 "dataset": {"kind": "tensors", "path": self.train, "testPath": self.test},
                 "optimizer": optimizer, "batchSize": 32, "epochs": 2, "seed": 7,
                 "backend": "gloo", "bucketCapMb": 0.1, "compression": compression,
-                "outputPath": os.path.join(self.dir, name + "-ours.pt")}
+                "outputPath": os.path.join(self.dir, name + "-ours.pt"), **extra}
 
-    def check(self, name, optimizer, compression="none", job=None, steps=130, parameters=None):
-        """`job` replaces self.job's; `parameters` is the model's count."""
+    def check(self, name, optimizer, compression="none", job=None, steps=130, parameters=None,
+              **extra):
+        """`job` replaces self.job's; `parameters` is the model's count;
+        `extra`: more job fields."""
         job_file = os.path.join(self.dir, name + ".json")
         with open(job_file, "w") as f:
-            json.dump(job or self.job(name, optimizer, compression), f)
+            json.dump(job or self.job(name, optimizer, compression, **extra), f)
         records = run_ddp_run(job_file, 2, tempfile.mkdtemp(prefix=name + "-ours-", dir=self.dir),
                               timeout=300)
         ours = [[r["loss"] for r in rank] for rank in records]
@@ -104,6 +106,19 @@ class DdpParityTest(unittest.TestCase):
 
     def test_bf16_compression_as_bf16_compress_hook(self):
         self.check("bf16", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "bf16")
+
+    # PowerSGD against PyTorch's powerSGD_hook with the same state: 10 plain
+    # steps, then low-rank factors with error feedback and warm start; the
+    # same random Q (numpy's seeds, torch.randn), products and
+    # orthogonalization, so the same tolerance holds. Rank 1 and 2
+    # orthogonalize by Gram-Schmidt, larger ranks by QR.
+    def test_powersgd_rank_1_as_powerSGD_hook(self):
+        self.check("powersgd1", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "powersgd",
+                   powersgdRank=1, powersgdStartStep=10)
+
+    def test_powersgd_rank_4_as_powerSGD_hook(self):
+        self.check("powersgd4", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "powersgd",
+                   powersgdRank=4, powersgdStartStep=10)
 
     def test_builtin_resnet18_as_the_reference_resnet18(self):
         """The built-in ResNet-18 (worker/model.cc) is bench/pytorch_ddp.py's:

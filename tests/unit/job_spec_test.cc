@@ -326,6 +326,26 @@ TEST(JobSpec, Compression_NoneByDefault_Fp16Bf16Accepted_OthersNamed) {
                AllOf(HasSubstr("job.compression"), HasSubstr("Options::compression"))));
 }
 
+TEST(JobSpec, PowerSgd_DefaultsAsPyTorchsState_BoundsAndStrayFieldsNamed) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(R"({"compression": "powersgd"})", NoNccl());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->powersgd_rank(), 1u);
+  EXPECT_EQ(spec->powersgd_start_step(), 1000u);
+  EXPECT_THAT(
+      ParseJobSpecJson(R"({"compression": "powersgd", "powersgdRank": 4, "powersgdStartStep": 2})",
+                       NoNccl()),
+      IsOk());
+  for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"compression": "powersgd", "powersgdRank": 0})", "job.powersgd_rank"},
+           {R"({"compression": "powersgd", "powersgdStartStep": 1})", "job.powersgd_start_step"},
+           {R"({"compression": "fp16", "powersgdRank": 2})", "job.powersgd_rank"},
+           {R"({"powersgdStartStep": 10})", "job.powersgd_start_step"}}) {
+    EXPECT_THAT(ParseJobSpecJson(json, NoNccl()),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
+        << json;
+  }
+}
+
 TEST(JobSpec, WithDefaults_Idempotent) {
   v1::JobSpec once = WithDefaults(v1::JobSpec());
   v1::JobSpec twice = WithDefaults(once);

@@ -229,6 +229,14 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
     case Options::Compression::kBFloat16:
       impl_->reducer_options.compression = HalfType::kBFloat16;
       break;
+    case Options::Compression::kPowerSGD:
+      if (options.powersgd_rank < 1) throw Error("powersgd_rank must be at least 1");
+      if (options.powersgd_start_step < 2) {
+        throw Error("powersgd_start_step must be at least 2 (as PyTorch's start_powerSGD_iter)");
+      }
+      impl_->reducer_options.powersgd =
+          PowerSgdOptions{options.powersgd_rank, options.powersgd_start_step};
+      break;
     case Options::Compression::kNone:
       break;
   }
