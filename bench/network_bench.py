@@ -287,7 +287,7 @@ def main():
                 row = {"model": model, "rate": rate, "hosts": args.hosts,
                        "per_host": args.per_host,
                        "compute_ms": compute_s * 1e3, "steps": steps, "warmup": skip,
-                       "repeat": args.repeat, "runs": {},
+                       "runs": {},
                        "alone_breakdown": breakdown(alone[0], skip)}
                 # A rerun of compressed runs alone still knows the gradient.
                 before = next((r for r in kept if key(r) == key(row)), {})
@@ -348,7 +348,11 @@ def main():
         for r in results:
             if key(r) in merged:
                 old = merged[key(r)]
-                r = dict(old, **{k: v for k, v in r.items() if k != "runs"},
+                # The row's compute alone and breakdowns are those of its
+                # uncompressed run of ours; other runs keep their own floor.
+                fields = r if "ours/none" in r["runs"] else {
+                    k: v for k, v in r.items() if k not in old}
+                r = dict(old, **{k: v for k, v in fields.items() if k != "runs"},
                          runs=dict(old["runs"], **r["runs"]))
             merged[key(r)] = r
         results = list(merged.values())
@@ -436,8 +440,8 @@ is measured with one worker alone on a core, while in the runs both workers and 
 network path (veth, bridge, tbf: real CPU at 10 Gbit/s) share this machine's 2 cores (four
 workers: two to a core, so compute alone is no longer reachable); and the MLP's and CNN's
 gradients fit in one bucket, so their all-reduce can't overlap backward, and compute +
-all-reduce is what a step without overlap can reach. ResNet-18's gradients fill three buckets
-(1 MiB, then 25 MiB caps), which overlap backward.
+all-reduce is what a step without overlap can reach. ResNet-18's gradients fill eight buckets
+(1 MiB, then 25 MiB caps, the last split again into 1 MiB pieces), which overlap backward.
 
 Where ResNet-18 falls short of the floor on 1 Gbit/s (the "Where our uncompressed step goes"
 and "The link" lines; the second comes from each step's bucket timeline, `ready_ms` and
@@ -482,19 +486,19 @@ def markdown(results, meta):
     for row in ordered(results):
         runs = row["runs"]
         lines.append("\n## %s, %s link, %s\n" % (row["model"].upper(), row["rate"], layout(row)))
-        repeat = row.get("repeat", 1)
         lines.append("Compute alone %.2f ms a step; gradient %.2f MB; %d steps a run, the first "
-                     "%d not counted%s.\n" % (
+                     "%d not counted; with several runs, the median one; each floor from the "
+                     "compute alone measured with its run.\n" % (
                          row["compute_ms"], row.get("gradient_bytes", 0) / 1e6,
-                         row.get("steps", 150), row.get("warmup", 20),
-                         "; each figure the median of %d runs" % repeat if repeat > 1 else ""))
-        lines.append("| system | compression | samples/s | step | floor | efficiency |")
-        lines.append("| --- | --- | ---: | ---: | ---: | ---: |")
+                         row.get("steps", 150), row.get("warmup", 20)))
+        lines.append("| system | compression | samples/s | step | floor | efficiency | runs |")
+        lines.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for key, r in runs.items():
             system, compression = key.split("/")
-            lines.append("| %s | %s | %.0f | %.2f ms | %.2f ms | %.0f%% |" % (
+            lines.append("| %s | %s | %.0f | %.2f ms | %.2f ms | %.0f%% | %d |" % (
                 SYSTEM_NAMES[system], compression, r["samples_per_s"],
-                r["step_ms"], r["floor_ms"], 100 * r["efficiency"]))
+                r["step_ms"], r["floor_ms"], 100 * r["efficiency"],
+                len(r.get("step_ms_each_run", [None]))))
         facts = []
         if "ours/none" in runs and "pytorch/none" in runs:
             facts.append("ours %.2fx PyTorch DDP uncompressed" % (

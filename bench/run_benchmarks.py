@@ -366,6 +366,14 @@ def network_section(w):
         ratio = r["runs"]["ours/bf16"]["samples_per_s"] / r["runs"]["ours/none"]["samples_per_s"]
         w("- ResNet-18 on 100 Mbit/s: bf16 compression %.2fx our uncompressed throughput (target "
           ">= 1.7x: %s)." % (ratio, "met" if ratio >= 1.7 else "**missed**"))
+    if r and "ours/powersgd" in r["runs"] and "ours/none" in r["runs"]:
+        runs = r["runs"]
+        line = ("- ResNet-18 on 100 Mbit/s: PowerSGD %.2fx our uncompressed throughput" %
+                (runs["ours/powersgd"]["samples_per_s"] / runs["ours/none"]["samples_per_s"]))
+        if "pytorch/powersgd" in runs:
+            line += ", %.2fx PyTorch DDP with powerSGD_hook" % (
+                runs["ours/powersgd"]["samples_per_s"] / runs["pytorch/powersgd"]["samples_per_s"])
+        w(line + ".")
     for rate in ("100mbit", "1gbit"):
         r = row("mlp", rate, 2, 2)
         if r and "ours/none" in r["runs"] and "flat/none" in r["runs"]:

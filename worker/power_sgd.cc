@@ -59,7 +59,10 @@ absl::Status PowerSgd::Reduce(size_t index, const at::Tensor& grads,
   } else {
     state.error = at::zeros_like(grads);
   }
-  const at::Tensor before = grads.clone();
+  // The error buffer holds the bucket before compression until the end,
+  // where what the bucket holds after is subtracted: the hook's
+  // input_cp - input, without two bucket-sized allocations a step.
+  state.error.copy_(grads);
 
   // Which gradients are worth compressing; the compressed ones grouped by
   // shape, in the order each shape first appears (the hook's dict order,
@@ -154,7 +157,7 @@ absl::Status PowerSgd::Reduce(size_t index, const at::Tensor& grads,
   for (size_t i = 0; i < compressed.size(); ++i) {
     at::bmm_out(compressed[i].matrix, ps[i], qs[i].transpose(1, 2));
   }
-  state.error = before - grads;
+  state.error.sub_(grads);
   *wire = (rest.numel() + state.p.numel() + state.q.numel()) * sizeof(float);
   return absl::OkStatus();
 }
