@@ -2,8 +2,8 @@
 """Faults caused for real on loopback: kill -9 of random workers at random
 steps, a stopped worker (evicted, then back as new), a hung training thread
 (heartbeats go on; evicted as hung), a killed and restarted coordinator, the
-whole job killed and resumed from its checkpoint, and a worker joining
-mid-job. Every run ends with chaos.check_run."""
+whole job killed and resumed from its checkpoint, a worker joining
+mid-job, and a kill under PowerSGD. Every run ends with chaos.check_run."""
 import os
 import shutil
 import signal
@@ -124,6 +124,26 @@ class LoopbackChaosTest(unittest.TestCase):
         self.assertGreater(resume_step, 0)
         self.assertLessEqual(killed_step - resume_step, 50)
         check_run(self, run, final, base, max_steps_lost=50)
+
+    def test_powersgd_state_starts_over_together_after_a_kill(self):
+        """PowerSGD's state (each rank's error, the factors, its step count)
+        lasts one generation: after a kill and a rejoin, every rank starts it
+        over together, so the replicas stay equal (the coordinator compares
+        their digests at each epoch's end) and the job trains as well as
+        undisturbed."""
+        job = chaos_job("chaos-powersgd", compression="powersgd", powersgdRank=4,
+                        powersgdStartStep=10)
+        baseline = chaos.baseline(job)
+        run = self.run_job(job)
+        run.wait_step_past(100)
+        generation = run.generation()
+        victim = chaos.pick(self.rng, run.members())
+        run.kill(victim)
+        run.wait_generation_past(generation, timeout=20)
+        run.start_worker(int(victim[1:]))
+        final = run.finish()
+        self.assertGreaterEqual(len(final.get("generation_changes", [])), 2)
+        check_run(self, run, final, baseline)
 
     def test_worker_joins_mid_job(self):
         run = self.run_job(chaos_job("chaos-join", maxWorkers=3, settleSeconds=0), workers=2)
