@@ -305,10 +305,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
       return FieldError("powersgd_rank",
                         absl::StrCat("must be in [1, 1024] (got ", spec.powersgd_rank(), ")"));
     }
-    if (spec.powersgd_start_step() < 2) {
+    if (spec.powersgd_start_step() < 2 || spec.powersgd_start_step() > (uint64_t{1} << 53)) {
       return FieldError("powersgd_start_step",
-                        absl::StrCat("must be at least 2, as PyTorch's start_powerSGD_iter with "
-                                     "error feedback (got ",
+                        absl::StrCat("must be in [2, 2^53]: at least 2, as PyTorch's "
+                                     "start_powerSGD_iter with error feedback (got ",
                                      spec.powersgd_start_step(), ")"));
     }
   }

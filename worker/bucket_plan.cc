@@ -29,9 +29,9 @@ std::vector<std::vector<size_t>> Greedy(const std::vector<size_t>& bytes,
 
 std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
                                              const std::vector<size_t>& order, size_t first_cap,
-                                             size_t cap) {
+                                             size_t cap, bool split_tail) {
   std::vector<std::vector<size_t>> buckets = Greedy(bytes, order, first_cap, cap);
-  if (buckets.size() < 2 || first_cap >= cap) return buckets;
+  if (!split_tail || buckets.size() < 2 || first_cap >= cap) return buckets;
   std::vector<size_t> tail = std::move(buckets.back());
   buckets.pop_back();
   for (std::vector<size_t>& piece : Greedy(bytes, tail, first_cap, first_cap)) {

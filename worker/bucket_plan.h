@@ -21,9 +21,11 @@ inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;
 // after (ResNet-18 on 1 Gbit/s: an 8.7 MB tail of 78 ms). Returns tensor
 // indices per bucket, in `order`. Every index in `order` appears exactly
 // once.
+// Without `split_tail`, the plan is PyTorch's exactly (what PowerSGD's
+// numbers depend on).
 std::vector<std::vector<size_t>> PlanBuckets(const std::vector<size_t>& bytes,
                                              const std::vector<size_t>& order, size_t first_cap,
-                                             size_t cap);
+                                             size_t cap, bool split_tail = true);
 
 // The order to plan buckets in before any step ran: gradients become ready
 // roughly from the last layer back, so reverse registration order.

@@ -18,7 +18,9 @@
 //
 // The state (errors, P and Q) lives as long as this object: one reducer,
 // i.e. one generation. A re-formed generation starts over with `start_iter`
-// plain steps, on every rank alike.
+// plain steps, on every rank alike. Alone (one rank) it still approximates,
+// as the hook does. The numbers depend on the bucket plan (a seed per
+// bucket, shapes grouped within one), so the reducer plans as PyTorch.
 #ifndef DDP_WORKER_POWER_SGD_H_
 #define DDP_WORKER_POWER_SGD_H_
 

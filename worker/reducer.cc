@@ -91,7 +91,8 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
     bytes[i] = params_[i].tensor.numel() * sizeof(float);
   }
   std::vector<std::vector<size_t>> plan =
-      PlanBuckets(bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
+      PlanBuckets(bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes,
+                  options_.split_tail);
   buckets_.clear();
   for (size_t b = 0; b < plan.size(); ++b) {
     Bucket bucket;
@@ -274,8 +275,9 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   bucket.ready = true;
   if (b < timings_.size()) timings_[b].ready_ms = SinceBackwardStartLocked(absl::Now());
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
-    // Alone in the world there is nothing to average: no hand-off at all.
-    if (comm_->world_size() == 1) {
+    // Alone in the world there is nothing to average: no hand-off at all
+    // (but PowerSGD approximates even alone, as PyTorch's hook does).
+    if (comm_->world_size() == 1 && !powersgd_) {
       if (next_launch_ < timings_.size()) {
         timings_[next_launch_].started_ms = timings_[next_launch_].ready_ms;
       }

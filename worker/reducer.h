@@ -114,6 +114,9 @@ class Reducer {
     std::optional<HalfType> compression;
     // PowerSGD instead (PyTorch's powerSGD_hook); not with `compression`.
     std::optional<PowerSgdOptions> powersgd;
+    // Split the last bucket again at first_bucket_cap_bytes (see
+    // PlanBuckets); off for PyTorch's plan exactly.
+    bool split_tail = true;
   };
 
   // `params`: float32 CPU tensors that require grad. `comm` outlives this.

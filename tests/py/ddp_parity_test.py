@@ -53,9 +53,9 @@ class DdpParityTest(unittest.TestCase):
                 "outputPath": os.path.join(self.dir, name + "-ours.pt"), **extra}
 
     def check(self, name, optimizer, compression="none", job=None, steps=130, parameters=None,
-              **extra):
+              reference_args=(), **extra):
         """`job` replaces self.job's; `parameters` is the model's count;
-        `extra`: more job fields."""
+        `reference_args` go to bench/pytorch_ddp.py; `extra`: more job fields."""
         job_file = os.path.join(self.dir, name + ".json")
         with open(job_file, "w") as f:
             json.dump(job or self.job(name, optimizer, compression, **extra), f)
@@ -71,7 +71,8 @@ class DdpParityTest(unittest.TestCase):
             self.assertLess(sent, 0.6 * gradient_bytes)
         ref = [[r["loss"] for r in rank] for rank in run_reference(
             job_file, 2, tempfile.mkdtemp(prefix=name + "-ref-", dir=self.dir),
-            extra=["--output", os.path.join(self.dir, name + "-ref.pt")], timeout=300)]
+            extra=["--output", os.path.join(self.dir, name + "-ref.pt")] + list(reference_args),
+            timeout=300)]
         for rank in range(2):
             self.assertEqual(len(ours[rank]), steps)
             self.assertEqual(len(ref[rank]), steps)
@@ -120,11 +121,9 @@ class DdpParityTest(unittest.TestCase):
         self.check("powersgd4", {"kind": "sgd", "lr": 0.05, "momentum": 0.9}, "powersgd",
                    powersgdRank=4, powersgdStartStep=10)
 
-    def test_builtin_resnet18_as_the_reference_resnet18(self):
-        """The built-in ResNet-18 (worker/model.cc) is bench/pytorch_ddp.py's:
-        the same layers, names and initial weights from the same seed, batch
-        norm buffers included, in three buckets (11.2 M parameters). Small
-        3x8x8 images keep it quick."""
+    def resnet18_job(self, name, **extra):
+        """ResNet-18 on 320 small (3x8x8) synthetic images: 2 ranks, 16 a
+        batch, 10 steps an epoch, 2 epochs."""
         g = torch.Generator()
         g.manual_seed(3)
         prototypes = torch.randn(10, 3, 8, 8, generator=g)
@@ -133,14 +132,29 @@ class DdpParityTest(unittest.TestCase):
         train, test = (os.path.join(self.dir, "rgb-%s.pt" % part) for part in ("train", "test"))
         torch.save((x[:320].clone(), y[:320].clone()), train)
         torch.save((x[320:].clone(), y[320:].clone()), test)
-        # 320 samples on 2 ranks, 16 a batch: 10 steps an epoch.
-        job = {"name": "resnet18", "model": {"kind": "resnet18"},
-               "dataset": {"kind": "tensors", "path": train, "testPath": test},
-               "optimizer": {"kind": "sgd", "lr": 0.02, "momentum": 0.9}, "batchSize": 16,
-               "epochs": 2, "seed": 11, "backend": "gloo",
-               "outputPath": os.path.join(self.dir, "resnet18-ours.pt")}
-        self.check("resnet18", None, job=job, steps=20, parameters=11173962)
+        return dict({"name": name, "model": {"kind": "resnet18"},
+                     "dataset": {"kind": "tensors", "path": train, "testPath": test},
+                     "optimizer": {"kind": "sgd", "lr": 0.02, "momentum": 0.9}, "batchSize": 16,
+                     "epochs": 2, "seed": 11, "backend": "gloo",
+                     "outputPath": os.path.join(self.dir, name + "-ours.pt")}, **extra)
 
+    def test_builtin_resnet18_as_the_reference_resnet18(self):
+        """The built-in ResNet-18 (worker/model.cc) is bench/pytorch_ddp.py's:
+        the same layers, names and initial weights from the same seed, batch
+        norm buffers included, in several buckets (11.2 M parameters)."""
+        self.check("resnet18", None, job=self.resnet18_job("resnet18"), steps=20,
+                   parameters=11173962)
+
+    def test_powersgd_on_resnet18_as_powerSGD_hook(self):
+        """PowerSGD where the MLP can't reach: several buckets (a seed each),
+        4-D convolution weights as matrices, same-shaped weights apart in a
+        bucket grouped together, batch norm's vectors sent whole."""
+        job = self.resnet18_job("resnet18-powersgd", compression="powersgd", powersgdRank=2,
+                                powersgdStartStep=5)
+        # PyTorch's hook over Gloo aborts here unless it waits bucket by
+        # bucket (bench/pytorch_ddp.py's one_bucket_at_a_time).
+        self.check("resnet18-powersgd", None, "powersgd", job=job, steps=20,
+                   parameters=11173962, reference_args=["--serialize-hook"])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

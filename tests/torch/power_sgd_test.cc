@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/reducer.h"
+
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "tests/torch/ranks.h"
@@ -56,6 +58,36 @@ TEST(PowerSgd, Reduce_RecoversALowRankAverageAndAveragesTheRest) {
     EXPECT_TRUE(torch::equal(grads.narrow(0, 32 * 48, 32), at::full({32}, 1.5f)));
     // The bias, P (32) and Q (48) as float32, against 32 x 48 + 32.
     EXPECT_EQ(wire, (32 + 32 + 48) * sizeof(float));
+  });
+}
+
+// Alone, as PyTorch's hook: plain steps until the start step, then the
+// rank-1 approximation (and far fewer bytes), though nothing crosses a wire.
+TEST(PowerSgd, Reducer_AloneStillApproximatesAfterTheStartStep) {
+  RunRanks(1, [](int, Communicator* comm) {
+    at::Tensor weight = torch::zeros({8, 16}).requires_grad_(true);
+    auto gen = at::detail::createCPUGenerator(5);
+    const at::Tensor target = at::randn({8, 16}, gen);  // full rank
+    Reducer::Options options;
+    options.powersgd = PowerSgdOptions{/*rank=*/1, /*start_iter=*/2};
+    options.split_tail = false;
+    auto reducer = Reducer::Create({{"weight", weight}}, comm, options);
+    ASSERT_THAT(reducer, IsOk());
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_THAT((*reducer)->StartGroup(), IsOk());
+      (*reducer)->PrepareBackward(/*sync=*/true);
+      (weight * target).sum().backward();
+      auto stats = (*reducer)->FinishBackward();
+      ASSERT_THAT(stats, IsOk());
+      if (step < 2) {
+        EXPECT_TRUE(torch::equal(weight.grad(), target)) << "step " << step;
+        EXPECT_GE(stats->bytes, 8 * 16 * sizeof(float));
+      } else {
+        EXPECT_FALSE(torch::allclose(weight.grad(), target));
+        EXPECT_EQ(at::linalg_matrix_rank(weight.grad()).item<int64_t>(), 1);
+        EXPECT_LT(stats->bytes, 8 * 16 * sizeof(float) / 2);
+      }
+    }
   });
 }
 

@@ -39,6 +39,14 @@ TEST(BucketPlan, PlanBuckets_Table) {
   }
 }
 
+TEST(BucketPlan, PlanBuckets_WithoutTailSplit_PyTorchsPlan) {
+  // The cases above whose tail is split, as PyTorch plans them.
+  EXPECT_EQ(PlanBuckets({10, 10, 10, 10, 10}, {4, 3, 2, 1, 0}, 10, 100, /*split_tail=*/false),
+            (std::vector<std::vector<size_t>>{{4}, {3, 2, 1, 0}}));
+  EXPECT_EQ(PlanBuckets({3, 3, 3, 30, 1}, {4, 3, 2, 1, 0}, 2, 25, /*split_tail=*/false),
+            (std::vector<std::vector<size_t>>{{4, 3}, {2, 1, 0}}));
+}
+
 TEST(BucketPlan, ReverseOrder_LastLayerFirst) {
   EXPECT_EQ(ReverseOrder(4), (std::vector<size_t>{3, 2, 1, 0}));
 }

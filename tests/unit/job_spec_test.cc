@@ -338,6 +338,8 @@ TEST(JobSpec, PowerSgd_DefaultsAsPyTorchsState_BoundsAndStrayFieldsNamed) {
   for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
            {R"({"compression": "powersgd", "powersgdRank": 0})", "job.powersgd_rank"},
            {R"({"compression": "powersgd", "powersgdStartStep": 1})", "job.powersgd_start_step"},
+           {R"({"compression": "powersgd", "powersgdStartStep": "18446744073709551615"})",
+            "job.powersgd_start_step"},
            {R"({"compression": "fp16", "powersgdRank": 2})", "job.powersgd_rank"},
            {R"({"powersgdStartStep": 10})", "job.powersgd_start_step"}}) {
     EXPECT_THAT(ParseJobSpecJson(json, NoNccl()),

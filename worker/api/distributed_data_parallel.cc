@@ -236,6 +236,11 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
       }
       impl_->reducer_options.powersgd =
           PowerSgdOptions{options.powersgd_rank, options.powersgd_start_step};
+      // Its numbers depend on the buckets (a seed each; shapes grouped within
+      // one), so PyTorch's plan exactly: a 1 MiB first bucket whatever the
+      // cap, and no tail split again.
+      impl_->reducer_options.first_bucket_cap_bytes = kDefaultFirstBucketBytes;
+      impl_->reducer_options.split_tail = false;
       break;
     case Options::Compression::kNone:
       break;
