@@ -82,6 +82,11 @@ inline uint16_t AddHalf(uint16_t a, uint16_t b, HalfType type) {
 // eight at a time with the CPU's conversions where it has them (F16C).
 void AddHalves(uint16_t* dst, const uint16_t* src, size_t n, HalfType type);
 
+// dst[i] += src[i] for i < n: the float32 sum every communicator does.
+inline void AddFloats(float* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 }  // namespace ddp
 
 #endif  // DDP_WORKER_HALF_H_

@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace ddp {
 namespace {
 
@@ -16,6 +18,14 @@ struct Compressed {
 };
 
 }  // namespace
+
+absl::Status CheckPowerSgdOptions(const PowerSgdOptions& options) {
+  if (options.rank >= 1 && options.start_iter >= 2) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("PowerSGD needs a rank of at least 1 and a start step of at least 2, as "
+                   "PyTorch's start_powerSGD_iter (got rank ",
+                   options.rank, ", start step ", options.start_iter, ")"));
+}
 
 uint32_t LegacyNumpySeeds::Next() {
   // randint(1e9) in numpy's legacy generator: 32-bit draws masked to the

@@ -46,6 +46,9 @@ struct PowerSgdOptions {
   uint32_t seed = 0;
 };
 
+// INVALID_ARGUMENT unless rank >= 1 and start_iter >= 2.
+absl::Status CheckPowerSgdOptions(const PowerSgdOptions& options);
+
 // numpy.random.RandomState(seed).randint(1_000_000_000), draw after draw:
 // the seeds PyTorch's hook gives torch.manual_seed before drawing Q.
 class LegacyNumpySeeds {

@@ -35,11 +35,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor
     if (options.compression) {
       return absl::InvalidArgumentError("PowerSGD replaces fp16/bf16 compression: choose one");
     }
-    if (options.powersgd->rank < 1 || options.powersgd->start_iter < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PowerSGD needs a rank of at least 1 and a start step of at least 2 (got rank ",
-          options.powersgd->rank, ", start step ", options.powersgd->start_iter, ")"));
-    }
+    if (absl::Status s = CheckPowerSgdOptions(*options.powersgd); !s.ok()) return s;
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), comm, options));
   reducer->BuildBuckets(ReverseOrder(reducer->params_.size()));

@@ -243,8 +243,8 @@ class Reducer {
   size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
   size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   double allreduce_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  // This step's: when PrepareBackward ran, and each bucket's times (no
-  // bytes: FinishBackward fills those in).
+  // This step's: when PrepareBackward ran, and each bucket's times and, for
+  // PowerSGD, its bytes (otherwise FinishBackward counts the buffer).
   absl::Time backward_start_ ABSL_GUARDED_BY(mu_);
   std::vector<BucketTiming> timings_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);

@@ -286,9 +286,7 @@ absl::Status ShmCommunicator::AllReduceWith(T* data, size_t count, Add add) {
 }
 
 absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
-  return AllReduceWith(data, count, [](float* dst, const float* src, size_t n) {
-    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-  });
+  return AllReduceWith(data, count, AddFloats);
 }
 
 absl::Status ShmCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {

@@ -230,12 +230,10 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
       impl_->reducer_options.compression = HalfType::kBFloat16;
       break;
     case Options::Compression::kPowerSGD:
-      if (options.powersgd_rank < 1) throw Error("powersgd_rank must be at least 1");
-      if (options.powersgd_start_step < 2) {
-        throw Error("powersgd_start_step must be at least 2 (as PyTorch's start_powerSGD_iter)");
-      }
       impl_->reducer_options.powersgd =
           PowerSgdOptions{options.powersgd_rank, options.powersgd_start_step};
+      // Refused here, before any collective, rather than after the broadcasts.
+      Check(CheckPowerSgdOptions(*impl_->reducer_options.powersgd), "ddp::DistributedDataParallel");
       // Its numbers depend on the buckets (a seed each; shapes grouped within
       // one), so PyTorch's plan exactly: a 1 MiB first bucket whatever the
       // cap, and no tail split again.
