@@ -19,6 +19,9 @@ Coordinator::Coordinator(const Clock* clock, Options options)
       store_(clock, options_.store),
       streams_(clock, options_.streams),
       registry_(clock, options_.registry),
+      stall_(StallWatch::ForHeartbeats(options_.registry.heartbeat_timeout,
+                                       options_.heartbeat_interval),
+             clock->Now()),
       generations_(clock),
       job_(clock),
       changes_(clock) {
@@ -137,6 +140,7 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
         registry_.Register(request, options_.version, id, &took_over);
     if (!registered.ok()) return registered.status();
     WorkerRecord* worker = *registered;
+    HeardLocked();
     session = Session{worker->id, id};
     if (auto old = channels_.find(worker->id); took_over && old != channels_.end()) {
       fx.closes.emplace_back(old->second.second,
@@ -201,6 +205,7 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
     WorkerRecord* worker = registry_.FindAttached(session.worker_id, session.id);
     if (worker == nullptr) return;  // an old stream of a worker that came back
     registry_.Touch(worker);
+    HeardLocked();
     dirty_ = true;
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat: {

@@ -38,6 +38,7 @@
 #include "coordinator/job_progress.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/reform_policy.h"
+#include "coordinator/stall_watch.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
 #include "coordinator/status_summary.h"
@@ -220,6 +221,12 @@ class Coordinator {
   void OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request, bool took_over,
                      Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckAdoptionLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker spoke: if the coordinator had been deaf, the silence was its
+  // own, and every worker gets a fresh grace.
+  void HeardLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The coordinator did not run or did not hear for `paused`: no worker is
+  // lost or hung for it, and no deadline of its own runs out for it.
+  void GraceLocked(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHungLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLeavingLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -276,6 +283,9 @@ class Coordinator {
 
   mutable absl::Mutex mu_;
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
+  StallWatch stall_ ABSL_GUARDED_BY(mu_);
+  // Deafness was logged (once per spell).
+  bool deaf_logged_ ABSL_GUARDED_BY(mu_) = false;
   GenerationManager generations_ ABSL_GUARDED_BY(mu_);
   JobProgress job_ ABSL_GUARDED_BY(mu_);
   ChangeLog changes_ ABSL_GUARDED_BY(mu_);

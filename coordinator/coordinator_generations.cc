@@ -51,13 +51,35 @@ void Coordinator::Tick() {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    for (const std::string& id : registry_.ExpireSilent()) {
-      OnWorkerLostLocked(registry_.Find(id), &fx);
-      dirty_ = true;
+    const absl::Time now = clock_->Now();
+    const size_t attached = registry_.num_attached();
+    if (const absl::Duration stalled = stall_.OnTick(now, attached);
+        stalled > absl::ZeroDuration()) {
+      DDP_LOG(Warning) << "the coordinator did not run for " << absl::FormatDuration(stalled)
+                       << " (stopped, frozen or starved): no worker is counted lost or hung for "
+                          "that; each gets a fresh heartbeat timeout";
+      GraceLocked(stalled);
+    }
+    // Silence is evidence against a worker only while others are heard.
+    const bool deaf = stall_.Deaf(now, attached);
+    if (deaf && !deaf_logged_) {
+      deaf_logged_ = true;
+      DDP_LOG(Warning) << "heard none of the " << attached
+                       << " attached workers for a while: the coordinator's own threads or "
+                          "network are stalled; no worker is counted lost or hung until they "
+                          "are heard again";
+    }
+    if (!deaf) {
+      for (const std::string& id : registry_.ExpireSilent()) {
+        OnWorkerLostLocked(registry_.Find(id), &fx);
+        dirty_ = true;
+      }
     }
     CheckAdoptionLocked(&fx);
-    CheckLeavingLocked(&fx);
-    CheckHungLocked(&fx);
+    if (!deaf) {
+      CheckLeavingLocked(&fx);
+      CheckHungLocked(&fx);
+    }
     MaybeFormGenerationLocked(&fx);
     if (job_.active() && job_.committed_step() != persisted_step_ &&
         clock_->Now() - persisted_at_ >= absl::Seconds(5)) {
@@ -71,6 +93,24 @@ void Coordinator::Tick() {
   Apply(fx);
   store_.ExpireWaiters();
   streams_.CloseUnregistered();
+}
+
+void Coordinator::HeardLocked() {
+  const absl::Duration deaf = stall_.OnHeard(clock_->Now(), registry_.num_attached());
+  if (deaf <= absl::ZeroDuration()) return;
+  deaf_logged_ = false;
+  DDP_LOG(Warning) << "heard from the workers again after " << absl::FormatDuration(deaf)
+                   << " of silence: each gets a fresh heartbeat timeout";
+  GraceLocked(deaf);
+}
+
+void Coordinator::GraceLocked(absl::Duration paused) {
+  registry_.Grace(paused);
+  for (auto& [id, since] : leaving_) since += paused;
+  admitting_since_ += paused;
+  recovering_since_ += paused;
+  if (adoption_) adoption_->deadline += paused;
+  dirty_ = true;
 }
 
 void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request,

@@ -206,6 +206,15 @@ std::vector<std::string> WorkerRegistry::ExpireSilent() {
   return expired;
 }
 
+void WorkerRegistry::Grace(absl::Duration paused) {
+  const absl::Time now = clock_->Now();
+  for (auto& [id, record] : by_id_) {
+    if (record->lost) continue;
+    record->last_seen = now;
+    record->step_advanced_at = std::min(now, record->step_advanced_at + paused);
+  }
+}
+
 std::vector<const WorkerRecord*> WorkerRegistry::All() const {
   std::vector<const WorkerRecord*> all;
   all.reserve(by_id_.size());

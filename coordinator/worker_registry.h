@@ -136,6 +136,10 @@ class WorkerRegistry {
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.
   std::vector<std::string> ExpireSilent();
+  // The coordinator was not running, or not hearing, for `paused`: every
+  // attached worker counts as heard now (a fresh heartbeat timeout), and
+  // the pause does not count against its step either (hang detection).
+  void Grace(absl::Duration paused);
 
   // Every known worker, ordered by host, then device.
   std::vector<const WorkerRecord*> All() const;
