@@ -352,6 +352,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (!(spec.hang_timeout_seconds() > 0 && spec.hang_timeout_seconds() <= 86400)) {
     return FieldError("hang_timeout_seconds", "must be in (0, 86400]");
   }
+  if (spec.has_eval_timeout_seconds() &&
+      !(spec.eval_timeout_seconds() > 0 && spec.eval_timeout_seconds() <= 86400)) {
+    return FieldError("eval_timeout_seconds", "must be in (0, 86400]");
+  }
   if (spec.fault_budget() > 1000000) return FieldError("fault_budget", "must be at most 1000000");
   if (absl::Status s = CheckPath("output_path", spec.output_path()); !s.ok()) return s;
   const auto& checkpoint = spec.checkpoint();

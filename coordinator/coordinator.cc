@@ -12,6 +12,17 @@
 #include "coordinator/report_checks.h"
 
 namespace ddp {
+namespace {
+
+// A failure another generation can cure (a peer or the network), as the
+// StateChange's code says; any other (a bad model or data file, diverged
+// replicas) would happen again.
+bool IsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+         code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
 
 Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
@@ -112,7 +123,11 @@ void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generat
 }
 
 void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held) {
-  if (held.job_id().empty()) return;
+  if (held.job_id().empty()) {
+    // It holds nothing (any more): a dropped state, a failed preparation.
+    worker->held.reset();
+    return;
+  }
   if (held.job_id() == job_.id() && held.spec_digest() == job_.spec_digest()) {
     worker->held = held;
     job_.OnHeldState(held);
@@ -166,6 +181,7 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
                           : "");
     if (request.has_held()) NoteHeldLocked(worker, request.held());
     OnClaimLocked(worker, request, took_over, &fx);
+    MaybePrepareLocked(worker, &fx);
     dirty_ = true;
     MaybeFormGenerationLocked(&fx);
   }
@@ -212,12 +228,13 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
         int rank;
         const auto& hb = message.heartbeat();
         if (hb.generation() != 0 && CheckMemberLocked(*worker, hb.generation(), &rank).ok()) {
-          if (absl::Status s = CheckStep(hb.step(), generations_.current()->source.step); !s.ok()) {
+          if (absl::Status s = CheckHeartbeat(hb, generations_.current()->source.step); !s.ok()) {
             RejectLocked(worker->id, s, &fx);
             break;
           }
           registry_.NoteStep(worker, hb.step());
           worker->phase = hb.phase();
+          worker->phase_bound = absl::Seconds(hb.phase_bound_seconds());
         }
         break;
       }
@@ -289,13 +306,19 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
       worker->state = v1::WORKER_STATE_TRAINING;  // a step says so, whatever came first
       worker->detail = "training";
     }
+    // Reports trail heartbeats: a report of a step the worker's heartbeat
+    // already counted says nothing newer about its phase (it may be
+    // evaluating by now).
+    if (report.step() > worker->step || worker->generation != report.generation()) {
+      worker->phase = report.reduction().phase();
+      worker->phase_bound = absl::ZeroDuration();
+    }
     worker->generation = report.generation();
     worker->epoch = report.epoch();
     registry_.NoteStep(worker, report.step());
     worker->last_loss = report.loss();
     worker->reduction = report.reduction();
     worker->reduction.clear_newly_unused_parameter_names();  // kept once, below
-    worker->phase = report.reduction().phase();
     worker->timings = report.timings();
     worker->step_seconds = report.step_seconds();
     registry_.NoteUnusedParameters(worker, report.reduction().newly_unused_parameter_names());
@@ -376,6 +399,9 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
       worker->state = v1::WORKER_STATE_IDLE;
       worker->detail = detail;
       OnLeftLocked(worker->id, fx);
+      // Holding nothing now (its state was dropped): it builds it anew.
+      if (!worker->held && !worker->prepare_failed) worker->prepare_asked.clear();
+      MaybePrepareLocked(worker, fx);
       MaybeFormGenerationLocked(fx);  // it may complete a quorum
       return;
     case v1::WORKER_STATE_DONE:
@@ -400,6 +426,7 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
     if (change.state() == v1::WORKER_STATE_FAILED) {
       worker->state = v1::WORKER_STATE_FAILED;  // it leaves; its IDLE follows
       worker->detail = detail;
+      if (change.generation() == 0) OnPrepareFailedLocked(worker, change, detail, fx);
       return;
     }
     ++worker->stale_messages;
@@ -425,8 +452,7 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   const auto code = static_cast<absl::StatusCode>(change.code());
   const std::string reason = absl::StrFormat(
       "%s failed in generation %d: %s", DescribeLocked(*worker, rank), change.generation(), detail);
-  if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-      code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kCancelled) {
+  if (IsRetryable(code)) {
     OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {}, fx);
     OnLeftLocked(worker->id, fx);
   } else {
@@ -435,6 +461,23 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
     DDP_LOG(Warning) << reason;
     FailJobLocked(reason, fx);
   }
+}
+
+void Coordinator::OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateChange& change,
+                                        const std::string& detail, Effects* fx) {
+  worker->prepare_failed = true;
+  if (!job_.active()) return;
+  const std::string reason =
+      absl::StrCat("worker ", worker->id, " on ", worker->host, ": ", detail);
+  if (IsRetryable(static_cast<absl::StatusCode>(change.code()))) {
+    // Not asked again until it attaches anew; the job goes on without it.
+    DDP_LOG(Warning) << reason;
+    return;
+  }
+  // A model or data file it can't use: every worker would fail the same way
+  // (as a generation failing on it would).
+  DDP_LOG(Warning) << "job " << job_.id() << " failed: " << reason;
+  FailJobLocked(reason, fx);
 }
 
 std::string Coordinator::DescribeLocked(const WorkerRecord& worker, int rank) const {

@@ -229,13 +229,22 @@ class Coordinator {
   void GraceLocked(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHungLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckLeavingLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A member is in a phase with a bound of its own (an evaluation), within
+  // it: members can't reach a step boundary before it ends.
+  bool EvaluatingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void MaybeFormGenerationLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGenerationLocked(std::vector<Candidate> candidates, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the members to leave at the next step boundary, to admit joiners.
   void AdmitJoinersLocked(const std::string& why, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<Candidate> FreeCandidatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free workers that can run the job and hold its state; counts in
+  // `*preparing` those still building it.
+  std::vector<Candidate> FreeCandidatesLocked(uint32_t* preparing = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks a free ddp-worker that can run the job but holds none of its state
+  // to build it (v1::Prepare), once: it becomes a candidate when it has.
+  void MaybePrepareLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A generation is lost to a fault: it ends (members still in it are told
   // to leave at once, keeping their state), and the job recovers, or fails
@@ -267,6 +276,11 @@ class Coordinator {
   void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker could not build the job's state (FAILED in generation 0): the
+  // job fails for a bad model or data file, else goes on without it.
+  void OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateChange& change,
+                             const std::string& detail, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a worker's held state if it is this job's.
   void NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held)

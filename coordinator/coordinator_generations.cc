@@ -33,6 +33,10 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
   return !w.device.is_cuda() || has_nccl;  // auto: nccl on CUDA devices
 }
 
+// Holds the job's state (it checked the job and spec when it said so),
+// or is a program on the library, which builds its own before attaching.
+bool Prepared(const WorkerRecord& w) { return w.capabilities.program() || w.held.has_value(); }
+
 std::string SourceWords(const SourceChoice& s) {
   switch (s.source) {
     case v1::STATE_SOURCE_MEMORY:
@@ -241,8 +245,8 @@ void Coordinator::CheckHungLocked(Effects* fx) {
     if (w == nullptr || w->lost || IsFree(*w) || w->state == v1::WORKER_STATE_RENDEZVOUS) {
       continue;
     }
-    activity.push_back(
-        MemberActivity{w->id, static_cast<int>(r), w->step, w->step_advanced_at, w->phase});
+    activity.push_back(MemberActivity{w->id, static_cast<int>(r), w->step, w->step_advanced_at,
+                                      w->phase, w->phase_bound});
   }
   const absl::Duration threshold =
       HangThreshold(absl::Seconds(job_.spec().hang_timeout_seconds()), job_.median_step_time());
@@ -277,7 +281,8 @@ void Coordinator::CheckLeavingLocked(Effects* fx) {
     }
     leaving_.erase(id);
   }
-  if (admitting_ && now - admitting_since_ > limit && generations_.current()) {
+  if (admitting_ && now - admitting_since_ > limit && generations_.current() &&
+      !EvaluatingLocked()) {
     // The members did not reach a step boundary in time: stop waiting for
     // one and lose the step in flight instead.
     OnFaultLocked(v1::CHANGE_CAUSE_HUNG,
@@ -288,16 +293,46 @@ void Coordinator::CheckLeavingLocked(Effects* fx) {
   if (!overdue.empty()) MaybeFormGenerationLocked(fx);
 }
 
-std::vector<Candidate> Coordinator::FreeCandidatesLocked() {
+bool Coordinator::EvaluatingLocked() const {
+  const Generation* g = generations_.current();
+  if (g == nullptr) return false;
+  const absl::Time now = clock_->Now();
+  for (const RankCandidate& m : g->members) {
+    const WorkerRecord* w = registry_.Find(m.worker_id);
+    if (w == nullptr || w->lost || w->phase_bound <= absl::ZeroDuration()) continue;
+    if (now - w->step_advanced_at <= w->phase_bound) return true;
+  }
+  return false;
+}
+
+std::vector<Candidate> Coordinator::FreeCandidatesLocked(uint32_t* preparing) {
   const Generation* g = generations_.current();
   std::vector<Candidate> free;
   for (const WorkerRecord* w : registry_.All()) {
     if (!IsFree(*w) || !CanRun(*w, job_.spec())) continue;
+    if (!Prepared(*w)) {
+      if (preparing && !w->prepare_failed && !w->prepare_asked.empty()) ++*preparing;
+      continue;
+    }
     // A member that finished first (DONE) is not a joiner.
     if (g != nullptr && g->RankOf(w->id) >= 0) continue;
     free.push_back(Candidate{RankCandidate{w->id, w->host, w->device, w->machine_id}, w->held});
   }
   return free;
+}
+
+void Coordinator::MaybePrepareLocked(WorkerRecord* worker, Effects* fx) {
+  if (!job_.active() || worker->lost || !IsFree(*worker) || Prepared(*worker) ||
+      !CanRun(*worker, job_.spec())) {
+    return;
+  }
+  const std::string asked = absl::StrCat(job_.id(), "/", job_.spec_digest());
+  if (worker->prepare_asked == asked) return;
+  worker->prepare_asked = asked;
+  v1::CoordinatorMessage message;
+  message.mutable_prepare()->set_job_id(job_.id());
+  *message.mutable_prepare()->mutable_spec() = job_.spec();
+  SendLocked(worker->id, std::move(message), fx);
 }
 
 void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
@@ -315,7 +350,8 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
                                         registry_.num_attached(), " attached)"));
     return;
   }
-  std::vector<Candidate> free = FreeCandidatesLocked();
+  uint32_t preparing = 0;
+  std::vector<Candidate> free = FreeCandidatesLocked(&preparing);
   const absl::Time now = clock_->Now();
   if (state == v1::JOB_STATE_WAITING) {
     if (free.size() < spec.min_workers()) {
@@ -329,6 +365,8 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
   in.generation_running = g != nullptr;
   in.world_size = g ? static_cast<uint32_t>(g->members.size()) : 0;
   in.free_workers = static_cast<uint32_t>(free.size());
+  in.preparing_workers = preparing;
+  in.prepare_timeout = absl::Seconds(spec.collective_timeout_seconds());
   in.leaving_members = static_cast<uint32_t>(leaving_.size());
   in.min_workers = spec.min_workers();
   in.max_workers = spec.max_workers();
@@ -371,8 +409,18 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
                         ? spec.optimizer().lr() * world / std::max(1u, spec.max_workers())
                         : spec.optimizer().lr();
   std::vector<RankCandidate> slots;
-  for (const Candidate& c : members) slots.push_back(c.slot);
-  const Generation& g = generations_.Form(std::move(slots), source, lr);
+  absl::flat_hash_set<std::string> joiners;
+  for (const Candidate& c : members) {
+    slots.push_back(c.slot);
+    // New to a running job, with a state that never trained.
+    const bool trained = c.held && c.held->generation() > 0;
+    if (!last_members_.empty() && !trained &&
+        std::find(last_members_.begin(), last_members_.end(), c.slot.worker_id) ==
+            last_members_.end()) {
+      joiners.insert(c.slot.worker_id);
+    }
+  }
+  const Generation& g = generations_.Form(std::move(slots), source, lr, std::move(joiners));
   job_.OnGenerationStarted(world, source.step, lr);
   changes_.Formed(g.number, g.MemberIds(), last_members_, source);
   last_formed_at_ = clock_->Now();
@@ -420,6 +468,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
     a->set_local_size(g.MachineSize(machine));
     a->set_machines(static_cast<uint32_t>(g.machine_starts.size() - 1));
     a->set_max_local_size(largest_machine);
+    a->set_evaluated_epochs(job_.evaluated_epochs());
     a->set_store_token(g.store_tokens[rank]);
     SendLocked(member.worker_id, std::move(message), fx);
   }
@@ -503,7 +552,12 @@ void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* 
       WorkerRecord* w = registry_.Find(member.worker_id);
       if (w == nullptr || w->lost || IsFree(*w)) continue;
       SendAbortLocked(member.worker_id, g->number, abort_reason, false, fx);
-      leaving_.emplace(member.worker_id, now);
+      // The next generation waits for the members whose state may be the
+      // newest, not for a joiner still at the rendezvous (it holds nothing
+      // the others lack): it is admitted later, once it has left.
+      const bool never_trained =
+          w->state == v1::WORKER_STATE_RENDEZVOUS && g->joiners.contains(member.worker_id);
+      if (!never_trained) leaving_.emplace(member.worker_id, now);
     }
   }
   last_members_ = g->MemberIds();

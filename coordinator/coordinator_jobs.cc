@@ -74,7 +74,13 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
     admitting_ = false;
     quorum_since_.reset();
     // Held states belong to the previous job.
-    for (const WorkerRecord* w : registry_.All()) registry_.Find(w->id)->held.reset();
+    for (const WorkerRecord* w : registry_.All()) {
+      WorkerRecord* record = registry_.Find(w->id);
+      record->held.reset();
+      record->prepare_asked.clear();
+      record->prepare_failed = false;
+      MaybePrepareLocked(record, &fx);
+    }
     dirty_ = true;
     PersistLocked(&fx);
     MaybeFormGenerationLocked(&fx);

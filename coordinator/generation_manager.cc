@@ -46,10 +46,12 @@ std::vector<std::string> Generation::MemberIds() const {
 }
 
 const Generation& GenerationManager::Form(std::vector<RankCandidate> members,
-                                          const SourceChoice& source, double lr) {
+                                          const SourceChoice& source, double lr,
+                                          absl::flat_hash_set<std::string> joiners) {
   Generation g;
   g.number = ++latest_;
   g.members = std::move(members);
+  g.joiners = std::move(joiners);
   g.IndexMembers();
   for (size_t r = 0; r < g.members.size(); ++r) g.store_tokens.push_back(RandomToken());
   g.source = source;

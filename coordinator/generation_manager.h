@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/rank_assignment.h"
@@ -35,6 +36,10 @@ struct Generation {
   // Every member runs on one machine (shared memory is possible).
   bool single_machine = false;
   absl::Time formed_at;
+  // Members that joined the job with this generation holding no trained
+  // state: a fault before it trains re-forms without waiting for them to
+  // leave (they hold nothing the others lack). Not saved across restarts.
+  absl::flat_hash_set<std::string> joiners;
 
   // Worker id -> rank, so that looking a worker up costs the same at 4,096
   // members as at 2 (the status snapshot does it for every worker).
@@ -60,8 +65,10 @@ class GenerationManager {
  public:
   explicit GenerationManager(const Clock* clock) : clock_(clock) {}
 
-  // Makes the next generation current: `members` in rank order.
-  const Generation& Form(std::vector<RankCandidate> members, const SourceChoice& source, double lr);
+  // Makes the next generation current: `members` in rank order, `joiners`
+  // among them (see Generation::joiners).
+  const Generation& Form(std::vector<RankCandidate> members, const SourceChoice& source, double lr,
+                         absl::flat_hash_set<std::string> joiners = {});
 
   // The generation in progress, or null.
   const Generation* current() const { return current_ ? &*current_ : nullptr; }

@@ -103,13 +103,19 @@ void JobProgress::SampleProgress() {
 }
 
 void JobProgress::OnEpochResult(const v1::EpochResult& result) {
-  for (auto& e : epochs_) {
-    if (e.epoch() == result.epoch()) {
-      e = result;  // the epoch was trained again (a restart from scratch)
-      return;
-    }
+  // In epoch order: the newest epoch's is the job's accuracy.
+  auto at =
+      std::lower_bound(epochs_.begin(), epochs_.end(), result.epoch(),
+                       [](const v1::EpochResult& e, uint64_t epoch) { return e.epoch() < epoch; });
+  if (at != epochs_.end() && at->epoch() == result.epoch()) {
+    *at = result;  // evaluated again (a lost evaluation re-run, a restart from scratch)
+  } else {
+    epochs_.insert(at, result);
   }
-  epochs_.push_back(result);
+}
+
+uint64_t JobProgress::evaluated_epochs() const {
+  return epochs_.empty() ? 0 : epochs_.back().epoch() + 1;
 }
 
 void JobProgress::OnCheckpoint(const v1::CheckpointResult& result) {
@@ -187,7 +193,8 @@ void JobProgress::Restore(const v1::DurableState& state) {
   state_ = state.job_state();
   message_ = state.job_message();
   submitted_at_ = clock_->Now();
-  epochs_.assign(state.epoch_results().begin(), state.epoch_results().end());
+  epochs_.clear();
+  for (const v1::EpochResult& e : state.epoch_results()) OnEpochResult(e);
   committed_step_ = state.global_step();
   start_step_ = committed_step_;
   last_checkpoint_step_ = state.last_checkpoint_step();

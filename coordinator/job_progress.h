@@ -63,6 +63,8 @@ class JobProgress {
   // published, not per report: the global step is O(world size).
   void SampleProgress();
   void OnEpochResult(const v1::EpochResult& result);
+  // 1 + the newest epoch evaluated (0: none yet).
+  uint64_t evaluated_epochs() const;
   void OnCheckpoint(const v1::CheckpointResult& result);
   // A worker holds this job's state at `held.step`: that step was committed.
   void OnHeldState(const v1::HeldState& held);

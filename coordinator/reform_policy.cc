@@ -16,7 +16,12 @@ std::string Workers(uint32_t n) { return absl::StrCat(n, n == 1 ? " worker" : " 
 // Phases in which a rank waits for its peers rather than computing.
 bool InCollective(v1::StepPhase phase) {
   return phase == v1::STEP_PHASE_BACKWARD || phase == v1::STEP_PHASE_ALLREDUCE_WAIT ||
-         phase == v1::STEP_PHASE_SYNC;
+         phase == v1::STEP_PHASE_SYNC || phase == v1::STEP_PHASE_EVALUATE_WAIT;
+}
+
+// How long `m` may go without advancing.
+absl::Duration OwnThreshold(const MemberActivity& m, absl::Duration threshold) {
+  return std::max(threshold, m.phase_bound);
 }
 
 // Whether state `a` is newer than `b`: by generation, then step.
@@ -32,6 +37,12 @@ std::string PhaseName(v1::StepPhase phase) {
   return name;
 }
 
+// ", 2 still preparing" when some workers are building the job's state.
+std::string Preparing(const FormationInput& in) {
+  if (in.preparing_workers == 0) return "";
+  return absl::StrCat(", ", in.preparing_workers, " still preparing");
+}
+
 }  // namespace
 
 FormationDecision DecideFormation(const FormationInput& in) {
@@ -40,15 +51,23 @@ FormationDecision DecideFormation(const FormationInput& in) {
     case v1::JOB_STATE_WAITING: {
       if (in.free_workers < in.min_workers) {
         return {Formation::kWait, absl::StrCat("waiting for ", Workers(in.min_workers), " (",
-                                               in.free_workers, " attached)")};
+                                               in.free_workers, " attached", Preparing(in), ")")};
       }
       if (in.free_workers >= in.max_workers) return {Formation::kForm, ""};
       const absl::Time since = in.quorum_since.value_or(now);
+      if (in.preparing_workers > 0 && now - since < in.prepare_timeout) {
+        return {Formation::kWait,
+                absl::StrFormat("%d of up to %d workers ready%s; forming once they are (at most "
+                                "%.0fs more)",
+                                in.free_workers, in.max_workers, Preparing(in),
+                                absl::ToDoubleSeconds(since + in.prepare_timeout - now))};
+      }
       if (now - since >= in.settle) return {Formation::kForm, ""};
-      return {Formation::kWait,
-              absl::StrFormat("%d of up to %d workers attached; forming in %.1fs unless more come",
-                              in.free_workers, in.max_workers,
-                              absl::ToDoubleSeconds(since + in.settle - now))};
+      return {
+          Formation::kWait,
+          absl::StrFormat("%d of up to %d workers attached%s; forming in %.1fs unless more come",
+                          in.free_workers, in.max_workers, Preparing(in),
+                          absl::ToDoubleSeconds(since + in.settle - now))};
     }
     case v1::JOB_STATE_RUNNING: {
       if (!in.generation_running || in.free_workers == 0 || in.world_size >= in.max_workers) {
@@ -80,11 +99,11 @@ FormationDecision DecideFormation(const FormationInput& in) {
                                 absl::ToDoubleSeconds(in.rejoin_timeout))};
       }
       return {Formation::kWait,
-              absl::StrFormat("waiting for %d more %s (%d of min_workers %d attached); the job "
-                              "fails in %.0fs",
+              absl::StrFormat("waiting for %d more %s (%d of min_workers %d attached%s); the "
+                              "job fails in %.0fs",
                               in.min_workers - in.free_workers,
                               in.min_workers - in.free_workers == 1 ? "worker" : "workers",
-                              in.free_workers, in.min_workers,
+                              in.free_workers, in.min_workers, Preparing(in),
                               absl::ToDoubleSeconds(in.rejoin_timeout - waited))};
     }
     default:
@@ -118,7 +137,10 @@ SourceChoice ChooseSource(const SourceInput& in) {
   int best = -1;
   const std::vector<Candidate>& members = *in.members;
   for (size_t r = 0; r < members.size(); ++r) {
-    if (members[r].held && (best < 0 || Newer(*members[r].held, *members[best].held))) {
+    // A state that never trained (prepared fresh) is no better than fresh
+    // weights: starting "fresh" says so.
+    const auto& held = members[r].held;
+    if (held && held->generation() > 0 && (best < 0 || Newer(*held, *members[best].held))) {
       best = static_cast<int>(r);
     }
   }
@@ -153,7 +175,7 @@ HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Du
   HangVerdict verdict;
   std::vector<const MemberActivity*> stuck;
   for (const MemberActivity& m : members) {
-    if (now - m.advanced_at > threshold) stuck.push_back(&m);
+    if (now - m.advanced_at > OwnThreshold(m, threshold)) stuck.push_back(&m);
   }
   if (stuck.empty()) return verdict;
   // Someone waits too long: look at everyone. The one it waits for may not
@@ -169,6 +191,11 @@ HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Du
   }
   std::vector<const MemberActivity*> culprits = computing;
   if (culprits.empty() && behind.size() < members.size()) culprits = behind;
+  for (const MemberActivity* m : culprits) {
+    // Still within a bound of its own (a long evaluation): the others wait
+    // for it by design.
+    if (m->phase_bound > threshold && now - m->advanced_at <= m->phase_bound) return verdict;
+  }
   auto describe = [now](const MemberActivity* m) {
     return absl::StrFormat("rank %d (%s) at step %d in phase %s for %.1fs", m->rank, m->worker_id,
                            m->step, PhaseName(m->phase),
@@ -189,9 +216,10 @@ HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Du
     verdict.evict.push_back(m->worker_id);
     words.push_back(describe(m));
   }
-  verdict.reason =
-      absl::StrCat("hung: ", absl::StrJoin(words, "; "),
-                   absl::StrFormat(" (threshold %.1fs)", absl::ToDoubleSeconds(threshold)));
+  absl::Duration own = threshold;
+  for (const MemberActivity* m : culprits) own = std::max(own, OwnThreshold(*m, threshold));
+  verdict.reason = absl::StrCat("hung: ", absl::StrJoin(words, "; "),
+                                absl::StrFormat(" (threshold %.1fs)", absl::ToDoubleSeconds(own)));
   return verdict;
 }
 

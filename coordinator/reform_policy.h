@@ -39,8 +39,12 @@ struct FormationInput {
   bool generation_running = false;
   // World size of the running generation.
   uint32_t world_size = 0;
-  // Attached, idle workers able to run the job.
+  // Attached, idle workers able to run the job, holding its state.
   uint32_t free_workers = 0;
+  // Free workers still building the job's state.
+  uint32_t preparing_workers = 0;
+  // WAITING: how long the first generation waits for them.
+  absl::Duration prepare_timeout;
   // Attached members of the last generation that have not left it yet.
   uint32_t leaving_members = 0;
   uint32_t min_workers = 1;
@@ -64,10 +68,12 @@ struct FormationDecision {
 };
 
 // WAITING: form once max_workers are free, or min_workers have been for the
-// settle window. RECOVERING: once every leaving member has left, form at
-// once with min_workers, else wait up to rejoin_timeout, then fail. RUNNING:
-// admit free workers when the world is below max_workers and the last
-// generation formed at least reform_min_interval ago.
+// settle window and none is still preparing (for at most prepare_timeout:
+// every worker attached at the start trains in the first generation, as
+// when they built their state at the rendezvous). RECOVERING: once every leaving member has left,
+// form at once with min_workers, else wait up to rejoin_timeout, then fail. RUNNING: admit free
+// workers when the world is below max_workers and the last generation formed at least
+// reform_min_interval ago.
 FormationDecision DecideFormation(const FormationInput& in);
 
 // ---- Who, and from whose state -------------------------------------------
@@ -123,6 +129,9 @@ struct MemberActivity {
   uint64_t step = 0;
   absl::Time advanced_at;
   v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+  // A bound of the phase's own (an evaluation's), from when the step last
+  // advanced; zero: none.
+  absl::Duration phase_bound;
 };
 
 struct HangVerdict {
@@ -143,9 +152,11 @@ absl::Duration HangThreshold(absl::Duration hang_timeout, absl::Duration median_
 // synchronous training a stuck rank stalls every other in its next
 // collective, so the culprits are the members (stuck past the threshold
 // themselves or not yet) that are furthest behind and outside a collective
-// (data, forward, optimizer); the rest only wait for them. With nobody
-// outside a collective, the ones behind the others; with everyone level
-// and waiting, nobody can be named.
+// (data, forward, optimizer, evaluation); the rest only wait for them. With
+// nobody outside a collective, the ones behind the others; with everyone
+// level and waiting, nobody can be named. A culprit in a phase with a bound
+// of its own (evaluating) is hung only past max(threshold, that bound):
+// until then the others wait for it by design, and nobody is.
 HangVerdict FindHungMembers(const std::vector<MemberActivity>& members, absl::Duration threshold,
                             absl::Time now);
 

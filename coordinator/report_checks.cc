@@ -17,6 +17,17 @@ absl::Status CheckStep(uint64_t step, uint64_t start_step) {
   return absl::OkStatus();
 }
 
+absl::Status CheckHeartbeat(const v1::Heartbeat& heartbeat, uint64_t start_step) {
+  if (absl::Status s = CheckStep(heartbeat.step(), start_step); !s.ok()) return s;
+  const double bound = heartbeat.phase_bound_seconds();
+  if (!(bound >= 0 && bound <= kMaxPhaseBoundSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat phase_bound_seconds ", bound,
+                                                   " is not in [0, ", kMaxPhaseBoundSeconds,
+                                                   "]; the message was dropped"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_step) {
   if (static_cast<size_t>(batch.reports_size()) > kMaxReportsPerBatch) {
     return absl::ResourceExhaustedError(

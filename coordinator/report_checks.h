@@ -25,6 +25,11 @@ inline constexpr size_t kMaxDigestBytes = 64;
 // OK when `step` is at most kMaxStepAdvance beyond `start_step`.
 absl::Status CheckStep(uint64_t step, uint64_t start_step);
 
+// A phase's own bound a heartbeat claims, in seconds (INVALID_ARGUMENT
+// beyond): finite, non-negative, and at most a day, as eval_timeout_seconds.
+inline constexpr double kMaxPhaseBoundSeconds = 86400;
+absl::Status CheckHeartbeat(const v1::Heartbeat& heartbeat, uint64_t start_step);
+
 // Every report of `batch`, in a generation that started at `start_step`:
 // the batch size, each step, a finite non-negative step_seconds, the digest
 // size. A NaN or infinite loss is allowed (a diverging model reports one);

@@ -142,6 +142,11 @@ WorkerRecord* WorkerRegistry::Find(const std::string& id) {
   return it == by_id_.end() ? nullptr : it->second.get();
 }
 
+const WorkerRecord* WorkerRegistry::Find(const std::string& id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second.get();
+}
+
 void WorkerRegistry::Erase(const std::string& id) {
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return;

@@ -70,6 +70,9 @@ struct WorkerRecord {
   uint64_t epoch = 0;
   uint64_t step = 0;
   v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+  // A bound of the phase's own (an evaluation's), as its heartbeat said;
+  // zero: the job's hang threshold.
+  absl::Duration phase_bound;
   double last_loss = 0;
   double samples_per_sec = 0;
   v1::ReductionStatus reduction;
@@ -83,8 +86,13 @@ struct WorkerRecord {
   v1::ProbeResult probe;
   std::string parameter_digest;
   uint64_t digest_step = 0;
-  // The job's training state it holds in memory, as it last said.
+  // The job's training state it holds in memory, as it last said (a
+  // ddp-worker is a candidate for a generation only while it holds one).
   std::optional<v1::HeldState> held;
+  // The job ("id/spec digest") it was asked to prepare (v1::Prepare), and
+  // whether that failed: it is not asked again until it attaches anew.
+  std::string prepare_asked;
+  bool prepare_failed = false;
   // When `step` last grew (or its generation started): hang detection.
   absl::Time step_advanced_at;
 };
@@ -114,6 +122,7 @@ class WorkerRegistry {
   WorkerRecord* FindAttached(const std::string& id, uint64_t session);
   // Any worker `id`, lost or not, or null.
   WorkerRecord* Find(const std::string& id);
+  const WorkerRecord* Find(const std::string& id) const;
 
   // Records that the worker spoke now.
   void Touch(WorkerRecord* worker) { worker->last_seen = clock_->Now(); }

@@ -13,6 +13,7 @@ namespace ddp {
 WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
+      preparer_(&slot_, &outbox_),
       link_(options_.link, this, &outbox_, &board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
 }
@@ -109,6 +110,11 @@ void WorkerAgent::OnAbort(const v1::Abort& abort) {
                 << " at the next step boundary: " << abort.reason();
   absl::MutexLock lock(&mu_);
   if (run_ && run_->generation() == abort.generation()) run_->LeaveAtStepBoundary(abort.reason());
+}
+
+void WorkerAgent::OnPrepare(const v1::Prepare& prepare) {
+  DDP_LOG(Info) << "preparing job " << prepare.job_id() << " (data, model, optimizer)";
+  preparer_.Prepare(prepare);
 }
 
 void WorkerAgent::OnDropped(const std::string& why) {

@@ -20,6 +20,7 @@
 #include "worker/generation_run.h"
 #include "worker/outbox.h"
 #include "worker/progress_board.h"
+#include "worker/state_preparer.h"
 
 namespace ddp {
 
@@ -65,6 +66,7 @@ class WorkerAgent final : public CoordinatorLink::Handler {
   void OnAssignment(const v1::Assignment& assignment,
                     std::shared_ptr<v1::Coordinator::StubInterface> stub) override;
   void OnAbort(const v1::Abort& abort) override;
+  void OnPrepare(const v1::Prepare& prepare) override;
   void OnDropped(const std::string& why) override;
   void OnStopping(const std::string& reason) override;
 
@@ -77,6 +79,7 @@ class WorkerAgent final : public CoordinatorLink::Handler {
   // Declared after the outbox: a checkpoint writer inside the state may
   // still report to the outbox while it finishes.
   StateSlot slot_;
+  StatePreparer preparer_;
 
   absl::Mutex mu_;
   std::unique_ptr<GenerationRun> run_ ABSL_GUARDED_BY(mu_);

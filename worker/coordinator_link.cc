@@ -108,6 +108,7 @@ void CoordinatorLink::SendLoop(
       hb.mutable_heartbeat()->set_generation(board_->generation);
       hb.mutable_heartbeat()->set_step(board_->step);
       hb.mutable_heartbeat()->set_phase(static_cast<v1::StepPhase>(board_->phase.load()));
+      hb.mutable_heartbeat()->set_phase_bound_seconds(board_->phase_bound_seconds.load());
       if (!stream->Write(hb)) return;
       next_heartbeat = absl::Now() + heartbeat_interval;
     }
@@ -177,6 +178,8 @@ CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
       handler_->OnAssignment(message.assignment(), stub);
     } else if (message.has_abort()) {
       handler_->OnAbort(message.abort());
+    } else if (message.has_prepare()) {
+      handler_->OnPrepare(message.prepare());
     } else if (message.has_stop()) {
       DDP_LOG(Info) << "stop: " << message.stop().reason();
       stop_reason = message.stop().reason();

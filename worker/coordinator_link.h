@@ -59,6 +59,9 @@ class CoordinatorLink {
     virtual void OnAssignment(const v1::Assignment& assignment,
                               std::shared_ptr<v1::Coordinator::StubInterface> stub) = 0;
     virtual void OnAbort(const v1::Abort& abort) = 0;
+    // Build the job's training state ahead of an assignment (ddp-workers
+    // only: the coordinator sends it to no program).
+    virtual void OnPrepare(const v1::Prepare& /*prepare*/) {}
     // The coordinator closed the stream with ABORTED: it dropped this worker
     // from its generation, which goes on without it.
     virtual void OnDropped(const std::string& why) = 0;

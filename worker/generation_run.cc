@@ -50,6 +50,12 @@ class OutboxObserver final : public TrainingObserver {
     if (!env.index_log.empty()) indices_.open(env.index_log, std::ios::app);
   }
   void OnPhase(v1::StepPhase phase, uint64_t step) override {
+    board_->phase_bound_seconds = 0;
+    board_->phase = phase;
+    board_->step = step;
+  }
+  void OnBoundedPhase(v1::StepPhase phase, uint64_t step, absl::Duration bound) override {
+    board_->phase_bound_seconds = absl::ToDoubleSeconds(bound);
     board_->phase = phase;
     board_->step = step;
   }
@@ -219,6 +225,9 @@ void GenerationRun::Run() {
   std::shared_ptr<TrainingState> state;
   {
     absl::MutexLock lock(&slot_->mu);
+    slot_->mu.Await(absl::Condition(
+        +[](StateSlot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu) { return !slot->preparing; },
+        slot_));
     if (slot_->state && slot_->state->identity().job_id == a.job_id() &&
         slot_->state->identity().spec_digest == SpecDigest(a.spec())) {
       state = slot_->state;
@@ -276,6 +285,7 @@ void GenerationRun::Run() {
   }
   board_->generation = 0;
   board_->phase = v1::STEP_PHASE_UNSPECIFIED;
+  board_->phase_bound_seconds = 0;
   finished_ = true;
 }
 

@@ -28,6 +28,9 @@ class WorkerMetrics;
 struct StateSlot {
   absl::Mutex mu;
   std::shared_ptr<TrainingState> state ABSL_GUARDED_BY(mu);
+  // A StatePreparer is building the next state: a run waits for it rather
+  // than build the same again.
+  bool preparing ABSL_GUARDED_BY(mu) = false;
 };
 
 class GenerationRun {

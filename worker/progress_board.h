@@ -15,6 +15,8 @@ struct ProgressBoard {
   std::atomic<uint64_t> epoch{0};
   std::atomic<uint64_t> cursor{0};
   std::atomic<int> phase{0};
+  // The phase's own bound, in seconds (0: none).
+  std::atomic<double> phase_bound_seconds{0};
 };
 
 }  // namespace ddp

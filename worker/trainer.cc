@@ -15,6 +15,7 @@
 #include "worker/api/library_internals.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
+#include "worker/evaluation.h"
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
@@ -73,8 +74,10 @@ class GenerationTrainer {
   absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync,
                                          v1::StepTimings* timings);
   void MaybeCheckpoint();
-  v1::EpochResult Evaluate(uint64_t epoch, double train_loss, double seconds);
-  at::Tensor Loss(const at::Tensor& out, const at::Tensor& y, bool sum = false);
+  bool ShouldEvaluate() const { return spec_.evaluate() && state_.data().test_x.defined(); }
+  // Every rank evaluates its share of the test set on the weights after
+  // `epoch`; rank 0 reports the result.
+  absl::Status EvaluateEpoch(uint64_t epoch, double seconds);
   bool aborted() const { return control_.abort != nullptr && control_.abort->load(); }
 
   const v1::Assignment& a_;
@@ -98,6 +101,9 @@ class GenerationTrainer {
   // Loss of this rank's steps in the current epoch (this generation's part).
   double epoch_loss_sum_ = 0;
   uint64_t epoch_loss_steps_ = 0;
+  // Forward time per training sample, smoothed over recent steps (0 before
+  // the first): what an evaluation's bound is derived from.
+  double forward_seconds_per_sample_ = 0;
 };
 
 absl::Status GenerationTrainer::PrepareSource(std::string* detail) {
@@ -195,12 +201,6 @@ absl::Status GenerationTrainer::SyncState() {
   return absl::OkStatus();
 }
 
-at::Tensor GenerationTrainer::Loss(const at::Tensor& out, const at::Tensor& y, bool sum) {
-  const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
-  if (spec_.loss() == "nll") return torch::nll_loss(out, y, {}, reduction);
-  return torch::cross_entropy_loss(out, y, {}, reduction);
-}
-
 absl::StatusOr<double> GenerationTrainer::TrainMicroBatch(const Batch& batch, double scale,
                                                           bool sync, v1::StepTimings* timings) {
   const uint64_t step = state_.progress().step;
@@ -209,7 +209,7 @@ absl::StatusOr<double> GenerationTrainer::TrainMicroBatch(const Batch& batch, do
   if (!sync) accumulate.emplace(ddp_->no_sync());
   observer_->OnPhase(v1::STEP_PHASE_FORWARD, step);
   const absl::Time start = absl::Now();
-  at::Tensor loss = Loss(state_.model().Forward(batch.x), batch.y);
+  at::Tensor loss = JobLoss(spec_, state_.model().Forward(batch.x), batch.y);
   const absl::Time forward_done = absl::Now();
   observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step);
   // A synchronized backward returns with the gradients averaged (or the
@@ -338,6 +338,12 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     const uint64_t step = before.step + 1;
     epoch_loss_sum_ += step_loss;
     ++epoch_loss_steps_;
+    if (samples > 0) {
+      const double per_sample = timings.forward_ms() / 1000.0 / static_cast<double>(samples);
+      forward_seconds_per_sample_ = forward_seconds_per_sample_ == 0
+                                        ? per_sample
+                                        : 0.9 * forward_seconds_per_sample_ + 0.1 * per_sample;
+    }
 
     uint64_t remaining = (batches - done + k - 1) / k;
     if (before.epoch + 1 < spec_.epochs()) {
@@ -379,41 +385,42 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     }
   }
   if (batches == 0) state_.Commit(TrainingProgress{begin.step, begin.epoch + 1, 0});
-  if (a_.rank() == 0 && spec_.evaluate() && state_.data().test_x.defined()) {
-    observer_->OnPhase(v1::STEP_PHASE_EVALUATE, state_.progress().step);
-    observer_->OnEpoch(Evaluate(begin.epoch,
-                                epoch_loss_steps_ ? epoch_loss_sum_ / epoch_loss_steps_ : 0,
-                                absl::ToDoubleSeconds(absl::Now() - epoch_start)));
-  }
-  return absl::OkStatus();
+  if (!ShouldEvaluate()) return absl::OkStatus();
+  return EvaluateEpoch(begin.epoch, absl::ToDoubleSeconds(absl::Now() - epoch_start));
 }
 
-v1::EpochResult GenerationTrainer::Evaluate(uint64_t epoch, double train_loss, double seconds) {
-  torch::NoGradGuard no_grad;
-  Model& model = state_.model();
-  const Dataset& data = state_.data();
-  model.SetTraining(false);
-  int64_t correct = 0;
-  double loss = 0;
-  const int64_t n = data.test_x.size(0);
-  for (int64_t begin = 0; begin < n; begin += 1000) {
-    const int64_t len = std::min<int64_t>(1000, n - begin);
-    at::Tensor out = model.Forward(data.test_x.narrow(0, begin, len));
-    at::Tensor y = data.test_y.narrow(0, begin, len);
-    correct += out.argmax(1).eq(y).sum().item<int64_t>();
-    loss += Loss(out, y, /*sum=*/true).item<double>();
-  }
-  model.SetTraining(true);
+absl::Status GenerationTrainer::EvaluateEpoch(uint64_t epoch, double seconds) {
+  const uint64_t step = state_.progress().step;
+  const auto [begin, end] = EvaluationShare(
+      state_.data().test_x.size(0), static_cast<int>(a_.rank()), static_cast<int>(a_.world_size()));
+  const absl::Duration bound = EvaluationBound(spec_, end - begin, forward_seconds_per_sample_);
+  observer_->OnBoundedPhase(v1::STEP_PHASE_EVALUATE, step, bound);
+  EvaluationInput in;
+  in.spec = &spec_;
+  in.model = &state_.model();
+  in.test_x = state_.data().test_x;
+  in.test_y = state_.data().test_y;
+  in.train_loss_sum = epoch_loss_sum_;
+  in.train_steps = epoch_loss_steps_;
+  in.aborted = [this] { return aborted(); };
+  in.share_done = [this, step, bound] {
+    observer_->OnBoundedPhase(v1::STEP_PHASE_EVALUATE_WAIT, step, bound);
+  };
+  absl::StatusOr<EvaluationTotals> totals = EvaluateTogether(in, comm_);
+  if (!totals.ok()) return totals.status();
+  if (a_.rank() != 0) return absl::OkStatus();
   v1::EpochResult result;
   result.set_generation(a_.generation());
   result.set_epoch(epoch);
-  result.set_test_accuracy(n ? static_cast<double>(correct) / n : 0);
-  result.set_test_loss(n ? loss / n : 0);
-  result.set_train_loss(train_loss);
+  result.set_test_accuracy(totals->test_accuracy);
+  result.set_test_loss(totals->test_loss);
+  result.set_train_loss(totals->train_loss);
   result.set_seconds(seconds);
   DDP_LOG(Info) << absl::StrFormat("epoch %d: test accuracy %.4f, test loss %.4f, train loss %.4f",
-                                   epoch, result.test_accuracy(), result.test_loss(), train_loss);
-  return result;
+                                   epoch, result.test_accuracy(), result.test_loss(),
+                                   result.train_loss());
+  observer_->OnEpoch(result);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
@@ -456,6 +463,13 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
                      a_.world_size(), " ranks gets with drop_last"));
   }
   const TrainingProgress& p = state_.progress();
+  if (std::optional<uint64_t> lost =
+          EpochToEvaluateFirst(p.epoch, p.cursor, state_.finished(), a_.evaluated_epochs());
+      lost && ShouldEvaluate()) {
+    DDP_LOG(Info) << "evaluating epoch " << *lost
+                  << " first: its result was lost with a rank of the last generation";
+    if (absl::Status s = EvaluateEpoch(*lost, 0); !s.ok()) return s;
+  }
   DDP_LOG(Info) << "training " << spec_.model().kind() << " on " << spec_.dataset().kind()
                 << " from step " << p.step << " (epoch " << p.epoch << ", cursor " << p.cursor
                 << " of " << n << "): " << steps_per_epoch_ << " steps per epoch at world size "

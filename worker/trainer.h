@@ -2,7 +2,8 @@
 // it: agree with the other ranks on the state to start from (the source rank
 // broadcasts it), then step through the epochs from the state's cursor with
 // the sampler's indices for this rank and world size, the reducer and the
-// optimizer, evaluating after each epoch (rank 0) and reporting every step.
+// optimizer, evaluating after each epoch (every rank its share of the test
+// set) and reporting every step.
 // A step is applied only once every rank has completed it (the step token
 // in its last bucket), so a generation that ends by a fault leaves the
 // state at its last committed step.
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ddp/v1/worker.pb.h"
 #include "worker/communicator.h"
@@ -33,6 +35,9 @@ class TrainingObserver {
   virtual ~TrainingObserver() = default;
   // Entering `phase` with `step` optimizer steps completed.
   virtual void OnPhase(v1::StepPhase phase, uint64_t step) = 0;
+  // The same for a phase with a bound of its own (evaluating): past
+  // `bound` from its start, this rank counts as hung.
+  virtual void OnBoundedPhase(v1::StepPhase phase, uint64_t step, absl::Duration bound) = 0;
   // The state the generation starts from is in place on this rank;
   // `detail` says where it came from.
   virtual void OnStarted(const v1::HeldState& held, const std::string& detail) = 0;

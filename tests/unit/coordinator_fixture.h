@@ -16,11 +16,46 @@
 
 namespace ddp {
 
+// Records what the coordinator sends. Like a ddp-worker, it answers a
+// Prepare with the fresh state it built (an IDLE holding step 0 of
+// generation 0), at once, unless a test prepares by hand (auto_prepare).
 class RecordingChannel final : public WorkerChannel {
  public:
   void Send(const v1::CoordinatorMessage& message) override {
+    std::optional<Coordinator::Session> answer_now;
+    {
+      absl::MutexLock lock(&mu_);
+      messages_.push_back(message);
+      if (!message.has_prepare() || !auto_prepare_) return;
+      if (!session_) {
+        unanswered_.push_back(message.prepare());  // answered once bound
+        return;
+      }
+      answer_now = session_;
+    }
+    Answer(*answer_now, message.prepare());
+  }
+  // The stream's session on `core`, once Attach returned it.
+  void Bind(Coordinator* core, const Coordinator::Session& session) {
+    std::vector<v1::Prepare> pending;
+    {
+      absl::MutexLock lock(&mu_);
+      core_ = core;
+      session_ = session;
+      pending.swap(unanswered_);
+    }
+    for (const v1::Prepare& p : pending) Answer(session, p);
+  }
+  void set_auto_prepare(bool on) {
     absl::MutexLock lock(&mu_);
-    messages_.push_back(message);
+    auto_prepare_ = on;
+  }
+  // The state a worker holds once it prepared `prepare`.
+  static v1::HeldState Fresh(const v1::Prepare& prepare) {
+    v1::HeldState held;
+    held.set_job_id(prepare.job_id());
+    held.set_spec_digest(SpecDigest(prepare.spec()));
+    return held;
   }
   void Close(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
@@ -41,9 +76,26 @@ class RecordingChannel final : public WorkerChannel {
   }
 
  private:
+  void Answer(const Coordinator::Session& session, const v1::Prepare& prepare) {
+    Coordinator* core;
+    {
+      absl::MutexLock lock(&mu_);
+      core = core_;
+    }
+    v1::WorkerMessage m;
+    m.mutable_state()->set_state(v1::WORKER_STATE_IDLE);
+    m.mutable_state()->set_detail("prepared");
+    *m.mutable_state()->mutable_held() = Fresh(prepare);
+    core->OnMessage(session, m);
+  }
+
   absl::Mutex mu_;
   std::vector<v1::CoordinatorMessage> messages_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
+  bool auto_prepare_ ABSL_GUARDED_BY(mu_) = true;
+  Coordinator* core_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::optional<Coordinator::Session> session_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Prepare> unanswered_ ABSL_GUARDED_BY(mu_);
 };
 
 struct TestWorker {
@@ -82,6 +134,8 @@ struct Beat {
   uint64_t generation = 0;
   uint64_t step = 0;
   v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED;
+  // The phase's own bound (evaluating), in seconds.
+  double phase_bound_seconds = 0;
 };
 
 class CoordinatorTest : public testing::Test {
@@ -106,10 +160,14 @@ class CoordinatorTest : public testing::Test {
     return r;
   }
 
-  absl::StatusOr<TestWorker> AttachWith(const v1::RegisterRequest& r) {
+  // `auto_prepare`: the worker answers a Prepare at once, as a ddp-worker
+  // whose state builds in no time.
+  absl::StatusOr<TestWorker> AttachWith(const v1::RegisterRequest& r, bool auto_prepare = true) {
     auto channel = std::make_shared<RecordingChannel>();
+    channel->set_auto_prepare(auto_prepare);
     auto session = core_->Attach(r, channel);
     if (!session.ok()) return session.status();
+    channel->Bind(core_.get(), *session);
     return TestWorker{*session, channel, r};
   }
 
@@ -183,11 +241,12 @@ class CoordinatorTest : public testing::Test {
   }
 
   void Heartbeat(const TestWorker& w, uint64_t generation, uint64_t step,
-                 v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED) {
+                 v1::StepPhase phase = v1::STEP_PHASE_UNSPECIFIED, double phase_bound_seconds = 0) {
     v1::WorkerMessage m;
     m.mutable_heartbeat()->set_generation(generation);
     m.mutable_heartbeat()->set_step(step);
     m.mutable_heartbeat()->set_phase(phase);
+    m.mutable_heartbeat()->set_phase_bound_seconds(phase_bound_seconds);
     Send(w, m);
   }
 
@@ -210,7 +269,9 @@ class CoordinatorTest : public testing::Test {
   void Pass(absl::Duration d, const std::vector<Beat>& beats) {
     for (absl::Duration passed; passed < d; passed += absl::Seconds(1)) {
       clock_.Advance(std::min(absl::Seconds(1), d - passed));
-      for (const Beat& b : beats) Heartbeat(b.worker, b.generation, b.step, b.phase);
+      for (const Beat& b : beats) {
+        Heartbeat(b.worker, b.generation, b.step, b.phase, b.phase_bound_seconds);
+      }
       core_->Tick();
     }
   }

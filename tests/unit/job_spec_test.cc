@@ -108,6 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{R"({"hangTimeoutSeconds": -5})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"hangTimeoutSeconds": "NaN"})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"hangTimeoutSeconds": "Infinity"})", "job.hang_timeout_seconds"},
+        BadSpecCase{R"({"evalTimeoutSeconds": 0})", "job.eval_timeout_seconds"},
+        BadSpecCase{R"({"evalTimeoutSeconds": 86401})", "job.eval_timeout_seconds"},
+        BadSpecCase{R"({"evalTimeoutSeconds": "NaN"})", "job.eval_timeout_seconds"},
         BadSpecCase{R"({"faultBudget": 2000000})", "job.fault_budget"},
         // A program's job: the program brings model, data and checkpoints.
         BadSpecCase{R"({"model": {"kind": "program", "path": "m.pt"}})", "job.model.path"},

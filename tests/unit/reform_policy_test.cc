@@ -188,6 +188,8 @@ TEST(ReformPolicy, DecideFormation_EndedOrNoJob_Waits) {
 
 // ---- ChooseMembers ---------------------------------------------------------
 
+// A candidate holding the job's state at `held_step`, trained in generation
+// 1; none without a step.
 Candidate Cand(int index, std::optional<uint64_t> held_step = std::nullopt) {
   Candidate c;
   c.slot = RankCandidate{absl::StrCat("w", index), "h", Device{Device::Kind::kCpu, index}, ""};
@@ -195,8 +197,17 @@ Candidate Cand(int index, std::optional<uint64_t> held_step = std::nullopt) {
     v1::HeldState held;
     held.set_job_id("j");
     held.set_step(*held_step);
+    held.set_generation(1);
     c.held = held;
   }
+  return c;
+}
+
+// A candidate that built the job's state fresh and never trained it
+// (v1::Prepare): generation 0.
+Candidate Prepared(int index) {
+  Candidate c = Cand(index, 0);
+  c.held->set_generation(0);
   return c;
 }
 
@@ -305,6 +316,30 @@ TEST(ReformPolicy, ChooseSource_Table_MostAdvancedStateWins) {
        0},
       {"checkpoint behind memory", {Cand(0, 9)}, 5, 9, v1::STATE_SOURCE_MEMORY, 0, 9, 0},
       {"checkpoint only", {Cand(0), Cand(1)}, 5, 9, v1::STATE_SOURCE_CHECKPOINT, 0, 5, 4},
+      {"prepared states only: fresh",
+       {Prepared(0), Prepared(1)},
+       std::nullopt,
+       0,
+       v1::STATE_SOURCE_FRESH,
+       0,
+       0,
+       0},
+      {"prepared states and a checkpoint",
+       {Prepared(0), Prepared(1)},
+       5,
+       5,
+       v1::STATE_SOURCE_CHECKPOINT,
+       0,
+       5,
+       0},
+      {"a trained state beats prepared ones",
+       {Prepared(0), Cand(1, 0)},
+       std::nullopt,
+       0,
+       v1::STATE_SOURCE_MEMORY,
+       1,
+       0,
+       0},
       {"memory behind committed", {Cand(0, 6)}, std::nullopt, 9, v1::STATE_SOURCE_MEMORY, 0, 6, 3},
       {"committed below chosen", {Cand(0, 9)}, std::nullopt, 2, v1::STATE_SOURCE_MEMORY, 0, 9, 0},
   };
@@ -313,6 +348,7 @@ TEST(ReformPolicy, ChooseSource_Table_MostAdvancedStateWins) {
     SourceInput in;
     in.members = &row.members;
     in.checkpoint_step = row.checkpoint;
+    in.checkpoint_generation = 1;  // as the members' states
     in.committed_step = row.committed;
     const SourceChoice got = ChooseSource(in);
     EXPECT_EQ(v1::StateSource_Name(got.source), v1::StateSource_Name(row.source));
@@ -386,11 +422,20 @@ MemberActivity Member(int rank, uint64_t step, double stuck_s, v1::StepPhase pha
   return MemberActivity{absl::StrCat("w", rank), rank, step, kNow - absl::Seconds(stuck_s), phase};
 }
 
+// Evaluating its share (or waiting for the others'), with a bound of its own.
+MemberActivity Evaluating(int rank, uint64_t step, double stuck_s, double bound_s,
+                          v1::StepPhase phase = v1::STEP_PHASE_EVALUATE) {
+  MemberActivity m = Member(rank, step, stuck_s, phase);
+  m.phase_bound = absl::Seconds(bound_s);
+  return m;
+}
+
 TEST(ReformPolicy, FindHungMembers_Table_CulpritIsStuckAndFurthestBehind) {
   constexpr auto kFwd = v1::STEP_PHASE_FORWARD;
   constexpr auto kWait = v1::STEP_PHASE_ALLREDUCE_WAIT;
   constexpr auto kBwd = v1::STEP_PHASE_BACKWARD;
   constexpr auto kOpt = v1::STEP_PHASE_OPTIMIZER;
+  constexpr auto kEvalWait = v1::STEP_PHASE_EVALUATE_WAIT;
   using Ids_ = std::vector<std::string>;
   struct Row {
     const char* name;
@@ -428,6 +473,27 @@ TEST(ReformPolicy, FindHungMembers_Table_CulpritIsStuckAndFurthestBehind) {
        {Member(0, 5, 40, kWait), Member(1, 5, 40, kBwd), Member(2, 5, 40, v1::STEP_PHASE_SYNC)},
        Ids_{},
        true},
+      {"evaluating within its bound, the others wait for it",
+       {Member(0, 5, 40, kWait), Evaluating(1, 5, 40, 100), Member(2, 5, 40, kWait)},
+       Ids_{},
+       false},
+      {"every rank evaluating within its bound",
+       {Evaluating(0, 5, 40, 100), Evaluating(1, 5, 40, 100, kEvalWait)},
+       Ids_{},
+       false},
+      {"evaluating past its bound",
+       {Member(0, 5, 101, kWait), Evaluating(1, 5, 101, 100)},
+       Ids_{"w1"},
+       false},
+      {"a share stuck past the bound, the others wait for it",
+       {Evaluating(0, 5, 101, 100, kEvalWait), Evaluating(1, 5, 101, 100),
+        Evaluating(2, 5, 101, 100, kEvalWait)},
+       Ids_{"w1"},
+       false},
+      {"a bound shorter than the threshold changes nothing",
+       {Member(0, 5, 40, kWait), Evaluating(1, 5, 40, 10)},
+       Ids_{"w1"},
+       false},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.name);
@@ -445,6 +511,14 @@ TEST(ReformPolicy, FindHungMembers_Culprit_ReasonNamesRankPhaseStepAndTime) {
   EXPECT_THAT(verdict.reason,
               AllOf(HasSubstr("rank 1 (w1)"), HasSubstr("step 5"), HasSubstr("phase forward"),
                     HasSubstr("42.0s"), HasSubstr("threshold 30.0s")));
+}
+
+TEST(ReformPolicy, FindHungMembers_EvaluationPastItsBound_ReasonGivesTheBound) {
+  const HangVerdict verdict =
+      FindHungMembers({Member(0, 5, 130, v1::STEP_PHASE_EVALUATE_WAIT), Evaluating(1, 5, 130, 120)},
+                      absl::Seconds(30), kNow);
+  EXPECT_THAT(verdict.reason, AllOf(HasSubstr("rank 1 (w1)"), HasSubstr("phase evaluate"),
+                                    HasSubstr("threshold 120.0s")));
 }
 
 TEST(ReformPolicy, FindHungMembers_AllInCollectives_ReasonSaysReformingWithSameWorkers) {

@@ -1,0 +1,179 @@
+// Evaluation after an epoch: every rank evaluates its share, the result is
+// the whole test set's, it has a bound of its own, and one lost with a rank
+// is evaluated again by the next generation from the committed weights.
+#include <torch/torch.h>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+#include "tests/torch/ranks.h"
+#include "tests/torch/trainer_harness.h"
+#include "worker/dataset.h"
+#include "worker/evaluation.h"
+
+namespace ddp {
+namespace {
+
+TEST(Evaluation, EpochToEvaluateFirst_Table) {
+  struct Row {
+    const char* name;
+    uint64_t epoch, cursor;
+    bool finished;
+    uint64_t evaluated;
+    std::optional<uint64_t> want;
+  } rows[] = {
+      {"the job's start", 0, 0, false, 0, std::nullopt},
+      {"mid-epoch", 1, 640, false, 1, std::nullopt},
+      {"an epoch's end, evaluated", 2, 0, false, 2, std::nullopt},
+      {"an epoch's end, its result lost", 2, 0, false, 1, 1},
+      {"the last step, its result lost", 3, 0, true, 2, 2},
+      {"the last step, evaluated", 3, 0, true, 3, std::nullopt},
+      {"max_steps part-way through an epoch, lost", 1, 640, true, 1, 1},
+      {"an older gap is not re-run (its weights are gone)", 4, 0, false, 1, 3},
+  };
+  for (const Row& r : rows) {
+    EXPECT_EQ(EpochToEvaluateFirst(r.epoch, r.cursor, r.finished, r.evaluated), r.want) << r.name;
+  }
+}
+
+TEST(Evaluation, EvaluationBound_SpecOrTenTimesTheMeasuredForward) {
+  v1::JobSpec spec;
+  spec.set_collective_timeout_seconds(300);
+  EXPECT_EQ(EvaluationBound(spec, 5000, 0), absl::Seconds(300)) << "nothing measured yet";
+  EXPECT_EQ(EvaluationBound(spec, 5000, 0.002), absl::Seconds(100));
+  spec.set_eval_timeout_seconds(7);
+  EXPECT_EQ(EvaluationBound(spec, 5000, 0.002), absl::Seconds(7));
+}
+
+TEST(Evaluation, EvaluationShare_ContiguousCoveringOnce) {
+  for (int world : {1, 2, 3, 7}) {
+    int64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto [begin, end] = EvaluationShare(1001, r, world);
+      EXPECT_EQ(begin, next);
+      EXPECT_LE(end - begin, 1001 / world + 1);
+      next = end;
+    }
+    EXPECT_EQ(next, 1001);
+  }
+}
+
+TEST(Evaluation, SharedByThreeRanks_SameResultAsOneRankAlone) {
+  std::vector<std::unique_ptr<TrainingState>> states(3);
+  std::vector<Recorder> recorders(3);
+  std::atomic<bool> abort{false};
+  for (auto& end : RunGeneration(
+           states, recorders, [](int rank) { return SyntheticJob(rank, 3); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_EQ(recorders[0].epochs.size(), 2u);  // rank 0 reports
+  EXPECT_TRUE(recorders[1].epochs.empty());
+  // Every rank evaluated its share under a bound, then waited for the rest.
+  for (const Recorder& r : recorders) {
+    ASSERT_EQ(r.bounded.size(), 4u);
+    EXPECT_EQ(r.bounded[0].first, v1::STEP_PHASE_EVALUATE);
+    EXPECT_EQ(r.bounded[1].first, v1::STEP_PHASE_EVALUATE_WAIT);
+    EXPECT_GT(r.bounded[0].second, absl::ZeroDuration());
+  }
+  // The same weights evaluated by one rank alone.
+  const v1::EpochResult& last = recorders[0].epochs.back();
+  absl::StatusOr<EvaluationTotals> alone = absl::UnknownError("not run");
+  RunRanks(1, [&](int, Communicator* comm) {
+    EvaluationInput in;
+    const v1::JobSpec spec = SyntheticJob(0, 1).spec();
+    in.spec = &spec;
+    in.model = &states[0]->model();
+    in.test_x = states[0]->data().test_x;
+    in.test_y = states[0]->data().test_y;
+    alone = EvaluateTogether(in, comm);
+  });
+  ASSERT_THAT(alone, IsOk());
+  EXPECT_DOUBLE_EQ(last.test_accuracy(), alone->test_accuracy);
+  EXPECT_NEAR(last.test_loss(), alone->test_loss, 1e-5);
+  EXPECT_GT(last.train_loss(), 0);
+}
+
+// The coordinator never got epoch 0's result (rank 0 died with it): the
+// next generation, starting at epoch 0's end, evaluates it first, on the
+// same weights, and gets the same numbers.
+TEST(Evaluation, LostAtAnEpochsEnd_NextGenerationEvaluatesItFirst) {
+  std::vector<std::unique_ptr<TrainingState>> g1(2);
+  std::vector<Recorder> r1(2);
+  r1[0].leave_after = 7;  // the vote rides in step 8, epoch 0's last
+  std::atomic<bool> abort{false};
+  for (auto& end : RunGeneration(
+           g1, r1, [](int rank) { return SyntheticJob(rank, 2); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_EQ(g1[0]->progress().epoch, 1u);
+  ASSERT_EQ(g1[0]->progress().cursor, 0u);
+  ASSERT_EQ(r1[0].epochs.size(), 1u);
+  std::vector<Recorder> r2(2);
+  for (auto& end : RunGeneration(
+           g1, r2,
+           [](int rank) {
+             v1::Assignment a = SyntheticJob(rank, 2, 2);
+             a.set_state_source(v1::STATE_SOURCE_MEMORY);
+             a.set_start_step(8);
+             a.set_start_epoch(1);
+             a.set_evaluated_epochs(0);  // epoch 0's result never arrived
+             return a;
+           },
+           abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_EQ(r2[0].epochs.size(), 2u);
+  EXPECT_EQ(r2[0].epochs[0].epoch(), 0u);
+  EXPECT_EQ(r2[0].epochs[0].generation(), 2u);
+  EXPECT_DOUBLE_EQ(r2[0].epochs[0].test_accuracy(), r1[0].epochs[0].test_accuracy());
+  EXPECT_EQ(r2[0].epochs[1].epoch(), 1u);
+}
+
+// Rank 0 died after the job's last step, before its evaluation: the next
+// generation trains nothing, but evaluates the final weights.
+TEST(Evaluation, LostAfterTheLastStep_NextGenerationEvaluatesTheFinalModel) {
+  std::vector<std::unique_ptr<TrainingState>> g1(2);
+  std::vector<Recorder> r1(2);
+  std::atomic<bool> abort{false};
+  for (auto& end : RunGeneration(
+           g1, r1, [](int rank) { return SyntheticJob(rank, 2); }, abort)) {
+    ASSERT_THAT(end, IsOk());
+  }
+  ASSERT_TRUE(g1[0]->finished());
+  std::vector<Recorder> r2(2);
+  auto ends = RunGeneration(
+      g1, r2,
+      [](int rank) {
+        v1::Assignment a = SyntheticJob(rank, 2, 2);
+        a.set_state_source(v1::STATE_SOURCE_MEMORY);
+        a.set_start_step(16);
+        a.set_evaluated_epochs(1);  // epoch 1's, the last, never arrived
+        return a;
+      },
+      abort);
+  for (auto& end : ends) ASSERT_THAT(end, IsOk());
+  EXPECT_EQ(*ends[0], GenerationEnd::kFinished);
+  EXPECT_TRUE(r2[0].steps.empty());
+  ASSERT_EQ(r2[0].epochs.size(), 1u);
+  EXPECT_EQ(r2[0].epochs[0].epoch(), 1u);
+  EXPECT_DOUBLE_EQ(r2[0].epochs[0].test_accuracy(), r1[0].epochs[1].test_accuracy());
+}
+
+TEST(Evaluation, AbortedDuringTheShare_ReturnsAborted) {
+  std::vector<std::unique_ptr<TrainingState>> states(1);
+  states[0] = NewState(SyntheticJob(0, 1));
+  absl::Status status;
+  RunRanks(1, [&](int, Communicator* comm) {
+    EvaluationInput in;
+    const v1::JobSpec spec = SyntheticJob(0, 1).spec();
+    in.spec = &spec;
+    in.model = &states[0]->model();
+    in.test_x = states[0]->data().test_x;
+    in.test_y = states[0]->data().test_y;
+    in.aborted = [] { return true; };
+    status = EvaluateTogether(in, comm).status();
+  });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted));
+}
+
+}  // namespace
+}  // namespace ddp
