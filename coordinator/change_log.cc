@@ -13,6 +13,17 @@ bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+bool Contains(const google::protobuf::RepeatedPtrField<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Formed, and no step completed after it yet. An adoption, or a change
+// whose generation never ended after all (adopted), paused nothing.
+bool Pausing(const v1::GenerationChange& c) {
+  return c.to_generation() != 0 && c.to_generation() != c.from_generation() &&
+         c.pause_seconds() == 0 && c.cause() != v1::CHANGE_CAUSE_ADOPTED;
+}
+
 }  // namespace
 
 void ChangeLog::Push(v1::GenerationChange change) {
@@ -32,11 +43,7 @@ void ChangeLog::Open(v1::ChangeCause cause, uint64_t from, const std::string& re
       change.set_reason(change.reason().empty() ? reason
                                                 : absl::StrCat(change.reason(), "; then ", reason));
     }
-    for (const std::string& id : left) {
-      if (std::find(change.left().begin(), change.left().end(), id) == change.left().end()) {
-        change.add_left(id);
-      }
-    }
+    for (const std::string& id : left) OnLeft(id);
     return;
   }
   v1::GenerationChange change;
@@ -47,7 +54,12 @@ void ChangeLog::Open(v1::ChangeCause cause, uint64_t from, const std::string& re
   for (const std::string& id : left) change.add_left(id);
   Push(std::move(change));
   open_ = true;
-  pausing_ = false;
+}
+
+void ChangeLog::OnLeft(const std::string& worker_id) {
+  if (!open_) return;
+  v1::GenerationChange& change = changes_.back();
+  if (!Contains(change.left(), worker_id)) change.add_left(worker_id);
 }
 
 void ChangeLog::Formed(uint64_t generation, const std::vector<std::string>& members,
@@ -59,13 +71,15 @@ void ChangeLog::Formed(uint64_t generation, const std::vector<std::string>& memb
   for (const std::string& id : members) change.add_members(id);
   change.clear_joined();
   for (const std::string& id : members) {
-    if (!Contains(previous, id)) change.add_joined(id);
+    // New, or left the ended generation and came back.
+    if (!Contains(previous, id) || Contains(change.left(), id)) change.add_joined(id);
   }
   for (const std::string& id : previous) {
-    const bool listed =
-        std::find(change.left().begin(), change.left().end(), id) != change.left().end();
-    if (!Contains(members, id) && !listed) change.add_left(id);
+    if (!Contains(members, id) && !Contains(change.left(), id)) change.add_left(id);
   }
+  // The pause runs from the ended generation's last step, which for a
+  // change at a step boundary (joiners) came after the change opened.
+  if (last_step_at_) change.set_last_step_unix_seconds(UnixSeconds(*last_step_at_));
   change.set_resume_step(source.step);
   change.set_state_source(source.source);
   change.set_steps_lost(source.steps_lost);
@@ -89,7 +103,6 @@ void ChangeLog::Adopted(uint64_t generation, const std::vector<std::string>& mem
   change.set_world_size(static_cast<uint32_t>(members.size()));
   Push(std::move(change));
   open_ = false;
-  pausing_ = false;
 }
 
 void ChangeLog::OnStarted(uint64_t generation, uint64_t step, const std::string& detail) {
@@ -105,18 +118,38 @@ void ChangeLog::OnStarted(uint64_t generation, uint64_t step, const std::string&
   }
 }
 
-void ChangeLog::OnStep(uint64_t generation) {
-  if (!pausing_ || changes_.empty() || changes_.back().to_generation() != generation) return;
-  v1::GenerationChange& change = changes_.back();
-  change.set_pause_seconds(UnixSeconds(clock_->Now()) - change.at_unix_seconds());
+bool ChangeLog::OnStep(uint64_t generation) {
+  const absl::Time now = clock_->Now();
+  last_step_at_ = now;
+  if (!pausing_) return false;
   pausing_ = false;
+  bool ended = false;
+  // Newest first: every change still pausing that this step comes after.
+  for (auto it = changes_.rbegin(); it != changes_.rend(); ++it) {
+    if (it->to_generation() == 0 || it->to_generation() == it->from_generation() ||
+        it->cause() == v1::CHANGE_CAUSE_ADOPTED) {
+      continue;  // not formed yet, or nothing paused
+    }
+    if (!Pausing(*it)) break;  // older ones ended before
+    if (it->to_generation() > generation) {
+      pausing_ = true;  // a step of an older generation: not after it
+      continue;
+    }
+    const double from =
+        it->last_step_unix_seconds() > 0 ? it->last_step_unix_seconds() : it->at_unix_seconds();
+    // Never exactly 0 once ended: 0 means "still paused".
+    it->set_pause_seconds(std::max(UnixSeconds(now) - from, 1e-6));
+    ended = true;
+  }
+  return ended;
 }
 
 void ChangeLog::Restore(const google::protobuf::RepeatedPtrField<v1::GenerationChange>& changes) {
   changes_.assign(changes.begin(), changes.end());
-  // A change still open when the coordinator stopped stays open.
+  // A change still open when the coordinator stopped stays open, and one
+  // still paused is measured on.
   open_ = !changes_.empty() && changes_.back().to_generation() == 0;
-  pausing_ = false;
+  pausing_ = std::any_of(changes_.begin(), changes_.end(), Pausing);
 }
 
 void ChangeLog::Fill(google::protobuf::RepeatedPtrField<v1::GenerationChange>* out) const {

@@ -1,8 +1,11 @@
 // The job's generation changes, for operators: when and why each generation
 // ended, who left and who joined, which state the next one started from,
 // the steps lost and how long training paused. A change opens when a
-// generation ends and closes when the next one forms; its pause ends with
-// the new generation's first completed step.
+// generation ends and closes when the next one forms; its pause runs from
+// the last step completed before it to the first step completed after it
+// (by any later generation: one that never trained pauses on). Both ends
+// are kept in the change itself, so a restarted coordinator goes on
+// measuring.
 //
 // Not thread-safe: the Coordinator calls it under its own lock.
 #ifndef DDP_COORDINATOR_CHANGE_LOG_H_
@@ -10,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,9 @@ class ChangeLog {
   void Open(v1::ChangeCause cause, uint64_t from, const std::string& reason,
             const std::vector<std::string>& left);
   bool is_open() const { return open_; }
+  // A member of the ended generation left it too (lost or evicted while
+  // the change is open): named in the open change's `left`.
+  void OnLeft(const std::string& worker_id);
 
   // The next generation formed with `members` (rank order), from `source`.
   // `previous` are the last generation's members: whoever is not among the
@@ -44,8 +51,9 @@ class ChangeLog {
   // from what was expected: a corrupt checkpoint falls back to an older
   // one); `detail` says where the state came from.
   void OnStarted(uint64_t generation, uint64_t step, const std::string& detail);
-  // A step of `generation` completed: ends its pause if it was the first.
-  void OnStep(uint64_t generation);
+  // A step of `generation` completed: ends the pause of every change it
+  // is the first step after. True when one ended (worth saving).
+  bool OnStep(uint64_t generation);
 
   void Restore(const google::protobuf::RepeatedPtrField<v1::GenerationChange>& changes);
   void Fill(google::protobuf::RepeatedPtrField<v1::GenerationChange>* out) const;
@@ -61,8 +69,11 @@ class ChangeLog {
   std::deque<v1::GenerationChange> changes_;
   // The newest change waits for its generation to form.
   bool open_ = false;
-  // The newest change waits for its generation's first step.
+  // Some formed change waits for the first step after it.
   bool pausing_ = false;
+  // When the job's latest step completed (unset: none since this
+  // coordinator started).
+  std::optional<absl::Time> last_step_at_;
 };
 
 }  // namespace ddp

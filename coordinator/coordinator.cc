@@ -301,7 +301,8 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
       return;
     }
     job_.OnStepReport(rank, report);
-    changes_.OnStep(report.generation());
+    // A pause ended: saved, so a restart keeps what it cost.
+    if (changes_.OnStep(report.generation())) PersistLocked(fx);
     if (worker->state == v1::WORKER_STATE_RENDEZVOUS) {
       worker->state = v1::WORKER_STATE_TRAINING;  // a step says so, whatever came first
       worker->detail = "training";
@@ -447,6 +448,7 @@ void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChang
   if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
     changes_.OnStarted(change.generation(), change.held().step(),
                        rank == static_cast<int>(current->source.rank) ? detail : "");
+    PersistLocked(fx);
   }
   if (change.state() != v1::WORKER_STATE_FAILED) return;
   const auto code = static_cast<absl::StatusCode>(change.code());

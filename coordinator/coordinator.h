@@ -261,6 +261,9 @@ class Coordinator {
   // ddp-worker stays for the next job).
   void StopProgramsLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A member of the generation that just ended is gone too (lost or
+  // evicted before the next one formed): the open change names it.
+  void NoteDepartureLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker is no longer in the generation it was told to leave.

@@ -596,6 +596,7 @@ void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
   const Generation* g = generations_.current();
   const int rank = g ? g->RankOf(worker->id) : -1;
   if (rank < 0) {
+    NoteDepartureLocked(worker->id);
     OnLeftLocked(worker->id, fx);
     return;
   }
@@ -608,10 +609,18 @@ void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
                 {worker->id}, fx);
 }
 
+void Coordinator::NoteDepartureLocked(const std::string& worker_id) {
+  if (generations_.current() == nullptr &&
+      std::find(last_members_.begin(), last_members_.end(), worker_id) != last_members_.end()) {
+    changes_.OnLeft(worker_id);
+  }
+}
+
 void Coordinator::EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx) {
   if (worker == nullptr || worker->lost) return;
   DDP_LOG(Warning) << "worker " << worker->id << " " << reason;
   registry_.Evict(worker, reason);
+  NoteDepartureLocked(worker->id);
   if (auto channel = channels_.find(worker->id); channel != channels_.end()) {
     fx->closes.emplace_back(
         channel->second.second,

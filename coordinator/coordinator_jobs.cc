@@ -189,10 +189,13 @@ void Coordinator::PublishLocked() {
   v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
   job_.FillStatus(status);
   changes_.Fill(status->mutable_generation_changes());
+  // Ranks as in the current generation, or once it ended, the last one
+  // (operators still want to see who had which rank).
   const Generation* g = generations_.last();
   status->set_generation(generations_.latest());
-  if (g) status->set_world_size(static_cast<uint32_t>(g->members.size()));
+  // The world that trains now: none while recovering or after the end.
   if (const Generation* current = generations_.current()) {
+    status->set_world_size(static_cast<uint32_t>(current->members.size()));
     for (const RankCandidate& m : current->members) status->add_members(m.worker_id);
   }
   // What GetStatus answers: the job as above, with a bounded worker list.

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include <fstream>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +14,7 @@
 #include "common/store_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/connect.h"
+#include "worker/line_file.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
 #include "worker/worker_metrics.h"
@@ -28,6 +29,17 @@ google::protobuf::util::JsonPrintOptions RecordJsonOptions() {
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   return options;
+}
+
+// `path` opened for whole lines; none when empty or unopenable (said).
+std::optional<LineFile> OpenLines(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  absl::StatusOr<LineFile> file = LineFile::Open(path);
+  if (!file.ok()) {
+    DDP_LOG(Warning) << file.status().message();
+    return std::nullopt;
+  }
+  return std::move(*file);
 }
 
 // Forwards the trainer's news to the outbox, the heartbeat board, the
@@ -46,8 +58,8 @@ class OutboxObserver final : public TrainingObserver {
         hang_file_(env.debug_hang_file),
         abort_(abort),
         on_started_(std::move(on_started)) {
-    if (!env.metrics_file.empty()) metrics_.open(env.metrics_file, std::ios::app);
-    if (!env.index_log.empty()) indices_.open(env.index_log, std::ios::app);
+    metrics_ = OpenLines(env.metrics_file);
+    indices_ = OpenLines(env.index_log);
   }
   void OnPhase(v1::StepPhase phase, uint64_t step) override {
     board_->phase_bound_seconds = 0;
@@ -73,16 +85,15 @@ class OutboxObserver final : public TrainingObserver {
         absl::SleepFor(absl::Milliseconds(20));
       }
     }
-    if (!indices_.is_open()) return;
-    // Written and flushed before the step runs, so that a rank killed in the
-    // step still leaves its line: a test decides from the next generation's
-    // start which steps were committed.
-    indices_ << absl::StrFormat(
-        "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, "
-        "\"step\": %d, \"epoch\": %d, \"indices\": [%s]}\n",
-        a_.job_id(), a_.generation(), a_.rank(), a_.world_size(), step, epoch,
-        absl::StrJoin(indices, ","));
-    indices_.flush();
+    if (!indices_) return;
+    // Written before the step runs, so that a rank killed in the step still
+    // leaves its line: a test decides from the next generation's start
+    // which steps were committed.
+    indices_->Append(
+        absl::StrFormat("{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, "
+                        "\"step\": %d, \"epoch\": %d, \"indices\": [%s]}",
+                        a_.job_id(), a_.generation(), a_.rank(), a_.world_size(), step, epoch,
+                        absl::StrJoin(indices, ",")));
   }
   void OnStep(const v1::StepReport& report, uint64_t epoch, uint64_t cursor) override {
     board_->step = report.step();
@@ -96,15 +107,16 @@ class OutboxObserver final : public TrainingObserver {
       outbox_->PushReport(std::move(sent));
     }
     if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
-    if (metrics_.is_open()) {
-      // Buffered; flushed when the run ends.
+    if (metrics_) {
+      // One whole line per step, written at once: a rank killed at any
+      // point leaves whole records (a reader sees every step it finished).
       v1::StepRecord record;
       record.set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
       record.set_rank(a_.rank());
       *record.mutable_report() = report;
       std::string line;
       if (google::protobuf::util::MessageToJsonString(record, &line, RecordJsonOptions()).ok()) {
-        metrics_ << line << '\n';
+        metrics_->Append(line);
       }
     }
   }
@@ -122,8 +134,8 @@ class OutboxObserver final : public TrainingObserver {
   WorkerMetrics* const prometheus_;
   const std::string hang_file_;
   const std::atomic<bool>* abort_;
-  std::ofstream metrics_;
-  std::ofstream indices_;
+  std::optional<LineFile> metrics_;
+  std::optional<LineFile> indices_;
   StartedCallback on_started_;
 };
 

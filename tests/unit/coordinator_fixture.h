@@ -4,6 +4,8 @@
 #ifndef DDP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
 #define DDP_TESTS_UNIT_COORDINATOR_FIXTURE_H_
 
+#include <stdlib.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/state_store.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -295,6 +298,46 @@ class CoordinatorTest : public testing::Test {
   FakeClock clock_;
   std::unique_ptr<Coordinator> core_;
   int64_t next_pid_ = 1000;
+};
+
+// A coordinator with a state directory, which a test can restart.
+class PersistTest : public CoordinatorTest {
+ protected:
+  PersistTest() : dir_(MakeTempDir()) { Reopen(); }
+  // The writer thread saves to store_: the coordinator goes first.
+  ~PersistTest() override { core_.reset(); }
+
+  static std::string MakeTempDir() {
+    char tmpl[] = "/tmp/ddp-coordinator-test-XXXXXX";
+    return ::mkdtemp(tmpl);
+  }
+
+  // A coordinator process starting over on the same state directory.
+  void Reopen() {
+    core_.reset();
+    store_ = *StateStore::Open(dir_);
+    Coordinator::Options options = TestOptions();
+    options.state_store = store_.get();
+    core_ = std::make_unique<Coordinator>(&clock_, options);
+  }
+
+  v1::DurableState Saved() {
+    core_->FlushState();
+    auto loaded = store_->Load();
+    EXPECT_THAT(loaded, IsOk());
+    EXPECT_TRUE(loaded->has_value());
+    return loaded->value_or(v1::DurableState());
+  }
+
+  // The coordinator is killed and started again on its state directory.
+  void Restart() {
+    const v1::DurableState saved = Saved();
+    Reopen();
+    core_->Restore(saved);
+  }
+
+  const std::string dir_;
+  std::unique_ptr<StateStore> store_;
 };
 
 }  // namespace ddp

@@ -203,38 +203,6 @@ TEST_F(CoordinatorTest, Attach_ClaimingAnEndedGeneration_ToldToLeaveAndNumbersJu
 
 // ---- The durable state -------------------------------------------------------
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ddp-coordinator-test-XXXXXX";
-  return ::mkdtemp(tmpl);
-}
-
-class PersistTest : public CoordinatorTest {
- protected:
-  PersistTest() : dir_(TempDir()) { Reopen(); }
-  // The writer thread saves to store_: the coordinator goes first.
-  ~PersistTest() override { core_.reset(); }
-
-  // A coordinator process starting over on the same state directory.
-  void Reopen() {
-    core_.reset();
-    store_ = *StateStore::Open(dir_);
-    Coordinator::Options options = TestOptions();
-    options.state_store = store_.get();
-    core_ = std::make_unique<Coordinator>(&clock_, options);
-  }
-
-  v1::DurableState Saved() {
-    core_->FlushState();
-    auto loaded = store_->Load();
-    EXPECT_THAT(loaded, IsOk());
-    EXPECT_TRUE(loaded->has_value());
-    return loaded->value_or(v1::DurableState());
-  }
-
-  const std::string dir_;
-  std::unique_ptr<StateStore> store_;
-};
-
 TEST_F(PersistTest, BeginShutdown_StreamsCloseAfterwards_GenerationStillSavedForAdoption) {
   auto w = Start(2, Job(2));
   core_->BeginShutdown();
