@@ -233,8 +233,12 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
             break;
           }
           registry_.NoteStep(worker, hb.step());
+          const absl::Duration bound = absl::Seconds(hb.phase_bound_seconds());
+          if (worker->phase_bound > absl::ZeroDuration() && bound == absl::ZeroDuration()) {
+            EndBoundedPhaseLocked(worker);
+          }
           worker->phase = hb.phase();
-          worker->phase_bound = absl::Seconds(hb.phase_bound_seconds());
+          worker->phase_bound = bound;
         }
         break;
       }
@@ -480,6 +484,14 @@ void Coordinator::OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateCha
   // (as a generation failing on it would).
   DDP_LOG(Warning) << "job " << job_.id() << " failed: " << reason;
   FailJobLocked(reason, fx);
+}
+
+void Coordinator::EndBoundedPhaseLocked(WorkerRecord* worker) {
+  // An evaluation that ended is progress: the next step is measured from
+  // now, not from the step before it (the evaluation took its own bound).
+  registry_.RestartHangClock(worker);
+  // Members asked to leave at a step boundary reach one a step after it.
+  if (admitting_) admitting_since_ = std::max(admitting_since_, clock_->Now());
 }
 
 std::string Coordinator::DescribeLocked(const WorkerRecord& worker, int rank) const {

@@ -288,6 +288,8 @@ class Coordinator {
   // Keeps a worker's held state if it is this job's.
   void NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker left a phase with a bound of its own (an evaluation ended).
+  void EndBoundedPhaseLocked(WorkerRecord* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(const WorkerRecord& worker, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

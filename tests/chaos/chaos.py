@@ -36,8 +36,15 @@ def chaos_job(name, **overrides):
     return job
 
 
-def shm_segments():
-    return {n for n in os.listdir("/dev/shm") if n.startswith("ddp-")}
+def shm_segments(pids=None):
+    """The shared-memory segments workers make (/dev/shm/ddp-<pid>-...); with
+    `pids`, only those the processes `pids` made: other runs on a shared
+    machine make theirs too."""
+    names = {n for n in os.listdir("/dev/shm") if n.startswith("ddp-")}
+    if pids is None:
+        return names
+    own = {str(p) for p in pids}
+    return {n for n in names if n.split("-")[1] in own}
 
 
 class RunFiles(RunFolder):
@@ -65,7 +72,6 @@ class ChaosRun(RunFiles):
         self.sent = set()  # (name, signal) the test sent
         self.all_pids = []
         self.events = []  # (time, what) of every fault caused
-        self.shm_before = shm_segments()
         self.port = free_port() if net is None else 29400
         host = "127.0.0.1" if net is None else net.hosts[0].ip
         self.target = "%s:%d" % (host, self.port)
@@ -219,7 +225,7 @@ class ChaosRun(RunFiles):
                         alive.append(pid)
             except (ProcessLookupError, FileNotFoundError):
                 pass
-        return alive, sorted(shm_segments() - self.shm_before)
+        return alive, sorted(shm_segments(self.all_pids))
 
 
 def check_run(test, run, final, baseline_accuracy, dataset_size=FASHION_MNIST_TRAIN,

@@ -60,6 +60,23 @@ TEST_F(CoordinatorEvaluationTest, Evaluating_PastItsBound_TheRankStillEvaluating
   EXPECT_THAT(Ids(status.generation_changes(1).left()), ElementsAre(w[1].id()));
 }
 
+TEST_F(CoordinatorEvaluationTest, AfterTheEvaluation_TheNextStepIsTimedFromItsEnd) {
+  auto w = Training();
+  Pass(absl::Seconds(30),
+       {{w[0], 1, 5, kEvaluate, 100}, {w[1], 1, 5, kEvaluate, 100}, {w[2], 1, 5, kEvaluate, 100}});
+  // The evaluation is over; the ranks are in step 6, whose clock starts
+  // now, not at step 5 (30s ago).
+  const std::vector<Beat> stepping = {{w[0], 1, 5, v1::STEP_PHASE_ALLREDUCE_WAIT},
+                                      {w[1], 1, 5, v1::STEP_PHASE_FORWARD},
+                                      {w[2], 1, 5, v1::STEP_PHASE_ALLREDUCE_WAIT}};
+  Pass(absl::Seconds(2), stepping);
+  ExpectStillRunning(w);
+  // Stuck past the threshold after the evaluation: hung.
+  Pass(absl::Seconds(3), stepping);
+  ASSERT_TRUE(w[1].channel->closed().has_value());
+  EXPECT_THAT(Status().generation_changes(1).reason(), HasSubstr("phase forward"));
+}
+
 TEST_F(CoordinatorEvaluationTest, StepReportAfterTheEvaluatingHeartbeat_DoesNotHideTheBound) {
   auto w = Training();
   for (const TestWorker& t : w) Heartbeat(t, 1, 6, kEvaluate, 100);
@@ -89,6 +106,10 @@ TEST_F(CoordinatorEvaluationTest, JoinerWaitingWhileTheMembersEvaluate_NoTimeout
   EXPECT_EQ(status.generation_changes(1).cause(), v1::CHANGE_CAUSE_JOINED)
       << status.generation_changes(1).reason();
   EXPECT_EQ(w[0].aborts().size(), 1u) << "no abort at once for a timeout";
+  // The evaluation ends; the members reach the boundary a step later.
+  Pass(absl::Seconds(2),
+       {{w[0], 1, 5, v1::STEP_PHASE_FORWARD}, {w[1], 1, 5, v1::STEP_PHASE_FORWARD}, {joiner}});
+  EXPECT_EQ(w[0].aborts().size(), 1u) << "the members get a step after the evaluation";
   Leave(w[0], 1, 6);
   Leave(w[1], 1, 6);
   EXPECT_EQ(joiner.assignment().generation(), 2u);
