@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/process.h"
 #include "common/version.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
@@ -99,6 +100,15 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
     if (in_.has_registered()) {
       registered_at_ = now;
       registered_ = true;
+    } else if (in_.has_prepare()) {
+      // As a ddp-worker whose state builds in no time: it holds it.
+      v1::WorkerMessage prepared;
+      auto* state = prepared.mutable_state();
+      state->set_state(v1::WORKER_STATE_IDLE);
+      state->set_detail("prepared");
+      state->mutable_held()->set_job_id(in_.prepare().job_id());
+      state->mutable_held()->set_spec_digest(SpecDigest(in_.prepare().spec()));
+      Enqueue(std::move(prepared));
     } else if (in_.has_assignment()) {
       assignment_ = in_.assignment();
       assigned_at_ = now;

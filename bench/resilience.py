@@ -95,6 +95,10 @@ TORCHRUN = {
                    "restart from the last checkpoint.",
     "whole": "The same: restart every worker from the user's last checkpoint [train_script]; every "
              "step since it is lost, plus start-up and rendezvous.",
+    "coordinator_stop": "The rendezvous store lives in one node's agent [quickstart]; its docs "
+                        "describe no case of that host pausing.",
+    "join_kill": "As kill -9: every worker restarts from the last checkpoint, whether or not a "
+                 "rendezvous for a new member was under way [agent][train_script].",
 }
 HOROVOD = {
     "kill9": "Survivors get HorovodInternalError, restore the last state.commit() (steps since it "
@@ -110,6 +114,9 @@ HOROVOD = {
                    "describe no recovery from losing it.",
     "whole": "Elastic state lives in memory only (commit() is an in-memory copy [horovod]): a whole-"
              "job loss restarts from the user's own checkpoint, if any.",
+    "coordinator_stop": "The driver (horovodrun) runs rendezvous and host discovery [horovod]; its "
+                        "docs describe no case of it pausing.",
+    "join_kill": "As kill -9: survivors restore the last commit and rendezvous again [horovod].",
 }
 SOURCES = {
     "train_script": "https://docs.pytorch.org/docs/stable/elastic/train_script.html",
@@ -170,7 +177,7 @@ def one_run(kind, job, n, rng, net, args):
         run.close()
     result.update(faults.finish_checks(run))
     for r in result["injections"]:
-        if r["kind"] == "coordinator":
+        if r["kind"] in ("coordinator", "coordinator_stop"):
             log("  %s: %d steps during the %.1fs outage, longest gap %.3fs, adopted %s" % (
                 kind, r["steps_during_outage"], r["outage_seconds"], r["longest_gap_seconds"],
                 r["adopted"]))
@@ -233,6 +240,116 @@ def measure_kind(kind, args, rng, baselines, started):
     return row
 
 
+# ---- evaluations -------------------------------------------------------------
+
+def evaluation_job(name, epochs):
+    """tests/chaos's evaluation job: a CNN on a synthetic problem whose
+    20,000-sample test set takes every rank seconds to evaluate its share of,
+    while a step takes milliseconds; hang timeout 1 s."""
+    return chaos.chaos_job(name, model={"kind": "cnn"},
+                           dataset={"kind": "synthetic", "trainSize": 12000, "testSize": 20000},
+                           epochs=epochs, minWorkers=2, maxWorkers=3, hangTimeoutSeconds=1)
+
+
+def evaluation_gaps(records):
+    """Seconds between an epoch's last step and the next epoch's first, per
+    epoch end: the evaluation (every rank evaluates its share then)."""
+    return [b["time"] - a["time"] for a, b in zip(records, records[1:])
+            if b["epoch"] == a["epoch"] + 1 and b["generation"] == a["generation"]]
+
+
+def measure_evaluations(args):
+    """An evaluation longer than the hang threshold at every epoch's end, and
+    rank 0 killed after the job's last step, before its evaluation reached
+    the coordinator."""
+    out = {}
+    run = chaos.ChaosRun(evaluation_job("resilience-eval", args.eval_epochs), 3)
+    try:
+        final = run.finish(args.job_timeout)
+        gaps = evaluation_gaps(run.metrics("w0"))
+        changes = final.get("generation_changes", [])
+        out["slow"] = {
+            "state": final.get("state"), "epochs": args.eval_epochs,
+            "evaluated": sorted(int(e.get("epoch", 0)) for e in final.get("epoch_results", [])),
+            "gaps": gaps, "reformations": len(changes) - 1,
+            "causes": [c.get("cause", "").replace("CHANGE_CAUSE_", "") for c in changes[1:]],
+            "median_step_seconds": faults.median_step_seconds(faults.Records(run, 3)),
+            "dir": run.dir}
+    finally:
+        run.close()
+    log("slow evaluations: %s, %d re-formations, evaluations %s s" % (
+        out["slow"]["state"], out["slow"]["reformations"], ["%.2f" % g for g in out["slow"]["gaps"]]))
+    lost = []
+    for i in range(args.eval_runs):
+        run = chaos.ChaosRun(evaluation_job("resilience-eval-last-%d" % i, 2), 3)
+        try:
+            run.wait_state("JOB_STATE_RUNNING", 60)
+            total = chaos.wait_for(lambda: int(run.status().get("total_steps", 0)), 30, "total steps")
+            chaos.wait_for(lambda: run.step() >= total, args.job_timeout, "the last step",
+                           interval=0.02)
+            killed_generation = run.generation()
+            t_kill = time.time()
+            run.kill("w0")
+            final = run.finish(args.job_timeout)
+            results = final.get("epoch_results", [])
+            last = results[-1] if results else {}
+            lost.append({
+                "state": final.get("state"), "killed_generation": killed_generation,
+                "evaluated": sorted(int(e.get("epoch", 0)) for e in results),
+                "last_generation": int(last.get("generation", 0)),
+                "reevaluated": int(last.get("generation", 0)) > killed_generation,
+                "final_is_last_epoch": final.get("test_accuracy") == last.get("test_accuracy"),
+                "end_after_kill_seconds": max(m["time"] for n in ("w1", "w2")
+                                              for m in run.metrics(n)) - t_kill
+                if any(run.metrics(n) for n in ("w1", "w2")) else None,
+                "dir": run.dir})
+        finally:
+            run.close()
+        log("rank 0 killed after the last step: %s" % lost[-1])
+    out["last"] = lost
+    return out
+
+
+def evaluation_markdown(ev):
+    L = ["## Evaluations", "",
+         "Two cases with a job of their own: a CNN on a synthetic problem with a 20,000-sample test "
+         "set (`tests/chaos/chaos_loopback_test.py`'s `EvaluationChaosTest`), 12,000 training "
+         "samples, three workers, `hangTimeoutSeconds` 1. Every rank evaluates its share of the test "
+         "set after each epoch, under a bound of the phase's own (`evalTimeoutSeconds`, else 10 × "
+         "its share at the forward speed measured in training), which its heartbeats carry.", "",
+         "| case | n | what happened | target | met? |", "| --- | ---: | --- | --- | --- |"]
+    s = ev.get("slow")
+    if s:
+        gaps = s["gaps"]
+        threshold = max(1.0, 10 * s["median_step_seconds"])
+        ok = (s["state"] == "JOB_STATE_SUCCEEDED" and s["reformations"] == 0 and
+              s["evaluated"] == list(range(s["epochs"])))
+        L.append("| an evaluation longer than the hang threshold, at every epoch's end | %d | "
+                 "evaluations took %s s median, %s s max, against a hang threshold of %.1f s "
+                 "(max of `hangTimeoutSeconds` and 10 median steps of %.4f s); %d re-formation(s)%s; "
+                 "epochs evaluated %s of %d | no re-formation, every epoch evaluated | %s |" % (
+                     len(gaps), fmt(statistics.median(gaps) if gaps else None),
+                     fmt(max(gaps) if gaps else None), threshold, s["median_step_seconds"],
+                     s["reformations"], (" (%s)" % ", ".join(s["causes"])) if s["causes"] else "",
+                     len(s["evaluated"]), s["epochs"], "**met**" if ok else "**missed**"))
+    last = ev.get("last") or []
+    if last:
+        re_ = sum(1 for r in last if r["reevaluated"])
+        ok = all(r["state"] == "JOB_STATE_SUCCEEDED" and r["final_is_last_epoch"] and
+                 r["evaluated"] == [0, 1] for r in last)
+        ends = [r["end_after_kill_seconds"] for r in last if r["end_after_kill_seconds"]]
+        L.append("| rank 0 kill -9 after the job's last step, during the final evaluation | %d | "
+                 "the final model's evaluation re-run by the next generation in %d of %d (in the "
+                 "rest the kill came after its result had reached the coordinator); the job's "
+                 "accuracy is the last epoch's in %d of %d; the survivors finished %s s after the "
+                 "kill (median) | the final accuracy is the final model's | %s |" % (
+                     len(last), re_, len(last), sum(1 for r in last if r["final_is_last_epoch"]),
+                     len(last), fmt(statistics.median(ends) if ends else None),
+                     "**met**" if ok else "**missed**"))
+    L.append("")
+    return L
+
+
 # ---- summaries ---------------------------------------------------------------
 
 def fmt(x, digits=2):
@@ -243,7 +360,7 @@ def summarize_row(row, baselines, hb, hang_timeout):
     injections = [i for r in row["runs"] for i in r["injections"]]
     kind = row["kind"]
     s = {"n": len(injections), "errors": [i["error"] for i in injections if i.get("error")]}
-    if kind == "coordinator":
+    if kind in ("coordinator", "coordinator_stop"):
         s["steps_during_outage"] = faults.summarize([i["steps_during_outage"] for i in injections])
         s["outage_seconds"] = faults.summarize([i["outage_seconds"] for i in injections])
         s["longest_gap"] = faults.summarize([i["longest_gap_seconds"] for i in injections])
@@ -286,7 +403,8 @@ def summarize_row(row, baselines, hb, hang_timeout):
                                           for d in r["rejoins"].get("detail", [])])
     s["first_world"] = [i.get("world_size_new") for i in injections if kind == "whole"]
     # Targets.
-    target = {"kill9": 2.0, "sigstop": hb + 2, "partition": hb + 2, "hang": hang_timeout + 2}.get(kind)
+    target = {"kill9": 2.0, "join_kill": 2.0, "sigstop": hb + 2, "partition": hb + 2,
+              "hang": hang_timeout + 2}.get(kind)
     s["target_seconds"] = target
     missed = []
     if s["errors"]:
@@ -295,7 +413,7 @@ def summarize_row(row, baselines, hb, hang_timeout):
         missed.append("time (max %.2f s > %.1f s; %d of %d over)" % (
             s["recovery"]["max"], target,
             sum(1 for i in injections if i.get("recovery_seconds", 0) > target), s["n"]))
-    if kind == "coordinator":
+    if kind in ("coordinator", "coordinator_stop"):
         threshold = coordinator_gap_threshold(row, baselines)
         s["gap_threshold"] = threshold
         paused = [i for i in injections if i["longest_gap_seconds"] > threshold]
@@ -360,6 +478,17 @@ def table_row(kind, s, row):
                          fmt(row["runs"][0]["median_step_seconds"] if row["runs"] else None, 4),
                          fmt(s.get("gap_threshold"), 3)))
         target = "0 steps paused"
+        lost = "%d" % s["steps_lost_max"]
+    elif kind == "coordinator_stop":
+        time_cell = ("no new generation: %s of %d kept training in their generation, nobody counted "
+                     "lost; median %d steps (min %d) completed during the %.1f s stop; longest gap "
+                     "between steps %s s (median step %s s; pause threshold %s s)" % (
+                         s["adopted"], s["n"], s["steps_during_outage"].get("median", 0),
+                         s["steps_during_outage"].get("min", 0),
+                         s["outage_seconds"].get("median", 0), fmt(s["longest_gap"].get("max"), 3),
+                         fmt(row["runs"][0]["median_step_seconds"] if row["runs"] else None, 4),
+                         fmt(s.get("gap_threshold"), 3)))
+        target = "0 re-formations, 0 steps paused"
         lost = "%d" % s["steps_lost_max"]
     else:
         time_cell = "%s / %s" % (fmt(s["recovery"].get("median")), fmt(s["recovery"].get("max")))
@@ -472,8 +601,8 @@ def write_markdown(path, data):
                  "for its rendezvous and state broadcast: %s. In brackets, the joiner's own time "
                  "from \"joined generation\" to its ring proven, which the members spend waiting at "
                  "the rendezvous: a restarted process (kill -9, whole job) builds its training state "
-                 "(model, dataset) there, a worker that only left (SIGSTOP, hang, partition) "
-                 "already has it." % "; ".join(
+                 "(model, dataset) before it is admitted (the coordinator asks it to prepare), a "
+                 "worker that only left (SIGSTOP, hang, partition) already has it." % "; ".join(
                      "%s median %.2f s, max %.2f s (n=%d) [%s s]" % (
                          k, r["median"], r["max"], r["n"],
                          fmt(data["rows"][k]["summary"]["rejoin_setup"].get("median")))
@@ -487,7 +616,7 @@ def write_markdown(path, data):
         items = []
         for r in runs:
             for i in r["injections"]:
-                if kind == "coordinator":
+                if kind in ("coordinator", "coordinator_stop"):
                     items.append("%d steps/%.3f s" % (i["steps_during_outage"], i["longest_gap_seconds"]))
                 else:
                     items.append(fmt(i.get("recovery_seconds")) + ("*" if i.get("wrongly_evicted") else ""))
@@ -497,6 +626,8 @@ def write_markdown(path, data):
         L.append("")
         L.append("\\* a healthy worker was evicted first (see below).")
     L.append("")
+    if data.get("evaluations"):
+        L.extend(evaluation_markdown(data["evaluations"]))
     L.append("## Beside each row: torchrun and Horovod elastic, from their documentation")
     L.append("")
     L.append("| fault | ours (measured above) | torchrun | Horovod elastic |")
@@ -505,7 +636,7 @@ def write_markdown(path, data):
         s = data["rows"][kind].get("summary")
         if not s:
             ours = "not measured"
-        elif kind == "coordinator":
+        elif kind in ("coordinator", "coordinator_stop"):
             ours = "training goes on; %d steps lost" % s["steps_lost_max"]
         elif kind == "whole":
             ours = "back in %s s median, ≤ %d steps lost (since the checkpoint)" % (
@@ -617,7 +748,7 @@ def explain(kind, row, data):
     s = row["summary"]
     injections = [i for r in row["runs"] for i in r["injections"]]
     out = []
-    if kind == "coordinator":
+    if kind in ("coordinator", "coordinator_stop"):
         for i in injections:
             if i["longest_gap_seconds"] > s["gap_threshold"] or not i["adopted"]:
                 det = i.get("longest_gap_detail") or {}
@@ -683,9 +814,13 @@ def main():
     p.add_argument("--kinds", default=",".join(faults.KINDS))
     p.add_argument("--seed", type=int, default=1, help="picks victims and spacing")
     p.add_argument("--outage", type=float, default=1.5, help="seconds the coordinator is down")
-    p.add_argument("--budget-minutes", type=float, default=22)
+    p.add_argument("--budget-minutes", type=float, default=30)
     p.add_argument("--job-timeout", type=float, default=600)
     p.add_argument("--quick", action="store_true", help="2 faults each, short jobs")
+    p.add_argument("--eval-epochs", type=int, default=6,
+                   help="epochs of the slow-evaluation job (0: no evaluation rows)")
+    p.add_argument("--eval-runs", type=int, default=3,
+                   help="jobs whose rank 0 is killed after the last step")
     p.add_argument("--out", default=os.path.join(ROOT, "docs"))
     p.add_argument("--reanalyze", metavar="JSON",
                    help="no runs: read a resilience.json this script wrote and the run folders it "
@@ -699,6 +834,7 @@ def main():
         return
     if args.quick:
         args.injections, args.epochs, args.netns_epochs = 2, 12, 6
+        args.eval_epochs, args.eval_runs = min(args.eval_epochs, 2), min(args.eval_runs, 1)
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
         if k not in faults.KINDS:
@@ -725,6 +861,8 @@ def main():
     for kind in kinds:
         row = measure_kind(kind, args, rng, baselines, started)
         data["rows"][kind] = row
+    if args.eval_epochs > 0:
+        data["evaluations"] = measure_evaluations(args)
     data["machine"]["loadavg_end"] = os.getloadavg()
     data["minutes"] = (time.time() - started) / 60
     render(data, args)

@@ -332,6 +332,7 @@ void Coordinator::MaybePrepareLocked(WorkerRecord* worker, Effects* fx) {
   v1::CoordinatorMessage message;
   message.mutable_prepare()->set_job_id(job_.id());
   *message.mutable_prepare()->mutable_spec() = job_.spec();
+  message.mutable_prepare()->set_spec_digest(job_.spec_digest());
   SendLocked(worker->id, std::move(message), fx);
 }
 

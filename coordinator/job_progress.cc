@@ -108,7 +108,16 @@ void JobProgress::OnEpochResult(const v1::EpochResult& result) {
       std::lower_bound(epochs_.begin(), epochs_.end(), result.epoch(),
                        [](const v1::EpochResult& e, uint64_t epoch) { return e.epoch() < epoch; });
   if (at != epochs_.end() && at->epoch() == result.epoch()) {
-    *at = result;  // evaluated again (a lost evaluation re-run, a restart from scratch)
+    // Evaluated again (a lost evaluation run again, a restart from
+    // scratch). A re-run trained nothing of the epoch: keep what the first
+    // said of the training.
+    const bool rerun = result.seconds() == 0 && result.train_loss() == 0;
+    const v1::EpochResult first = *at;
+    *at = result;
+    if (rerun) {
+      at->set_train_loss(first.train_loss());
+      at->set_seconds(first.seconds());
+    }
   } else {
     epochs_.insert(at, result);
   }

@@ -25,9 +25,9 @@ completed step, with the unix time it completed):
   abort (survivors' "left generation G"), re-form (survivors' "joined
   generation G'"), rendezvous ("... ring of N proven"), state broadcast
   ("training ... from step S") and the first step;
-- for a coordinator restart, which forms no new generation: the steps
-  completed during the outage, and the longest gap between consecutive
-  completed steps around it against the median step time.
+- for a coordinator restart or stop, which forms no new generation: the
+  steps completed during the outage, and the longest gap between
+  consecutive completed steps around it against the median step time.
 
 Every wait is bounded; a recovery that does not come is recorded as the
 injection's `error` (with the run's folder, to read its logs) and the driver
@@ -51,13 +51,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "py"))
 import chaos  # noqa: E402
 import coverage  # noqa: E402
 
-KINDS = ("kill9", "sigstop", "hang", "partition", "coordinator", "whole")
+KINDS = ("kill9", "sigstop", "hang", "partition", "coordinator", "coordinator_stop", "join_kill",
+         "whole")
 DESCRIPTION = {
     "kill9": "kill -9 of a worker",
     "sigstop": "SIGSTOP of a worker (then SIGCONT)",
     "hang": "hung training thread (--debug_hang_file)",
     "partition": "network partition (netns link down, then up)",
     "coordinator": "coordinator kill -9 + restart, same flags",
+    "coordinator_stop": "coordinator SIGSTOP for twice the heartbeat timeout (then SIGCONT)",
+    "join_kill": "kill -9 of a member right after a restarted worker was admitted",
     "whole": "whole job kill -9, resumed from checkpoint",
 }
 
@@ -260,6 +263,48 @@ class Driver:
         if self._ended(s):
             raise JobEnded()
         inj.t_back = time.time()
+
+    def _coordinator_stop(self, inj, members):
+        inj.victim = "coordinator"
+        inj.t_fault = time.time()
+        self.run.signal("coordinator", signal.SIGSTOP)
+        time.sleep(max(0.0, inj.t_fault + 2 * self.hb_timeout - time.time()))
+        self.run.signal("coordinator", signal.SIGCONT)
+        inj.t_heal = time.time()
+        # A sweep or two after the thaw: nobody may be counted lost for it.
+        time.sleep(self.hb_timeout)
+        s = self._wait(lambda s: self._ended(s) or self._full(s), "the world full after the thaw")
+        if self._ended(s):
+            raise JobEnded()
+        inj.t_seen = inj.t_back = time.time()
+        if int(s.get("generation", 0)) != inj.generation:
+            inj.notes.append("re-formed: generation %d -> %s" % (inj.generation, s.get("generation")))
+
+    def _join_kill(self, inj, members):
+        # A member killed and restarted; the moment the restarted process is
+        # admitted (its join generation formed), another member is killed.
+        joiner = self._pick(members)
+        self.run.kill(joiner)
+        self._wait(lambda s: self._ended(s) or (int(s.get("generation", 0)) > inj.generation and
+                                                 joiner not in s.get("members", [])),
+                   "a generation without %s" % joiner)
+        before = int(self._status().get("generation", 0))
+        self.run.start_worker(int(joiner[1:]))
+        s = self._wait(lambda s: self._ended(s) or (int(s.get("generation", 0)) > before and
+                                                     joiner in s.get("members", [])),
+                       "%s to be admitted" % joiner)
+        if self._ended(s):
+            raise JobEnded()
+        inj.generation = int(s.get("generation", 0))
+        inj.step = int(s.get("global_step", 0))
+        inj.victim = self._pick([m for m in s.get("members", []) if m != joiner])
+        inj.t_fault = time.time()
+        self.run.kill(inj.victim)
+        inj.notes.append("joiner %s admitted in generation %d" % (joiner, inj.generation))
+        self._new_generation(inj, inj.victim)
+        inj.t_heal = time.time()
+        self.run.start_worker(int(inj.victim[1:]))
+        self._back(inj, "%s to rejoin after its restart" % inj.victim)
 
     def _whole(self, inj, members):
         inj.victim = "all"
@@ -507,14 +552,21 @@ def analyze_coordinator(rec, inj, changes, median_step):
     clog = rec.coordinator_log
     serving = _first_after(clog, inj.t_heal, r"^serving ")
     adopted = _first_after(clog, inj.t_heal, r"^adopted generation (\d+)")
-    gave_up = _first_after(clog, inj.t_heal, r"^job \S+, generation \d+: ")
+    gave_up = _first_after(clog, inj.t_fault, r"^job \S+, generation \d+: ")
     t_serving = serving[0] if serving else inj.t_heal
     out["t_serving"] = t_serving
-    out["adopted"] = bool(adopted) and (gave_up is None or gave_up[0] > adopted[0])
-    out["adopted_after_seconds"] = (adopted[0] - inj.t_fault) if adopted else None
-    # The restart's outcome: adopted, or given up (a new generation), by
-    # then; later changes belong to later faults.
-    t_end = adopted[0] if adopted else (gave_up[0] if gave_up else t_serving + 12.0)
+    if inj.kind == "coordinator_stop":
+        # Never gone: it goes on with the generation it had, or re-forms
+        # (a fault line after the stop).
+        t_end = inj.t_back or inj.t_heal + 4.0
+        out["adopted"] = gave_up is None or gave_up[0] > t_end
+        out["adopted_after_seconds"] = inj.t_heal - inj.t_fault if out["adopted"] else None
+    else:
+        out["adopted"] = bool(adopted) and (gave_up is None or gave_up[0] > adopted[0])
+        out["adopted_after_seconds"] = (adopted[0] - inj.t_fault) if adopted else None
+        # The restart's outcome: adopted, or given up (a new generation), by
+        # then; later changes belong to later faults.
+        t_end = adopted[0] if adopted else (gave_up[0] if gave_up else t_serving + 12.0)
     mine = [c for c in changes if inj.t_fault - 0.01 <= float(c.get("at_unix_seconds", 0)) <= t_end + 0.5
             and int(c.get("from_generation", 0)) >= inj.generation]
     out["causes"] = [c.get("cause", "").replace("CHANGE_CAUSE_", "") for c in mine]
@@ -637,7 +689,7 @@ def analyze(run, injections, final, dataset_size=chaos.FASHION_MNIST_TRAIN, work
     median = median_step_seconds(rec)
     results = []
     for inj in injections:
-        if inj.kind == "coordinator":
+        if inj.kind in ("coordinator", "coordinator_stop"):
             results.append(analyze_coordinator(rec, inj, changes, median))
         else:
             results.append(analyze_injection(rec, inj, changes))

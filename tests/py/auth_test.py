@@ -288,6 +288,11 @@ class FakeWorker:
                 r = self.client.to_dict(reply)
                 if "assignment" in r:
                     self.assignments.append(r["assignment"])
+                if "prepare" in r:  # it holds the job's state at once
+                    self.outbox.put(self.client.message("ddp.v1.WorkerMessage", {"state": {
+                        "state": "WORKER_STATE_IDLE", "held": {
+                            "jobId": r["prepare"]["job_id"],
+                            "specDigest": r["prepare"]["spec_digest"]}}}))
                 if "abort" in r:
                     self.outbox.put(self.client.message("ddp.v1.WorkerMessage", {"state": {
                         "generation": r["abort"]["generation"], "state": "WORKER_STATE_IDLE"}}))

@@ -219,6 +219,9 @@ class LimitsTest(unittest.TestCase):
         fake.wait_reply("registered")
         self.call("SubmitJob", '{"spec": {"name": "names", "dataset": {"kind": "synthetic"},'
                   ' "minWorkers": 1, "settleSeconds": 0, "backend": "gloo"}}')
+        prepare = fake.wait_reply("prepare")  # says it holds the job's state
+        fake.send({"state": {"state": "WORKER_STATE_IDLE", "held": {
+            "jobId": prepare["job_id"], "specDigest": prepare["spec_digest"]}}})
         generation = int(fake.wait_reply("assignment")["generation"])
         fake.send({"state": {"generation": generation, "state": "WORKER_STATE_TRAINING",
                              "detail": "d" * (3 << 20)}})
