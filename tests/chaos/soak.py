@@ -37,12 +37,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def snapshot_binaries():
-    """A long soak runs its own copy of ddp-coordinator and ddp-worker
-    (DDP_BIN, read by tests/py/harness.py): a rebuild meanwhile can't mix
-    versions into one job."""
+    """A long soak runs its own copy of ddp-coordinator, ddp-worker and the
+    coordinator's job check ddp-validate (DDP_BIN, read by
+    tests/py/harness.py): a rebuild meanwhile can't mix versions into one
+    job."""
     src = os.environ.get("DDP_BIN", os.path.join(HERE, "..", "..", "build", "bin"))
     dst = tempfile.mkdtemp(prefix="ddp-soak-bin-")
-    for name in ("ddp-coordinator", "ddp-worker"):
+    os.chmod(dst, 0o755)  # the job check runs ddp-validate from here as nobody
+    for name in ("ddp-coordinator", "ddp-worker", "ddp-validate"):
         shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
     os.environ["DDP_BIN"] = dst
     atexit.register(shutil.rmtree, dst, True)

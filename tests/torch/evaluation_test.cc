@@ -57,6 +57,23 @@ TEST(Evaluation, EvaluationShare_ContiguousCoveringOnce) {
   }
 }
 
+// `state`'s weights evaluated by one rank alone.
+absl::StatusOr<EvaluationTotals> EvaluateAlone(TrainingState& state,
+                                               std::function<bool()> aborted = nullptr) {
+  absl::StatusOr<EvaluationTotals> totals = absl::UnknownError("not run");
+  const v1::JobSpec spec = SyntheticJob(0, 1).spec();
+  RunRanks(1, [&](int, Communicator* comm) {
+    EvaluationInput in;
+    in.spec = &spec;
+    in.model = &state.model();
+    in.test_x = state.data().test_x;
+    in.test_y = state.data().test_y;
+    in.aborted = std::move(aborted);
+    totals = EvaluateTogether(in, comm);
+  });
+  return totals;
+}
+
 TEST(Evaluation, SharedByThreeRanks_SameResultAsOneRankAlone) {
   std::vector<std::unique_ptr<TrainingState>> states(3);
   std::vector<Recorder> recorders(3);
@@ -74,18 +91,8 @@ TEST(Evaluation, SharedByThreeRanks_SameResultAsOneRankAlone) {
     EXPECT_EQ(r.bounded[1].first, v1::STEP_PHASE_EVALUATE_WAIT);
     EXPECT_GT(r.bounded[0].second, absl::ZeroDuration());
   }
-  // The same weights evaluated by one rank alone.
   const v1::EpochResult& last = recorders[0].epochs.back();
-  absl::StatusOr<EvaluationTotals> alone = absl::UnknownError("not run");
-  RunRanks(1, [&](int, Communicator* comm) {
-    EvaluationInput in;
-    const v1::JobSpec spec = SyntheticJob(0, 1).spec();
-    in.spec = &spec;
-    in.model = &states[0]->model();
-    in.test_x = states[0]->data().test_x;
-    in.test_y = states[0]->data().test_y;
-    alone = EvaluateTogether(in, comm);
-  });
+  absl::StatusOr<EvaluationTotals> alone = EvaluateAlone(*states[0]);
   ASSERT_THAT(alone, IsOk());
   EXPECT_DOUBLE_EQ(last.test_accuracy(), alone->test_accuracy);
   EXPECT_NEAR(last.test_loss(), alone->test_loss, 1e-5);
@@ -159,20 +166,8 @@ TEST(Evaluation, LostAfterTheLastStep_NextGenerationEvaluatesTheFinalModel) {
 }
 
 TEST(Evaluation, AbortedDuringTheShare_ReturnsAborted) {
-  std::vector<std::unique_ptr<TrainingState>> states(1);
-  states[0] = NewState(SyntheticJob(0, 1));
-  absl::Status status;
-  RunRanks(1, [&](int, Communicator* comm) {
-    EvaluationInput in;
-    const v1::JobSpec spec = SyntheticJob(0, 1).spec();
-    in.spec = &spec;
-    in.model = &states[0]->model();
-    in.test_x = states[0]->data().test_x;
-    in.test_y = states[0]->data().test_y;
-    in.aborted = [] { return true; };
-    status = EvaluateTogether(in, comm).status();
-  });
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kAborted));
+  std::unique_ptr<TrainingState> state = NewState(SyntheticJob(0, 1));
+  EXPECT_THAT(EvaluateAlone(*state, [] { return true; }), StatusIs(absl::StatusCode::kAborted));
 }
 
 }  // namespace
