@@ -255,12 +255,14 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   Bucket& bucket = buckets_[b];
   float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    // As PyTorch counts it: used in this (synchronized) backward; earlier
-    // micro-batches of the group don't count, though their gradient does.
+    // Used in any backward of the group, no_sync micro-batches included
+    // (PyTorch counts only the synchronized one, and leaves a gradient that
+    // only earlier micro-batches produced un-averaged, so replicas drift).
     const size_t p = bucket.params[j];
-    const bool used = from_backward || marked_[p];
+    const bool used = from_backward || used_[p];
     flags[j] = used ? 1.0f : 0.0f;
-    // Kept in case no rank used it: then .grad stays this rank's own.
+    // Kept in case no rank used it: then .grad stays what this rank had
+    // before the group.
     if (!used) params_[p].local = params_[p].view.clone();
   }
   if (bucket.control_words > 0) {
@@ -408,16 +410,11 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
     if (flag <= 0.0f) {
       ++stats.globally_unused;
-      // As PyTorch: a gradient no rank produced in this backward leaves
-      // .grad as this rank had it (what it had before the group, plus what
-      // earlier micro-batches added), and one that had none stays without
-      // (the optimizer skips it).
-      bool used_in_group;
-      {
-        absl::MutexLock lock(&mu_);
-        used_in_group = used_[i];
-      }
-      if (had_grad_[i] || used_in_group) {
+      // No rank produced this gradient in the whole group: .grad stays as
+      // this rank had it before the group (the same on every rank when the
+      // program zeroes gradients), and one that had none stays without (the
+      // optimizer skips it), as in PyTorch.
+      if (had_grad_[i]) {
         if (p.local.defined()) p.view.copy_(p.local);
       } else {
         p.tensor.mutable_grad().reset();

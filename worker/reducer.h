@@ -14,14 +14,22 @@
 // it, and a vote to leave the generation after this step, so that all ranks
 // leave at the same step boundary.
 //
-// Unused parameters: each bucket carries one "used" flag per parameter
-// (used in the synchronized backward, as PyTorch counts), all-reduced with
-// the gradients. Locally unused parameters contribute what their .grad
-// holds (zeros once zeroed, or what no_sync micro-batches accumulated);
-// globally unused ones (flag sum 0) keep this rank's .grad untouched, as
-// PyTorch does: one that had no gradient stays without, so the optimizer
-// skips it. Nothing waits for a
-// gradient that will never come, and no extra collective is needed.
+// Unused parameters: each bucket carries one "used" flag per parameter,
+// all-reduced with the gradients: set when the parameter got a gradient in
+// any backward of the accumulation group on this rank (the synchronized
+// one or an earlier no_sync micro-batch). A parameter some rank used is
+// averaged over the world, each rank contributing what its .grad holds
+// (zeros once zeroed, or what its micro-batches accumulated); one no rank
+// used (flag sum 0) keeps .grad as it was before the group: one that had
+// no gradient stays without, so the optimizer skips it. Nothing waits for
+// a gradient that will never come, and no extra collective is needed.
+//
+// The one difference from PyTorch's numbers (1.13, find_unused_parameters):
+// a parameter that got a gradient only in no_sync micro-batches, on some
+// ranks, and in the synchronized backward on none. PyTorch counts only the
+// synchronized backward, so it leaves each rank's own un-averaged .grad
+// (and none on a rank that had none), and its replicas drift apart. Here it
+// is averaged like any other, so replicas stay bit-identical.
 //
 // Not thread-safe: one trainer thread calls every method; the autograd
 // hooks run on the thread that calls backward.
@@ -136,9 +144,9 @@ class Reducer {
   // micro-batches only accumulate locally.
   void PrepareBackward(bool sync, ControlWords control = {});
   // After the synchronized backward: reduces the buckets backward did not
-  // complete, waits for all, and leaves the .grad of globally unused
-  // parameters as it was before the group. The communicator's error (ABORTED, UNAVAILABLE, ...) if
-  // a collective failed.
+  // complete, waits for all, and leaves the .grad of parameters no rank
+  // used in the group as it was before the group. The communicator's error
+  // (ABORTED, UNAVAILABLE, ...) if a collective failed.
   absl::StatusOr<ReductionStats> FinishBackward();
 
   // Parameter indices per bucket, in launch order.
