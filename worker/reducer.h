@@ -52,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/bucket_plan.h"
+#include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
 #include "worker/power_sgd.h"
@@ -125,6 +126,14 @@ class Reducer {
     // Split the last bucket again at first_bucket_cap_bytes (see
     // PlanBuckets); off for PyTorch's plan exactly.
     bool split_tail = true;
+    // Where each synchronized step, and the buckets' rebuild, are agreed
+    // on with the other ranks before their collectives (not owned; null:
+    // no check). The owner uses it for its own collectives too.
+    CollectiveCheck* check = nullptr;
+    // What the owner broadcasts after each synchronized step (the
+    // buffers, from `bytes_after_step_root`), agreed on with the step.
+    uint64_t bytes_after_step = 0;
+    int bytes_after_step_root = 0;
   };
 
   // `params`: float32 CPU tensors that require grad. `comm` outlives this.
@@ -153,14 +162,20 @@ class Reducer {
   std::vector<std::vector<size_t>> plan() const;
 
   // The implicit protocol (ddp::DistributedDataParallel): nothing is called
-  // around backward. The first gradient of a backward arms the reducer: a
-  // new group adopts what each .grad holds (the user zeroes gradients, as
-  // in PyTorch), then PrepareBackward with what `sync` says (no value: only
-  // accumulate); and a callback is queued on the autograd engine, which
-  // runs on the backward's thread once backward is done: `waiting` (may be
-  // empty), then `finished` with FinishBackward's result for a synchronized
-  // backward (an OK, empty one otherwise). `finished` may throw: backward
-  // then rethrows. Call once, before the first backward.
+  // around backward. Every backward on the training thread arms the
+  // reducer, whether or not it reaches a parameter (its first node does,
+  // seen through a RecordFunction callback on backward functions, present
+  // only between backwards; the first gradient hook does if that is not
+  // seen): a new group adopts what each .grad holds (the user zeroes
+  // gradients, as in PyTorch), then PrepareBackward with what `sync` says
+  // (no value: only accumulate); and a callback is queued on the autograd
+  // engine, which runs on the backward's thread once backward is done:
+  // `waiting` (may be empty), then `finished` with FinishBackward's result
+  // for a synchronized backward (an OK, empty one otherwise). So a rank
+  // whose loss reached no parameter still takes part in the step, with
+  // zero gradients, and its collectives stay aligned with its peers'.
+  // `finished` may throw: backward then rethrows. Call once, before the
+  // first backward, on the training thread.
   using FinishedCallback = std::function<void(bool sync, absl::StatusOr<ReductionStats>)>;
   struct ImplicitHooks {
     // Whether this backward synchronizes, and with which control words.
@@ -202,8 +217,13 @@ class Reducer {
   // After the first synchronized step: buckets in the observed ready order
   // (rank 0's). A collective.
   absl::Status RebuildIfDue();
-  // Implicit protocol: arms the reducer from the first hook of a backward.
+  // Implicit protocol: arms the reducer from the first node or gradient
+  // hook of a backward.
   void ArmImplicit();
+  // Between backwards: the next backward node run on this thread arms it.
+  void WatchForBackward();
+  void UnwatchBackward();
+  friend struct BackwardWatch;
   void MarkReady(size_t param);
   // Marks a bucket complete and queues every complete bucket whose
   // predecessors are queued, in plan order.
@@ -216,6 +236,9 @@ class Reducer {
   absl::Status ReduceCompressed(Bucket& bucket, float world);
   // PowerSGD's, once it has started; the float32 bytes sent in `*wire`.
   absl::Status ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire);
+  // Before the step's first bucket: all ranks are at the same step with
+  // the same buckets (Options::check).
+  absl::Status AgreeOnStep();
   // The flags and control words after the gradients, exactly: flags
   // averaged, control words summed.
   absl::Status ReduceTail(Bucket& bucket, float world);

@@ -146,6 +146,23 @@ TEST(DistributedDataParallel, Backward_GradientsReadyWithoutAnyCall_NoSyncAccumu
   sgd.step();
 }
 
+TEST(DistributedDataParallel, BackwardReachingNoParameter_StillASynchronizedStep) {
+  auto session = Alone();
+  torch::nn::Linear net(3, 2);
+  ddp::DistributedDataParallel ddp(*session, net.ptr());
+  net->forward(torch::ones({4, 3})).sum().backward();
+  EXPECT_EQ(ddp.last_reduction().unused_parameters, 0u);
+  // A loss computed from the output detached: no parameter is reached, yet
+  // the step takes place (with every rank, in a world of several), its
+  // parameters all unused.
+  torch::Tensor detached = net->forward(torch::ones({4, 3})).detach().requires_grad_();
+  detached.sum().backward();
+  EXPECT_EQ(ddp.last_reduction().unused_parameters, 2u);
+  EXPECT_EQ(ddp.last_reduction().globally_unused_parameters, 2u);
+  // The parameters' gradients stay as they were.
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 4.0f)));
+}
+
 TEST(DistributedDataParallel, BackwardThatThrowsPartWay_NextBackwardStillAverages) {
   auto session = Alone();
   torch::nn::Linear first(3, 3), second(3, 2);

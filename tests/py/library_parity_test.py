@@ -9,6 +9,7 @@ Then what a user gets wrong: no environment, models that differ, no_sync
 guards nested."""
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -240,6 +241,57 @@ class LibraryParityTest(unittest.TestCase):
         for step, (a, b) in enumerate(zip(ours, ref), start=1):
             self.assertAlmostEqual(a, b, delta=tolerance * max(1.0, abs(b)),
                                    msg="%s%s, step %d" % (tag, name, step))
+
+    def digests_and_losses(self, tag, outs):
+        """Each rank's final parameter digest, and rank 0's losses of run TAG."""
+        digests = [re.search(r"rank %d parameter digest (\w+)" % rank, "\n".join(outs)).group(1)
+                   for rank in range(2)]
+        return digests, read_floats(os.path.join(self.dir, tag + "losses-0.txt"))
+
+    def test_a_rank_whose_loss_reaches_no_parameter_takes_part_with_zero_gradients(self):
+        # Rank 1's loss reaches no parameter on every third step: it must
+        # train exactly as if its loss were the network's times zero (every
+        # gradient zero there), on both transports, with replicas bit-equal.
+        for backend, env in (("gloo", {}), ("shm", {"LOCAL_WORLD_SIZE": "2"})):
+            with self.subTest(backend=backend):
+                runs = {}
+                for flag, tag in (("--zero_loss_steps", "zl-"), ("--no_param_steps", "np-")):
+                    codes, outs = run_ranks([TRAINER, self.dir, flag], env_extra=env, timeout=120)
+                    self.assertEqual(codes, [0, 0], "\n".join(outs))
+                    self.assertIn("done over " + backend, outs[0])
+                    digests, losses = self.digests_and_losses(tag, outs)
+                    self.assertEqual(digests[0], digests[1], "replicas differ after " + flag)
+                    runs[flag] = (digests[0], losses)
+                self.assertEqual(runs["--no_param_steps"], runs["--zero_loss_steps"])
+
+    def test_under_ddp_run_a_rank_whose_loss_reaches_no_parameter_trains_on(self):
+        codes, outs = run_ranks([TRAINER, self.dir, "--zero_loss_steps"],
+                                env_extra={"LOCAL_WORLD_SIZE": "2"}, timeout=120)
+        self.assertEqual(codes, [0, 0], "\n".join(outs))
+        expected, _ = self.digests_and_losses("zl-", outs)
+        done = subprocess.run([os.path.join(BIN, "ddp-run"), "--nproc=2", "--threads=1", "--",
+                               TRAINER, self.dir, "--no_param_steps"],
+                              capture_output=True, text=True, timeout=120, env=thread_env())
+        self.assertEqual(done.returncode, 0, done.stdout[-3000:] + done.stderr[-3000:])
+        digests, _ = self.digests_and_losses("np-", [done.stdout])
+        self.assertEqual(digests, expected)
+        self.assertIn("job program SUCCEEDED", done.stdout)
+
+    def test_misaligned_collectives_fail_every_rank_naming_what_each_did(self):
+        # Rank 1 calls barrier() where rank 0 goes on to its backward: both
+        # fail at once, each naming both ranks' collectives, on both
+        # transports (not wrong numbers, a hang or an abort).
+        for backend, env in (("gloo", {}), ("shm", {"LOCAL_WORLD_SIZE": "2"})):
+            with self.subTest(backend=backend):
+                codes, outs = run_ranks([TRAINER, self.dir, "--extra_barrier"], env_extra=env,
+                                        timeout=120)
+                self.assertEqual(codes, [1, 1], "\n".join(outs))
+                for out in outs:
+                    self.assertIn("collectives are misaligned", out)
+                    self.assertRegex(out, r"rank 0 at collective #\d+: the gradients of "
+                                          r"synchronized backward #3 ")
+                    self.assertRegex(out, r"rank 1 at collective #\d+: barrier after "
+                                          r"synchronized backward #2")
 
     def test_no_environment_says_what_to_set(self):
         env = {k: v for k, v in thread_env().items()

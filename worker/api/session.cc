@@ -131,7 +131,7 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
   auto impl = std::make_unique<Session::Impl>();
   impl->options = options;
   impl->joined = std::move(*session);
-  impl->comm = &impl->joined->communicator();
+  impl->UseCommunicator(&impl->joined->communicator());
   impl->rank = static_cast<int>(impl->joined->assignment().rank());
   impl->world_size = static_cast<int>(impl->joined->assignment().world_size());
   impl->last_report = absl::Now();
@@ -139,13 +139,15 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
 }
 
 std::string Session::Impl::Explain(const absl::Status& status, const std::string& what) const {
-  const std::string ended = joined ? joined->ended_reason() : "";
+  // The program's own fault stands, whatever the coordinator did next.
+  const std::string ended = joined && !IsMisaligned(status) ? joined->ended_reason() : "";
   if (!ended.empty()) return absl::StrCat(what, ": ", ended);
   return absl::StrCat(what, ": ", status.message());
 }
 
 bool Session::Impl::ReformedAfter(const absl::Status& failure) {
-  if (!joined || !elastic) return false;
+  // Misaligned collectives are the program's: re-forming would not help.
+  if (!joined || !elastic || IsMisaligned(failure)) return false;
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   DDP_LOG(Warning) << "a collective of the program's own was cut short by a re-formation ("
                    << failure.message() << "); it keeps this rank's values";
@@ -242,7 +244,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
     auto created = ShmCommunicator::Create(gloo_store, shm);
     if (created.ok()) {
       impl->owned = std::move(*created);
-      impl->comm = impl->owned.get();
+      impl->UseCommunicator(impl->owned.get());
       return std::unique_ptr<Session>(new Session(std::move(impl)));
     }
     // Every rank learns the same outcome, so "auto" falls back together.
@@ -260,7 +262,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   Check(created.status(), absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                        ": the ranks could not connect"));
   impl->owned = std::move(*created);
-  impl->comm = impl->owned.get();
+  impl->UseCommunicator(impl->owned.get());
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -319,8 +321,10 @@ void Session::all_reduce_sum(torch::Tensor& tensor) {
     throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
   }
   if (impl_->Joining()) return;
-  if (absl::Status s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
-      !s.ok()) {
+  absl::Status s = impl_->check->Agree(
+      Collective{CollectiveKind::kAllReduce, static_cast<uint64_t>(tensor.numel())});
+  if (s.ok()) s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
+  if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "all_reduce_sum"));
   }
@@ -330,8 +334,15 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
   if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
     throw Error("broadcast takes a contiguous CPU tensor");
   }
+  if (root < 0 || root >= impl_->world_size) {
+    throw Error(
+        absl::StrCat("broadcast from rank ", root, ": not a rank of the ", impl_->world_size));
+  }
   if (impl_->Joining()) return;
-  if (absl::Status s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root); !s.ok()) {
+  absl::Status s = impl_->check->Agree(
+      Collective{CollectiveKind::kBroadcast, static_cast<uint64_t>(tensor.nbytes()), 0, root});
+  if (s.ok()) s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root);
+  if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "broadcast"));
   }
@@ -339,8 +350,8 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
 
 void Session::barrier() {
   if (impl_->Joining()) return;
-  float one = 1;
-  if (absl::Status s = impl_->comm->AllReduceSum(&one, 1); !s.ok()) {
+  // The check is an all-reduce every rank makes: a barrier by itself.
+  if (absl::Status s = impl_->check->Agree(Collective{CollectiveKind::kBarrier}); !s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "barrier"));
   }

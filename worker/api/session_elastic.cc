@@ -21,7 +21,8 @@ void Session::Impl::OnCommitted() {
 }
 
 bool Session::Impl::VoidStep(const absl::Status& failure) {
-  if (!joined || !elastic) return false;
+  // Misaligned collectives are the program's: re-forming would not help.
+  if (!joined || !elastic || IsMisaligned(failure)) return false;
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   // Nothing has moved since the last committed step yet: keep it, to undo
   // what the optimizer is about to do with these gradients.
@@ -49,7 +50,7 @@ void Session::Impl::AtStepBoundary() {
       }
     }
     const v1::Assignment& a = joined->assignment();
-    comm = &joined->communicator();
+    UseCommunicator(&joined->communicator());
     rank = static_cast<int>(a.rank());
     world_size = static_cast<int>(a.world_size());
     const int source = static_cast<int>(a.source_rank());
@@ -74,7 +75,8 @@ void Session::Impl::TakeUpState(int source) {
     bytes = offered ? *offered : Serialize(committed_step, committed_epoch, committed_cursor);
   }
   uint64_t size = bytes.size();
-  absl::Status s = comm->Broadcast(&size, sizeof(size), source);
+  absl::Status s = check->Agree(Collective{CollectiveKind::kState, 0, 0, source});
+  if (s.ok()) s = comm->Broadcast(&size, sizeof(size), source);
   if (s.ok()) {
     bytes.resize(size);
     s = comm->Broadcast(bytes.data(), size, source);

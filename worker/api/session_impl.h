@@ -19,6 +19,7 @@
 #include "ddp/v1/worker.pb.h"
 #include "worker/api/coordinator_session.h"
 #include "worker/api/store_server.h"
+#include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
 
@@ -86,6 +87,12 @@ struct Session::Impl {
   // are past the program's start, so its own collectives are skipped.
   bool Joining() const;
 
+  // The collectives go over `c` from now on, checked in order afresh.
+  void UseCommunicator(Communicator* c) {
+    comm = c;
+    check = std::make_unique<CollectiveCheck>(c);
+  }
+
   Options options;
   int rank = 0;
   int world_size = 1;
@@ -93,6 +100,9 @@ struct Session::Impl {
   std::unique_ptr<CoordinatorSession> joined;  // with a coordinator
   Communicator* comm = nullptr;                // the one above's, or `owned`
   std::shared_ptr<Communicator> owned;
+  // Every collective of the session, its DistributedDataParallel and its
+  // reducer is agreed on through this first (see collective_check.h).
+  std::unique_ptr<CollectiveCheck> check;
   std::shared_ptr<SessionGate> gate;
   std::optional<SamplerLink> sampler;
   std::optional<DdpLink> ddp;
