@@ -299,7 +299,7 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
     if (!report.parameter_digest().empty()) {
       worker->parameter_digest = report.parameter_digest();
       worker->digest_step = report.step();
-      absl::Status same = job_.OnParameterDigest(rank, report.step(), report.parameter_digest());
+      absl::Status same = job_.OnParameterDigest(rank, report);
       if (!same.ok()) {
         DDP_LOG(Error) << same.message();
         FailJobLocked(std::string(same.message()), fx);

@@ -122,7 +122,10 @@ class Session {
   void report_step(double loss, uint64_t samples, uint64_t epoch = 0);
   // This rank is done: tells the coordinator and waits (at most the
   // timeout) until every rank is, so that its going is not taken for a
-  // fault. Idempotent; without a coordinator it does nothing.
+  // fault. Then throws ddp::Error with the job's message if the job did not
+  // succeed (it failed, say when replicas diverged, or was cancelled), so
+  // that the program exits non-zero; the destructor, which can't throw,
+  // only logs it. Idempotent; without a coordinator it does nothing.
   void finish();
 
   // Elastic training: what must travel when the job re-forms.

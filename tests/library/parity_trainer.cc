@@ -215,6 +215,10 @@ int main(int argc, char** argv) {
         double step_loss = 0;
         ++step;
         if (flag == "--extra_barrier" && skipper && step == 3) session->barrier();
+        if (flag == "--diverge" && skipper && step == 50) {
+          torch::NoGradGuard no_grad;
+          net->aux->bias.add_(1e-3);
+        }
         if ((flag == "--no_param_steps" || flag == "--zero_loss_steps") && skipper &&
             step % 3 == 1) {
           // The same forward either way (BatchNorm's statistics move alike).
@@ -244,6 +248,7 @@ int main(int argc, char** argv) {
         char line[64];
         std::snprintf(line, sizeof(line), "%.9g\n", step_loss);
         losses << line;
+        session->report_step(step_loss, batch.target.size(0), epoch);
       }
     }
     if (session->rank() == 0) {
@@ -253,6 +258,7 @@ int main(int argc, char** argv) {
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());
       }
     }
+    session->finish();  // throws unless the job succeeded (with a coordinator)
     std::cout << "rank " << session->rank() << " parameter digest " << Digest(m.parameters) << "\n";
     std::cout << "rank " << session->rank() << " done over " << session->backend()
               << "; last reduction: " << model.last_reduction().buckets << " buckets, "

@@ -241,6 +241,7 @@ TEST_P(ReducerTest, GradientAccumulation_BranchUsedOnlyInANoSyncMicroBatch_Avera
   // Rank 0 takes the branch in the first micro-batch only; nobody takes it
   // in the synchronized one. PyTorch would leave rank 0's own gradient there
   // (and none elsewhere): replicas that drift.
+  std::vector<at::Tensor> grads(world);  // each rank's branch gradient
   Run([&](int rank, Communicator* comm) {
     Net net = init.Clone();
     auto reducer = *Reducer::Create(net.params, comm, SmallBuckets());
@@ -270,7 +271,12 @@ TEST_P(ReducerTest, GradientAccumulation_BranchUsedOnlyInANoSyncMicroBatch_Avera
     }
     ASSERT_TRUE(want[4].defined());
     ExpectGradsEqual(net, want, rank);
+    grads[rank] = net.p(4).grad().clone();  // its own slot: no lock
   });
+  // The replicas take the same step: bit for bit, not only close.
+  for (int r = 1; r < world; ++r) {
+    EXPECT_TRUE(torch::equal(grads[r], grads[0])) << "rank " << r << " differs from rank 0";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerTest,

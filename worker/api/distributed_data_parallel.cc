@@ -266,13 +266,20 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
   }
   impl_->Attach(root);
   Impl* impl = impl_.get();
-  s.ddp = DdpLink{[impl] { impl->reducer.reset(); }, [impl](int from) { impl->Attach(from); },
-                  [impl] { impl->ZeroGrads(); },
-                  [impl] {
-                    std::vector<torch::Tensor> tensors;
-                    for (auto& [name, t] : impl->params) tensors.push_back(t);
-                    return TensorDigest(tensors);
-                  }};
+  auto tensors = [impl] {
+    std::vector<torch::Tensor> out;
+    for (auto& [name, t] : impl->params) out.push_back(t);
+    return out;
+  };
+  s.ddp =
+      DdpLink{[impl] { impl->reducer.reset(); },
+              [impl](int from) { impl->Attach(from); },
+              [impl] { impl->ZeroGrads(); },
+              [tensors] { return TensorDigest(tensors()); },
+              [tensors] { return TensorDigests(tensors(), kParameterDigests); },
+              [impl] {
+                return DigestEntryNames(impl->names, kParameterDigests, kParameterDigestNameBytes);
+              }};
 }
 
 namespace {

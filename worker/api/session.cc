@@ -140,6 +140,11 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
 
 std::string Session::Impl::Explain(const absl::Status& status, const std::string& what) const {
   // The program's own fault stands, whatever the coordinator did next.
+  if (joined && !IsMisaligned(status)) {
+    if (const std::string failure = joined->job_failure(); !failure.empty()) {
+      return absl::StrCat(what, ": ", failure);
+    }
+  }
   const std::string ended = joined && !IsMisaligned(status) ? joined->ended_reason() : "";
   if (!ended.empty()) return absl::StrCat(what, ": ", ended);
   return absl::StrCat(what, ": ", status.message());
@@ -168,7 +173,17 @@ Session::~Session() {
         absl::StrCat("rank ", impl_->rank, "'s program left with an exception (see its output)"));
     return;
   }
-  finish();
+  impl_->Finish();
+  // A destructor can't throw: finish() is where a program learns this.
+  if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
+    DDP_LOG(Error) << failure << " (ddp::Session::finish() throws this as a ddp::Error)";
+  }
+}
+
+void Session::Impl::Finish() {
+  if (finished) return;
+  finished = true;
+  joined->Finish(absl::Seconds(options.timeout_seconds));
 }
 
 std::unique_ptr<Session> Session::FromEnvironment() {
@@ -300,9 +315,18 @@ void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
   report.set_step_seconds(absl::ToDoubleSeconds(now - impl_->last_report));
   *report.mutable_reduction() = impl_->last_reduction;
   // Now and then the replicas' fingerprint: the coordinator fails the job,
-  // naming both ranks, if two ranks' differ at the same step.
+  // naming both ranks and the parameters that differ, if two ranks' differ
+  // at the same step. The names go once a generation: the coordinator
+  // keeps them.
   if (impl_->ddp && report.step() % kDigestEvery == 0) {
     report.set_parameter_digest(impl_->ddp->digest());
+    for (uint64_t d : impl_->ddp->parameter_digests()) report.add_parameter_digests(d);
+    if (impl_->digest_names_sent != report.generation()) {
+      for (std::string& name : impl_->ddp->digest_names()) {
+        report.add_parameter_digest_names(std::move(name));
+      }
+      impl_->digest_names_sent = report.generation();
+    }
   }
   impl_->last_reduction.clear_newly_unused_parameter_names();
   impl_->last_report = now;
@@ -310,9 +334,11 @@ void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
 }
 
 void Session::finish() {
-  if (!impl_->joined || impl_->finished) return;
-  impl_->finished = true;
-  impl_->joined->Finish(absl::Seconds(impl_->options.timeout_seconds));
+  if (!impl_->joined) return;
+  impl_->Finish();
+  if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
+    throw Error(failure);
+  }
 }
 
 void Session::all_reduce_sum(torch::Tensor& tensor) {

@@ -46,6 +46,10 @@ void Session::Impl::AtStepBoundary() {
       // ABORTED: the new generation ended too before it formed; wait for the
       // next one.
       if (!absl::IsAborted(s) || !joined->ended() || absl::Now() >= deadline) {
+        // The job ended (it failed, say) rather than re-forming: say why.
+        if (const std::string failure = joined->job_failure(); !failure.empty()) {
+          throw Error(failure);
+        }
         throw Error(absl::StrCat("the job could not re-form: ", s.message()));
       }
     }
