@@ -100,6 +100,8 @@ class DistributedDataParallel {
   DistributedDataParallel(Session& session, std::shared_ptr<torch::nn::Module> module)
       : DistributedDataParallel(session, std::move(module), Options{}) {}
   DistributedDataParallel(Session& session, torch::jit::Module& module, Options options);
+  DistributedDataParallel(Session& session, torch::jit::Module& module)
+      : DistributedDataParallel(session, module, Options{}) {}
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

@@ -16,7 +16,12 @@
 // same steps its loss is the network's times zero. Both give every
 // parameter a zero gradient on rank 1 there, so they must train alike.
 // --extra_barrier: rank 1 calls barrier() once where rank 0 does not.
-// Each rank prints a digest of its final parameters.
+// --diverge: rank 1 nudges aux.bias after step 50, so that the replicas
+// differ there (the coordinator compares them at step 100).
+// Then, optionally: --elastic (the model, or the TorchScript module, and the
+// optimizer are the elastic state), --epochs=N (2 by default).
+// Each rank reports its steps (to a coordinator, if joined), finishes, and
+// prints a digest of its final parameters.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -148,6 +153,13 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   const std::string flag = argc > 2 ? argv[2] : "";
+  bool elastic = false;
+  int epochs = 2;
+  for (int i = 3; i < argc; ++i) {
+    const std::string extra = argv[i];
+    if (extra == "--elastic") elastic = true;
+    if (extra.rfind("--epochs=", 0) == 0) epochs = std::stoi(extra.substr(9));
+  }
   torch::set_num_threads(1);
   try {
     std::unique_ptr<ddp::Session> session = ddp::Session::FromEnvironment();
@@ -194,13 +206,23 @@ int main(int argc, char** argv) {
                                                           : "";
     const bool skipper = session->rank() == 1;
     int step = 0;
+    if (elastic) {
+      ddp::Session::ElasticState state;
+      state.optimizer = &optimizer;
+      if (scripted) {
+        state.script_module = &script;
+      } else {
+        state.module = net.ptr();
+      }
+      session->set_elastic_state(state);
+    }
     std::ofstream losses(dir + "/" + tag + "losses-" + std::to_string(session->rank()) + ".txt");
     std::ofstream eval_losses(dir + "/" + tag + "eval-" + std::to_string(session->rank()) + ".txt");
     const torch::Tensor probe_x =
         torch::stack({dataset.get(0).data, dataset.get(1).data, dataset.get(2).data});
     const torch::Tensor probe_y =
         torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
-    for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int epoch = static_cast<int>(session->start_epoch()); epoch < epochs; ++epoch) {
       for (auto& batch : *loader) {
         {
           torch::NoGradGuard no_grad;

@@ -100,6 +100,22 @@ std::pair<std::string, int> SplitHostPort(const std::string& address) {
   return {host, port};
 }
 
+// Before any communicator: every rank arrives once. A second arrival at a
+// rank means another job's ranks found this rendezvous (two jobs on one
+// MASTER_PORT: the second's rank 0 could not serve it) or two ranks share
+// a RANK: said now, not after the timeout.
+void CheckArrival(StoreClient& store, const Session::Options& options, const std::string& address) {
+  const std::string where =
+      absl::StrCat("the rendezvous at ", address, " (MASTER_PORT=", options.master_port, ")");
+  absl::StatusOr<int64_t> arrived = store.Add(absl::StrCat("arrived/", options.rank), 1);
+  Check(arrived.status(), absl::StrCat("rank ", options.rank, ": ", where));
+  if (*arrived > 1) {
+    throw Error(absl::StrCat("rank ", options.rank, " already joined ", where,
+                             ": another job is using MASTER_PORT=", options.master_port,
+                             " (give each job its own), or two ranks have RANK=", options.rank));
+  }
+}
+
 std::string ProgramName() {
   char path[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -248,6 +264,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
                              "same for every rank?"));
   }
   StoreClient store(v1::Coordinator::NewStub(channel), "session", 1);
+  CheckArrival(store, options, address);
   CoordinatorGlooStore gloo_store(&store, timeout);
   const bool one_machine = options.local_world_size == options.world_size &&
                            options.world_size <= ShmCommunicator::kMaxRanks;
