@@ -16,6 +16,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace ddp {
@@ -27,12 +29,22 @@ std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usa
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
   // It also claims SIGTERM: ours asks for a clean stop instead.
   CatchTerminationSignals();
-  absl::SetProgramUsageMessage(usage);
+  std::string name = argv[0];
+  name = name.substr(name.rfind('/') + 1);
+  // absl prints "NAME: " before the usage; ours start with the binary's
+  // name too (they read better in the source), which --help would double.
+  absl::string_view text = usage;
+  absl::ConsumePrefix(&text, absl::StrCat(name, ": "));
+  absl::SetProgramUsageMessage(text);
   // --help lists the flags of the binary's main.cc (absl's default looks for
-  // a file named like the program, and ours are called main.cc).
+  // a file named like the program, and ours are called main.cc), under the
+  // program's name rather than the path it was built from.
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "/main.cc");
+  config.normalize_filename = [name](absl::string_view file) {
+    return absl::EndsWith(file, "/main.cc") ? name : std::string(file);
+  };
+  config.contains_help_flags = [name](absl::string_view file) {
+    return file == name || absl::EndsWith(file, "/main.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);

@@ -332,7 +332,7 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
     if (!report.parameter_digest().empty()) {
       worker->parameter_digest = report.parameter_digest();
       worker->digest_step = report.step();
-      absl::Status same = job_.OnParameterDigest(rank, report.step(), report.parameter_digest());
+      absl::Status same = job_.OnParameterDigest(rank, report);
       if (!same.ok()) {
         DDP_LOG(Error) << same.message();
         FailJobLocked(std::string(same.message()), fx);
@@ -504,9 +504,19 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
+    // A program that said it was done, leaving as told once its job ended:
+    // gone, but DONE in the status, not lost.
+    const WorkerRecord* before = registry_.FindAttached(session.worker_id, session.id);
+    const bool finished = before != nullptr && before->capabilities.program() &&
+                          before->state == v1::WORKER_STATE_DONE && job_.ended();
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
-    OnWorkerLostLocked(registry_.Find(session.worker_id), &fx);
+    WorkerRecord* worker = registry_.Find(session.worker_id);
+    OnWorkerLostLocked(worker, &fx);
+    if (finished) {
+      worker->state = v1::WORKER_STATE_DONE;
+      worker->detail = "done; its program exited after the job ended";
+    }
   }
   Apply(fx);
 }

@@ -577,6 +577,10 @@ void Coordinator::StopProgramsLocked(Effects* fx) {
     if (w == nullptr || !w->capabilities.program()) continue;
     v1::CoordinatorMessage message;
     message.mutable_stop()->set_reason(reason);
+    // The program's finish() throws with the job's message unless it
+    // succeeded, so that it exits non-zero.
+    message.mutable_stop()->set_outcome(job_.outcome());
+    message.mutable_stop()->set_job_message(job_.message());
     fx->sends.emplace_back(channel.second, std::move(message));
   }
 }

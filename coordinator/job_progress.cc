@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/quote.h"
 
@@ -153,6 +154,19 @@ std::optional<uint64_t> JobProgress::checkpoint_step() const {
   return last_checkpoint_step_;
 }
 
+v1::JobOutcome JobProgress::outcome() const {
+  switch (state_) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return v1::JOB_OUTCOME_SUCCEEDED;
+    case v1::JOB_STATE_FAILED:
+      return v1::JOB_OUTCOME_FAILED;
+    case v1::JOB_STATE_CANCELLED:
+      return v1::JOB_OUTCOME_CANCELLED;
+    default:  // not ended
+      return v1::JOB_OUTCOME_UNSPECIFIED;
+  }
+}
+
 absl::Duration JobProgress::median_step_time() const {
   if (step_seconds_.empty()) return absl::ZeroDuration();
   std::vector<double> sorted(step_seconds_.begin(), step_seconds_.end());
@@ -160,16 +174,45 @@ absl::Duration JobProgress::median_step_time() const {
   return absl::Seconds(sorted[sorted.size() / 2]);
 }
 
-absl::Status JobProgress::OnParameterDigest(uint32_t rank, uint64_t step,
-                                            const std::string& digest) {
-  auto [it, inserted] = digests_.emplace(step, std::make_pair(digest, rank));
-  if (!inserted && it->second.first != digest) {
-    return absl::DataLossError(absl::StrCat("replicas diverged: after step ", step, " rank ",
-                                            it->second.second, " has parameter digest ",
-                                            it->second.first, " but rank ", rank, " has ", digest));
+absl::Status JobProgress::OnParameterDigest(uint32_t rank, const v1::StepReport& report) {
+  const auto& per_parameter = report.parameter_digests();
+  if (!report.parameter_digest_names().empty() &&
+      report.parameter_digest_names_size() == per_parameter.size()) {
+    digest_names_.assign(report.parameter_digest_names().begin(),
+                         report.parameter_digest_names().end());
   }
-  while (digests_.size() > 16) digests_.erase(digests_.begin());
-  return absl::OkStatus();
+  const std::string& digest = report.parameter_digest();
+  // Within a generation: a later one may train a step number again from
+  // other weights (the step in flight at a fault, or every step when no
+  // state survived it).
+  auto [it, inserted] = digests_.try_emplace({report.generation(), report.step()});
+  StepDigests& first = it->second;
+  if (inserted) {
+    first.digest = digest;
+    first.rank = rank;
+    first.per_parameter.assign(per_parameter.begin(), per_parameter.end());
+    while (digests_.size() > 16) digests_.erase(digests_.begin());
+    return absl::OkStatus();
+  }
+  if (first.digest == digest) return absl::OkStatus();
+  std::string message =
+      absl::StrCat("replicas diverged: after step ", report.step(), " rank ", first.rank,
+                   " has parameter digest ", first.digest, " but rank ", rank, " has ", digest);
+  if (!per_parameter.empty() &&
+      per_parameter.size() == static_cast<int>(first.per_parameter.size())) {
+    const bool named = digest_names_.size() == first.per_parameter.size();
+    constexpr size_t kShown = 8;
+    std::vector<std::string> differ;
+    size_t count = 0;
+    for (int i = 0; i < per_parameter.size(); ++i) {
+      if (per_parameter[i] == first.per_parameter[i]) continue;
+      if (++count <= kShown) differ.push_back(named ? digest_names_[i] : absl::StrCat("#", i));
+    }
+    absl::StrAppend(&message, "; the parameters that differ: ", absl::StrJoin(differ, ", "),
+                    count > kShown ? absl::StrCat(" and ", count - kShown, " more") : "", " (",
+                    count, " of ", per_parameter.size(), ")");
+  }
+  return absl::DataLossError(message);
 }
 
 bool JobProgress::OnRankDone(uint32_t rank) {

@@ -44,6 +44,10 @@ class JobProgress {
            state_ == v1::JOB_STATE_CANCELLED;
   }
   v1::JobState state() const { return state_; }
+  // How the job ended, as its programs are told (UNSPECIFIED until it has).
+  v1::JobOutcome outcome() const;
+  // What the job is doing, or how it ended (why it failed).
+  const std::string& message() const { return message_; }
   const v1::JobSpec& spec() const { return spec_; }
   const std::string& id() const { return spec_.name(); }
   // The spec's fingerprint (SpecDigest), computed once.
@@ -68,10 +72,13 @@ class JobProgress {
   void OnCheckpoint(const v1::CheckpointResult& result);
   // A worker holds this job's state at `held.step`: that step was committed.
   void OnHeldState(const v1::HeldState& held);
-  // Rank's parameter digest after `step`. DATA_LOSS naming both ranks when
-  // another rank reported a different digest for the same step: the
-  // replicas diverged.
-  absl::Status OnParameterDigest(uint32_t rank, uint64_t step, const std::string& digest);
+  // Rank's parameter digest after the step of `report` (a checked report
+  // with parameter_digest set). DATA_LOSS naming both ranks when another
+  // rank reported a different digest for the same step of the same
+  // generation: the replicas diverged; where both sent per-parameter digests, it names the
+  // parameters that differ (by the names the last report that had them
+  // gave, else by position).
+  absl::Status OnParameterDigest(uint32_t rank, const v1::StepReport& report);
   // Rank finished its last step. Returns true when every rank has, and marks
   // the job succeeded.
   bool OnRankDone(uint32_t rank);
@@ -131,8 +138,16 @@ class JobProgress {
   std::string last_checkpoint_path_;
   std::string checkpoint_error_;
   std::vector<v1::EpochResult> epochs_;
-  // step -> (digest, first rank to report it), for recent steps.
-  std::map<uint64_t, std::pair<std::string, uint32_t>> digests_;
+  // Recent steps' digests, as the first rank to report each gave them, by
+  // (generation, step).
+  struct StepDigests {
+    std::string digest;
+    uint32_t rank = 0;
+    std::vector<uint64_t> per_parameter;
+  };
+  std::map<std::pair<uint64_t, uint64_t>, StepDigests> digests_;
+  // What each per-parameter digest covers (bounded by the report checks).
+  std::vector<std::string> digest_names_;
   // (time, global step) over the recent past, for the ETA.
   std::deque<std::pair<absl::Time, uint64_t>> rate_window_;
   // Wall times of recent steps, for the hang threshold.

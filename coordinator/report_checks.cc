@@ -1,5 +1,6 @@
 #include "coordinator/report_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -27,6 +28,36 @@ absl::Status CheckHeartbeat(const v1::Heartbeat& heartbeat, uint64_t start_step)
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+// The coordinator keeps a report's per-parameter digests for a few steps,
+// and the names for the job: both bounded here.
+absl::Status CheckParameterDigests(const v1::StepReport& report) {
+  const size_t digests = report.parameter_digests_size();
+  const size_t names = report.parameter_digest_names_size();
+  if (digests > kMaxParameterDigests || names > kMaxParameterDigests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report of step ", report.step(), ": ", std::max(digests, names),
+                     " per-parameter digests or names; the limit is ", kMaxParameterDigests,
+                     " (one per run of consecutive parameters beyond); the batch was dropped"));
+  }
+  if (names > 0 && names != digests) {
+    return absl::InvalidArgumentError(absl::StrCat("step report of step ", report.step(), ": ",
+                                                   names, " parameter digest names for ", digests,
+                                                   " digests; the batch was dropped"));
+  }
+  for (const std::string& name : report.parameter_digest_names()) {
+    if (name.size() > kMaxParameterDigestNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step report of step ", report.step(), ": a parameter digest name is ", name.size(),
+          " bytes; the limit is ", kMaxParameterDigestNameBytes, "; the batch was dropped"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_step) {
   if (static_cast<size_t>(batch.reports_size()) > kMaxReportsPerBatch) {
@@ -59,6 +90,7 @@ absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_s
                        report.parameter_digest().size(), " bytes; the limit is ", kMaxDigestBytes,
                        "; the batch was dropped"));
     }
+    if (absl::Status s = CheckParameterDigests(report); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

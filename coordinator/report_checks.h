@@ -21,6 +21,10 @@ inline constexpr size_t kMaxReportsPerBatch = 10'000;
 inline constexpr uint64_t kMaxStepAdvance = uint64_t{1} << 40;
 // Bytes of a parameter digest (ParameterDigest gives 16 hex digits).
 inline constexpr size_t kMaxDigestBytes = 64;
+// Per-parameter digests in one report, and bytes of each one's name (the
+// library sends at most these: worker/api/session_impl.h).
+inline constexpr size_t kMaxParameterDigests = 4096;
+inline constexpr size_t kMaxParameterDigestNameBytes = 256;
 
 // OK when `step` is at most kMaxStepAdvance beyond `start_step`.
 absl::Status CheckStep(uint64_t step, uint64_t start_step);
@@ -32,8 +36,8 @@ absl::Status CheckHeartbeat(const v1::Heartbeat& heartbeat, uint64_t start_step)
 
 // Every report of `batch`, in a generation that started at `start_step`:
 // the batch size, each step, a finite non-negative step_seconds, the digest
-// size. A NaN or infinite loss is allowed (a diverging model reports one);
-// it is shown as it is.
+// size, the per-parameter digests and their names (counts and sizes). A NaN or infinite loss is
+// allowed (a diverging model reports one); it is shown as it is.
 absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_step);
 
 }  // namespace ddp

@@ -171,7 +171,8 @@ CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
   });
 
   SessionEnd end = SessionEnd::kRetry;
-  std::string stop_reason = "the worker is shutting down";
+  v1::Stop stop;
+  stop.set_reason("the worker is shutting down");
   v1::CoordinatorMessage message;
   while (stream->Read(&message)) {
     if (message.has_assignment()) {
@@ -182,7 +183,7 @@ CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
       handler_->OnPrepare(message.prepare());
     } else if (message.has_stop()) {
       DDP_LOG(Info) << "stop: " << message.stop().reason();
-      stop_reason = message.stop().reason();
+      stop = message.stop();
       end = SessionEnd::kStopped;
       stopping_ = true;
       break;
@@ -197,7 +198,7 @@ CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
   const grpc::Status status = stream->Finish();
   clear_context();
   if (end == SessionEnd::kStopped || stopping_) {
-    handler_->OnStopping(stop_reason);
+    handler_->OnStop(stop);
     return SessionEnd::kStopped;
   }
   if (status.error_code() == grpc::StatusCode::ABORTED) {

@@ -68,6 +68,9 @@ class CoordinatorLink {
     // A Stop from the coordinator (with its reason), or Shutdown: Run is
     // about to return 0.
     virtual void OnStopping(const std::string& reason) = 0;
+    // The same with the whole Stop (for Shutdown, one with only a reason),
+    // for a handler that needs how the job ended.
+    virtual void OnStop(const v1::Stop& stop) { OnStopping(stop.reason()); }
   };
 
   // `handler`, `outbox` and `board` outlive the link.

@@ -9,6 +9,12 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <ATen/record_function.h>
+
+#include <optional>
+#include <thread>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -19,6 +25,80 @@ namespace {
 constexpr int64_t kControlWords = 2;
 
 }  // namespace
+
+// Reducers waiting for the next backward on their training thread, and the
+// RecordFunction callback that arms them. It is registered only while one
+// waits, for backward nodes only (forward ops never see it), and the first
+// node that finds its reducers removes it, so the rest of backward costs
+// nothing. Global rather than thread-local: the autograd engine restores a
+// backward's thread-local state around each node, which would undo a
+// removal made inside one.
+struct BackwardWatch {
+  static BackwardWatch& Get() {
+    static BackwardWatch* watch = new BackwardWatch;
+    return *watch;
+  }
+
+  void Add(Reducer* reducer) {
+    absl::MutexLock lock(&mu_);
+    RemoveLocked(reducer);
+    waiting_.emplace_back(std::this_thread::get_id(), reducer);
+    if (!handle_) {
+      handle_ = at::addGlobalCallback(
+          at::RecordFunctionCallback(&OnBackwardNode).scopes({at::RecordScope::BACKWARD_FUNCTION}));
+    }
+  }
+
+  void Remove(Reducer* reducer) {
+    absl::MutexLock lock(&mu_);
+    RemoveLocked(reducer);
+  }
+
+ private:
+  static std::unique_ptr<at::ObserverContext> OnBackwardNode(const at::RecordFunction&) {
+    BackwardWatch& watch = Get();
+    std::vector<Reducer*> mine;
+    {
+      absl::MutexLock lock(&watch.mu_);
+      const std::thread::id here = std::this_thread::get_id();
+      for (auto it = watch.waiting_.begin(); it != watch.waiting_.end();) {
+        if (it->first == here) {
+          mine.push_back(it->second);
+          it = watch.waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      watch.DropCallbackIfIdleLocked();
+    }
+    // Outside the lock: arming may run a collective (the buckets' rebuild).
+    for (Reducer* reducer : mine) {
+      if (!reducer->armed_) reducer->ArmImplicit();
+    }
+    return nullptr;
+  }
+
+  void RemoveLocked(Reducer* reducer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      it = it->second == reducer ? waiting_.erase(it) : it + 1;
+    }
+    DropCallbackIfIdleLocked();
+  }
+
+  void DropCallbackIfIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (waiting_.empty() && handle_) {
+      at::removeCallback(*handle_);
+      handle_.reset();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::optional<at::CallbackHandle> handle_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::thread::id, Reducer*>> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+void Reducer::WatchForBackward() { BackwardWatch::Get().Add(this); }
+void Reducer::UnwatchBackward() { BackwardWatch::Get().Remove(this); }
 
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> params,
                                                          Communicator* comm, Options options) {
@@ -56,6 +136,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, Communicator* comm, Options op
 }
 
 Reducer::~Reducer() {
+  if (implicit_.finished) UnwatchBackward();
   for (auto& [node, key] : hooks_) node->del_post_hook(key);
   {
     absl::MutexLock lock(&mu_);
@@ -136,6 +217,11 @@ absl::Status Reducer::RebuildIfDue() {
     std::vector<int64_t> order(params_.size());
     const std::vector<size_t> mine = CompleteReadyOrder(observed, params_.size());
     for (size_t i = 0; i < mine.size(); ++i) order[i] = static_cast<int64_t>(mine[i]);
+    if (options_.check != nullptr) {
+      absl::Status agreed =
+          options_.check->Agree(Collective{CollectiveKind::kBucketOrder, params_.size(), 0, 0});
+      if (!agreed.ok()) return agreed;
+    }
     absl::Status s = comm_->Broadcast(order.data(), order.size() * sizeof(int64_t), 0);
     if (!s.ok()) return s;
     std::vector<size_t> agreed(order.begin(), order.end());
@@ -178,10 +264,14 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   if (!first_sync_done_) ready_order_.clear();
 }
 
-void Reducer::EnableImplicit(ImplicitHooks hooks) { implicit_ = std::move(hooks); }
+void Reducer::EnableImplicit(ImplicitHooks hooks) {
+  implicit_ = std::move(hooks);
+  WatchForBackward();
+}
 
 void Reducer::ArmImplicit() {
   armed_ = true;
+  UnwatchBackward();  // armed by a gradient hook first: the watch is moot
   const std::optional<ControlWords> words = implicit_.sync();
   const bool sync = words.has_value();
   if (!group_open_) {
@@ -220,6 +310,7 @@ void Reducer::ArmImplicit() {
       reducer->armed_ = false;
       reducer->group_open_ = false;
       if (sync) reducer->FinishBackward().IgnoreError();
+      reducer->WatchForBackward();
     }
   };
   // Made in place: a temporary Disarm would run its destructor now.
@@ -229,6 +320,7 @@ void Reducer::ArmImplicit() {
   torch::autograd::Engine::get_default_engine().queue_callback([this, sync, disarm] {
     disarm->ran = true;
     armed_ = false;
+    WatchForBackward();  // first: `finished` may throw
     if (!sync) {
       implicit_.finished(false, ReductionStats{});
       return;
@@ -255,12 +347,14 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   Bucket& bucket = buckets_[b];
   float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    // As PyTorch counts it: used in this (synchronized) backward; earlier
-    // micro-batches of the group don't count, though their gradient does.
+    // Used in any backward of the group, no_sync micro-batches included
+    // (PyTorch counts only the synchronized one, and leaves a gradient that
+    // only earlier micro-batches produced un-averaged, so replicas drift).
     const size_t p = bucket.params[j];
-    const bool used = from_backward || marked_[p];
+    const bool used = from_backward || used_[p];
     flags[j] = used ? 1.0f : 0.0f;
-    // Kept in case no rank used it: then .grad stays this rank's own.
+    // Kept in case no rank used it: then .grad stays what this rank had
+    // before the group.
     if (!used) params_[p].local = params_[p].view.clone();
   }
   if (bucket.control_words > 0) {
@@ -310,7 +404,12 @@ void Reducer::CommLoop() {
     const absl::Time start = absl::Now();
     uint64_t wire = 0;
     absl::Status s;
-    if (powersgd_ && powersgd_->active()) {
+    // The step's first bucket: every rank must be at the same step, with
+    // the same buckets, before any gradient is summed.
+    if (b == 0 && options_.check != nullptr) s = AgreeOnStep();
+    if (!s.ok()) {
+      // Counted like any bucket below; the rest are skipped.
+    } else if (powersgd_ && powersgd_->active()) {
       s = ReducePowerSgd(buckets_[b], b, world, &wire);
     } else if (options_.compression) {
       s = ReduceCompressed(buckets_[b], world);
@@ -331,6 +430,14 @@ void Reducer::CommLoop() {
     }
     ++done_;
   }
+}
+
+absl::Status Reducer::AgreeOnStep() {
+  uint64_t floats = 0;
+  for (const Bucket& bucket : buckets_) floats += static_cast<uint64_t>(bucket.buffer.numel());
+  return options_.check->Agree(Collective{CollectiveKind::kGradients, floats, buckets_.size(),
+                                          static_cast<int32_t>(options_.bytes_after_step_root),
+                                          options_.bytes_after_step});
 }
 
 absl::Status Reducer::Reduce(Bucket& bucket, float world) {
@@ -408,16 +515,11 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
     if (flag <= 0.0f) {
       ++stats.globally_unused;
-      // As PyTorch: a gradient no rank produced in this backward leaves
-      // .grad as this rank had it (what it had before the group, plus what
-      // earlier micro-batches added), and one that had none stays without
-      // (the optimizer skips it).
-      bool used_in_group;
-      {
-        absl::MutexLock lock(&mu_);
-        used_in_group = used_[i];
-      }
-      if (had_grad_[i] || used_in_group) {
+      // No rank produced this gradient in the whole group: .grad stays as
+      // this rank had it before the group (the same on every rank when the
+      // program zeroes gradients), and one that had none stays without (the
+      // optimizer skips it), as in PyTorch.
+      if (had_grad_[i]) {
         if (p.local.defined()) p.view.copy_(p.local);
       } else {
         p.tensor.mutable_grad().reset();

@@ -14,14 +14,22 @@
 // it, and a vote to leave the generation after this step, so that all ranks
 // leave at the same step boundary.
 //
-// Unused parameters: each bucket carries one "used" flag per parameter
-// (used in the synchronized backward, as PyTorch counts), all-reduced with
-// the gradients. Locally unused parameters contribute what their .grad
-// holds (zeros once zeroed, or what no_sync micro-batches accumulated);
-// globally unused ones (flag sum 0) keep this rank's .grad untouched, as
-// PyTorch does: one that had no gradient stays without, so the optimizer
-// skips it. Nothing waits for a
-// gradient that will never come, and no extra collective is needed.
+// Unused parameters: each bucket carries one "used" flag per parameter,
+// all-reduced with the gradients: set when the parameter got a gradient in
+// any backward of the accumulation group on this rank (the synchronized
+// one or an earlier no_sync micro-batch). A parameter some rank used is
+// averaged over the world, each rank contributing what its .grad holds
+// (zeros once zeroed, or what its micro-batches accumulated); one no rank
+// used (flag sum 0) keeps .grad as it was before the group: one that had
+// no gradient stays without, so the optimizer skips it. Nothing waits for
+// a gradient that will never come, and no extra collective is needed.
+//
+// The one difference from PyTorch's numbers (1.13, find_unused_parameters):
+// a parameter that got a gradient only in no_sync micro-batches, on some
+// ranks, and in the synchronized backward on none. PyTorch counts only the
+// synchronized backward, so it leaves each rank's own un-averaged .grad
+// (and none on a rank that had none), and its replicas drift apart. Here it
+// is averaged like any other, so replicas stay bit-identical.
 //
 // Not thread-safe: one trainer thread calls every method; the autograd
 // hooks run on the thread that calls backward.
@@ -44,6 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/bucket_plan.h"
+#include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/model.h"
 #include "worker/power_sgd.h"
@@ -117,6 +126,14 @@ class Reducer {
     // Split the last bucket again at first_bucket_cap_bytes (see
     // PlanBuckets); off for PyTorch's plan exactly.
     bool split_tail = true;
+    // Where each synchronized step, and the buckets' rebuild, are agreed
+    // on with the other ranks before their collectives (not owned; null:
+    // no check). The owner uses it for its own collectives too.
+    CollectiveCheck* check = nullptr;
+    // What the owner broadcasts after each synchronized step (the
+    // buffers, from `bytes_after_step_root`), agreed on with the step.
+    uint64_t bytes_after_step = 0;
+    int bytes_after_step_root = 0;
   };
 
   // `params`: float32 CPU tensors that require grad. `comm` outlives this.
@@ -136,23 +153,29 @@ class Reducer {
   // micro-batches only accumulate locally.
   void PrepareBackward(bool sync, ControlWords control = {});
   // After the synchronized backward: reduces the buckets backward did not
-  // complete, waits for all, and leaves the .grad of globally unused
-  // parameters as it was before the group. The communicator's error (ABORTED, UNAVAILABLE, ...) if
-  // a collective failed.
+  // complete, waits for all, and leaves the .grad of parameters no rank
+  // used in the group as it was before the group. The communicator's error
+  // (ABORTED, UNAVAILABLE, ...) if a collective failed.
   absl::StatusOr<ReductionStats> FinishBackward();
 
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<size_t>> plan() const;
 
   // The implicit protocol (ddp::DistributedDataParallel): nothing is called
-  // around backward. The first gradient of a backward arms the reducer: a
-  // new group adopts what each .grad holds (the user zeroes gradients, as
-  // in PyTorch), then PrepareBackward with what `sync` says (no value: only
-  // accumulate); and a callback is queued on the autograd engine, which
-  // runs on the backward's thread once backward is done: `waiting` (may be
-  // empty), then `finished` with FinishBackward's result for a synchronized
-  // backward (an OK, empty one otherwise). `finished` may throw: backward
-  // then rethrows. Call once, before the first backward.
+  // around backward. Every backward on the training thread arms the
+  // reducer, whether or not it reaches a parameter (its first node does,
+  // seen through a RecordFunction callback on backward functions, present
+  // only between backwards; the first gradient hook does if that is not
+  // seen): a new group adopts what each .grad holds (the user zeroes
+  // gradients, as in PyTorch), then PrepareBackward with what `sync` says
+  // (no value: only accumulate); and a callback is queued on the autograd
+  // engine, which runs on the backward's thread once backward is done:
+  // `waiting` (may be empty), then `finished` with FinishBackward's result
+  // for a synchronized backward (an OK, empty one otherwise). So a rank
+  // whose loss reached no parameter still takes part in the step, with
+  // zero gradients, and its collectives stay aligned with its peers'.
+  // `finished` may throw: backward then rethrows. Call once, before the
+  // first backward, on the training thread.
   using FinishedCallback = std::function<void(bool sync, absl::StatusOr<ReductionStats>)>;
   struct ImplicitHooks {
     // Whether this backward synchronizes, and with which control words.
@@ -194,8 +217,13 @@ class Reducer {
   // After the first synchronized step: buckets in the observed ready order
   // (rank 0's). A collective.
   absl::Status RebuildIfDue();
-  // Implicit protocol: arms the reducer from the first hook of a backward.
+  // Implicit protocol: arms the reducer from the first node or gradient
+  // hook of a backward.
   void ArmImplicit();
+  // Between backwards: the next backward node run on this thread arms it.
+  void WatchForBackward();
+  void UnwatchBackward();
+  friend struct BackwardWatch;
   void MarkReady(size_t param);
   // Marks a bucket complete and queues every complete bucket whose
   // predecessors are queued, in plan order.
@@ -208,6 +236,9 @@ class Reducer {
   absl::Status ReduceCompressed(Bucket& bucket, float world);
   // PowerSGD's, once it has started; the float32 bytes sent in `*wire`.
   absl::Status ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire);
+  // Before the step's first bucket: all ranks are at the same step with
+  // the same buckets (Options::check).
+  absl::Status AgreeOnStep();
   // The flags and control words after the gradients, exactly: flags
   // averaged, control words summed.
   absl::Status ReduceTail(Bucket& bucket, float world);

@@ -34,9 +34,14 @@
 #include "grpcpp/grpcpp.h"
 
 ABSL_FLAG(int32_t, nproc, 2, "number of workers to start");
+ABSL_FLAG(int32_t, min_nproc, 0,
+          "the job trains on while at least this many workers are there (its min_workers; "
+          "like torchrun's --nnodes MIN:MAX): survivors go on while a restarted worker comes "
+          "back, and once restarts are spent a program's failed copy no longer stops the "
+          "others. 0: --nproc (every worker, always)");
 ABSL_FLAG(std::string, job, "",
           "JobSpec file (protobuf JSON); default: a CNN on Fashion-MNIST. min_workers and "
-          "max_workers are set to --nproc");
+          "max_workers are set to --min_nproc and --nproc");
 ABSL_FLAG(int32_t, threads, 0,
           "compute threads per worker (0: the machine's cores divided among the workers)");
 ABSL_FLAG(std::string, log_dir, "",
@@ -276,6 +281,12 @@ int RunWorkers(const std::string& target, const std::string& dir, int threads,
   return exit_code;
 }
 
+// --min_nproc as the job's min_workers (0: --nproc).
+int MinProcs() {
+  const int min = absl::GetFlag(FLAGS_min_nproc);
+  return min == 0 ? absl::GetFlag(FLAGS_nproc) : min;
+}
+
 // What the program's copies get: the coordinator, and its TLS and token
 // files as DDP_* variables (the flags a ddp-worker would get).
 ProgramLaunch ProgramFor(const std::vector<std::string>& program, const std::string& target,
@@ -287,6 +298,7 @@ ProgramLaunch ProgramFor(const std::vector<std::string>& program, const std::str
   launch.log_dir = absl::GetFlag(FLAGS_log_dir);
   launch.coordinator = target;
   launch.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  launch.min_nproc = MinProcs();
   for (const std::string& flag : security.worker_flags) {
     const size_t eq = flag.find('=');
     launch.env.push_back(
@@ -299,6 +311,12 @@ int Run(const std::vector<std::string>& program) {
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc < 1 || nproc > 1024) {
     std::cerr << "ddp-run: --nproc must be between 1 and 1024\n";
+    return 2;
+  }
+  const int min_nproc = MinProcs();
+  if (min_nproc < 1 || min_nproc > nproc) {
+    std::cerr << "ddp-run: --min_nproc must be between 1 and --nproc (" << nproc
+              << "), or 0 for --nproc\n";
     return 2;
   }
   if (!program.empty()) {
@@ -314,7 +332,7 @@ int Run(const std::vector<std::string>& program) {
       return 127;
     }
   }
-  v1::JobSpec spec = program.empty() ? DefaultJobSpec(nproc) : ProgramJobSpec(nproc);
+  v1::JobSpec spec = program.empty() ? DefaultJobSpec(nproc) : ProgramJobSpec(min_nproc, nproc);
   if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
     auto loaded = LoadJobSpecFile(path, ThisBuild());
     if (!loaded.ok()) {
@@ -323,7 +341,7 @@ int Run(const std::vector<std::string>& program) {
     }
     spec = *loaded;
   }
-  spec.set_min_workers(nproc);
+  spec.set_min_workers(min_nproc);
   spec.set_max_workers(nproc);
   absl::StatusOr<LaunchSecurity> security = LoadLaunchSecurity();
   if (!security.ok()) {

@@ -13,16 +13,20 @@
 
 namespace ddp {
 
-v1::JobSpec ProgramJobSpec(int nproc) {
+v1::JobSpec ProgramJobSpec(int min_nproc, int nproc) {
   v1::JobSpec spec;
   spec.set_name("program");
   spec.mutable_model()->set_kind("program");
-  // Every copy: after a loss the job waits for the restarted one (a
-  // program with elastic state goes on from the survivors' state; one
-  // without starts over, as torchrun's restarts do).
-  spec.set_min_workers(nproc);
+  // After a loss the job waits for the restarted copy unless min_nproc
+  // copies can go on (a program with elastic state goes on from the
+  // survivors' state; one without can't follow a re-formation, and the job
+  // fails saying so).
+  spec.set_min_workers(min_nproc);
   spec.set_max_workers(nproc);
-  spec.set_settle_seconds(0);
+  // Copies started together begin together: with fewer than all, the job
+  // waits a moment for the slowest to attach rather than admitting it as a
+  // joiner later.
+  spec.set_settle_seconds(min_nproc < nproc ? 5 : 0);
   return WithDefaults(spec);
 }
 
@@ -86,6 +90,12 @@ int RunProgram(const ProgramLaunch& launch, ChildProcesses& children) {
           ++running;
           continue;
         }
+      }
+      if (running >= launch.min_nproc && launch.min_nproc < launch.nproc && coordinator_code < 0) {
+        // The job re-forms without it and goes on (--min_nproc).
+        std::cerr << "ddp-run: " << name << " exited with code " << code << "; " << running
+                  << " rank(s) train on (--min_nproc " << launch.min_nproc << ")" << std::endl;
+        continue;
       }
       std::cerr << "ddp-run: " << name << " exited with code " << code
                 << "; stopping the other ranks" << std::endl;

@@ -5,11 +5,16 @@
 // or start each rank yourself against a coordinator running a job with
 // model.kind "program":
 //   DDP_COORDINATOR=10.0.0.1:29400 LOCAL_RANK=0 ./custom_loop ...
+// (examples/custom_loop/program-job.json is such a job:
+//   ddp-coordinator --job examples/custom_loop/program-job.json)
 // or with torchrun's variables and no coordinator:
 //   RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ./custom_loop ...
+// --accumulate K: each optimizer step accumulates K batches (the first K-1
+// under no_sync()).
 #include <ddp/ddp.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -69,15 +74,17 @@ torch::Tensor SmoothedCrossEntropy(const torch::Tensor& logits, const torch::Ten
   return ((1 - smoothing) * nll - smoothing * logp.mean(1)).mean();
 }
 
-int main(int argc, char** argv) {
+int Train(int argc, char** argv) {
   std::string dir = "/tmp/ddp-spirals";
   int epochs = 30;
   double lr = 0.1;
+  int accumulate = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--data") dir = value;
     if (flag == "--epochs") epochs = std::stoi(value);
     if (flag == "--lr") lr = std::stod(value);
+    if (flag == "--accumulate") accumulate = std::max(1, std::stoi(value));
   }
   torch::set_num_threads(1);
   auto session = ddp::Session::FromEnvironment();  // DDP_COORDINATOR, or torchrun's variables
@@ -100,17 +107,32 @@ int main(int argc, char** argv) {
   // re-forms at the next batch, and a program started into it begins here.
   session->set_elastic_state({model.ptr(), &optimizer});
 
+  // Gradient accumulation counts its micro-batches; a re-formation (a rank
+  // lost or joining, at the next batch) drops the ones accumulated so far
+  // and changes the generation: the count starts over.
+  uint64_t generation = session->generation();
+  int micro = 0;
   for (int epoch = session->start_epoch(); epoch < epochs;
        ++epoch) {  // the sampler moves on itself
     const double epoch_lr = lr * 0.5 * (1 + std::cos(M_PI * epoch / epochs));  // cosine decay
     static_cast<torch::optim::SGDOptions&>(optimizer.param_groups()[0].options()).lr(epoch_lr);
     torch::Tensor sum = torch::zeros({2});  // loss sum and batches, over the ranks below
     for (auto& batch : *loader) {
-      optimizer.zero_grad();
+      if (session->generation() != generation) {
+        generation = session->generation();
+        micro = 0;
+      }
+      if (micro == 0) optimizer.zero_grad();
       torch::Tensor loss = SmoothedCrossEntropy(model->forward(batch.data), batch.target);
-      loss.backward();  // gradients averaged over the ranks when it returns
-      optimizer.step();
       sum += torch::stack({loss.detach(), torch::ones({})});
+      if (++micro < accumulate) {
+        auto local_only = ddp.no_sync();  // accumulate on this rank only
+        (loss / accumulate).backward();
+        continue;
+      }
+      (loss / accumulate).backward();  // gradients averaged over the ranks when it returns
+      optimizer.step();
+      micro = 0;
       session->report_step(loss.item<double>(), batch.target.size(0), epoch);  // never blocks
     }
     session->all_reduce_sum(sum);
@@ -125,6 +147,15 @@ int main(int argc, char** argv) {
         (model->forward(data.x()).argmax(1) == data.y()).to(torch::kFloat).mean().item<double>();
     std::cout << "accuracy " << accuracy << std::endl;
   }
-  session->finish();  // the job succeeds once every rank has finished
+  session->finish();  // the job succeeds once every rank has finished (throws if it failed)
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return Train(argc, argv);
+  } catch (const ddp::Error& e) {  // the job failed or ended: say why, and exit non-zero
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
 }

@@ -18,10 +18,20 @@
 // averaged as PyTorch does (divide by the world size, then sum). A parameter
 // that gets no gradient on some rank needs no flag and no graph walk: each
 // bucket carries one "used" mark per parameter, and one that no rank used is
-// left without a gradient, as PyTorch leaves it.
+// left without a gradient, as PyTorch leaves it. "Used" counts every
+// micro-batch of a no_sync() accumulation: a parameter that only earlier
+// micro-batches reached, on some ranks, is averaged too, where PyTorch 1.13
+// leaves each rank's own gradient and its replicas drift (the one place the
+// numbers differ from PyTorch's).
+//
+// Every backward on the training thread is a step, whether or not its loss
+// reaches a parameter: a rank whose loss reaches none takes part with zero
+// gradients. Before each step's collectives the ranks check that they are at
+// the same step: ranks whose programs went different ways fail together.
 //
 // The module stays the caller's: call its forward directly. backward()
-// throws ddp::Error (through LibTorch) if a collective fails.
+// throws ddp::Error (through LibTorch) if a collective fails or the ranks'
+// collectives are misaligned.
 //
 // Thread rules: one thread trains; backward runs the hooks on that thread.
 #ifndef DDP_INCLUDE_DDP_DISTRIBUTED_DATA_PARALLEL_H_
@@ -90,6 +100,8 @@ class DistributedDataParallel {
   DistributedDataParallel(Session& session, std::shared_ptr<torch::nn::Module> module)
       : DistributedDataParallel(session, std::move(module), Options{}) {}
   DistributedDataParallel(Session& session, torch::jit::Module& module, Options options);
+  DistributedDataParallel(Session& session, torch::jit::Module& module)
+      : DistributedDataParallel(session, module, Options{}) {}
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

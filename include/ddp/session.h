@@ -34,6 +34,9 @@
 
 #include <torch/types.h>
 
+namespace torch::jit {
+struct Module;
+}
 namespace torch::nn {
 class Module;
 }
@@ -111,6 +114,7 @@ class Session {
   // the defaults PyTorch's DistributedSampler has (seed 0, epoch 0). After
   // set_elastic_state, start_epoch is the epoch of the state taken up.
   std::string job_id() const;
+  // Changes exactly when the job re-forms (set_elastic_state).
   uint64_t generation() const;
   uint64_t sampler_seed() const;
   uint64_t start_epoch() const;
@@ -122,7 +126,10 @@ class Session {
   void report_step(double loss, uint64_t samples, uint64_t epoch = 0);
   // This rank is done: tells the coordinator and waits (at most the
   // timeout) until every rank is, so that its going is not taken for a
-  // fault. Idempotent; without a coordinator it does nothing.
+  // fault. Then throws ddp::Error with the job's message if the job did not
+  // succeed (it failed, say when replicas diverged, or was cancelled), so
+  // that the program exits non-zero; the destructor, which can't throw,
+  // only logs it. Idempotent; without a coordinator it does nothing.
   void finish();
 
   // Elastic training: what must travel when the job re-forms.
@@ -135,9 +142,14 @@ class Session {
     // back in the same order; may be empty.
     std::function<void(torch::serialize::OutputArchive&)> save;
     std::function<void(torch::serialize::InputArchive&)> load;
+    // Or, instead of `module`, a TorchScript module's parameters and
+    // buffers (the caller's: it outlives the session).
+    torch::jit::Module* script_module = nullptr;
   };
   // Call once, after the DistributedDataParallel, the DistributedSampler
-  // and the optimizer exist. From then on, when a rank is lost or one joins,
+  // and the optimizer exist; one of `module` and `script_module` is
+  // required (a ddp::Error otherwise). From then on, when a rank is lost or
+  // one joins,
   // the job re-forms at the next step boundary (the sampler's next batch)
   // with no other code: the step in flight is dropped (its backward returns
   // with zero gradients, and what the optimizer then does is undone), every
@@ -148,8 +160,22 @@ class Session {
   // broadcast, barrier) do nothing: the others are past that point. A
   // collective of the program's own that a re-formation cuts short keeps
   // this rank's values. Re-forming in the middle of a no_sync()
-  // accumulation restarts the accumulation. Without a coordinator it does
-  // nothing.
+  // accumulation restarts the accumulation: the gradients accumulated so
+  // far are dropped (the group's batches are trained again), and
+  // generation() has changed, which is how a loop that counts its
+  // micro-batches knows to start its count over:
+  //
+  //   uint64_t generation = session->generation();
+  //   int micro = 0;
+  //   for (auto& batch : *loader) {  // a re-formation happens here
+  //     if (session->generation() != generation) {
+  //       generation = session->generation();
+  //       micro = 0;  // the group starts over
+  //     }
+  //     ...
+  //   }
+  //
+  // Without a coordinator it does nothing.
   void set_elastic_state(ElasticState state);
 
   // In place: the sum over the ranks (a contiguous float32 CPU tensor).

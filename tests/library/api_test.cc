@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <torch/script.h>
 #include <torch/torch.h>
+
+#include <thread>
 
 #include "ddp/ddp.h"
 #include "gmock/gmock.h"
@@ -13,6 +16,7 @@
 
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 int FreePort() {
@@ -96,6 +100,44 @@ TEST(Session, PortTaken_ErrorNamesTheAddress) {
   ::close(fd);
 }
 
+std::unique_ptr<ddp::Session> StartRank(int rank, int world, int port) {
+  ddp::Session::Options options;
+  options.rank = rank;
+  options.world_size = world;
+  options.master_port = port;
+  options.local_world_size = world;
+  options.timeout_seconds = 60;
+  return ddp::Session::Start(options);
+}
+
+TEST(Session, SecondJobOnAPortInUse_FailsAtOnceNamingThePort) {
+  const int port = FreePort();
+  std::unique_ptr<ddp::Session> first[2];
+  std::thread other([&] { first[1] = StartRank(1, 2, port); });
+  first[0] = StartRank(0, 2, port);
+  other.join();
+  ASSERT_TRUE(first[0] && first[1]);
+  const std::string port_text = std::to_string(port);
+  // The second job's rank 0 can't serve the port; its rank 1 reaches the
+  // first job's rendezvous and is told so, rather than waiting out the
+  // timeout.
+  EXPECT_THAT(ErrorOf([&] { StartRank(0, 2, port); }),
+              AllOf(HasSubstr("can't serve the rendezvous at 127.0.0.1:" + port_text),
+                    HasSubstr("port is in use")));
+  EXPECT_THAT(ErrorOf([&] { StartRank(1, 2, port); }),
+              AllOf(HasSubstr("rank 1 already joined the rendezvous"),
+                    HasSubstr("another job is using MASTER_PORT=" + port_text)));
+  // The first job is untouched.
+  torch::Tensor one = torch::ones({1});
+  std::thread sum([&] {
+    torch::Tensor t = torch::ones({1});
+    first[1]->all_reduce_sum(t);
+  });
+  first[0]->all_reduce_sum(one);
+  sum.join();
+  EXPECT_EQ(one.item<float>(), 2.0f);
+}
+
 TEST(DistributedSampler, RankOutsideTheWorld_Error) {
   EXPECT_THAT(ErrorOf([] { ddp::DistributedSampler(10, 3, 3); }), HasSubstr("rank 3"));
 }
@@ -144,6 +186,39 @@ TEST(DistributedDataParallel, Backward_GradientsReadyWithoutAnyCall_NoSyncAccumu
   net->forward(x).sum().backward();
   EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 8.0f)));
   sgd.step();
+}
+
+TEST(DistributedDataParallel, BackwardReachingNoParameter_StillASynchronizedStep) {
+  auto session = Alone();
+  torch::nn::Linear net(3, 2);
+  ddp::DistributedDataParallel ddp(*session, net.ptr());
+  net->forward(torch::ones({4, 3})).sum().backward();
+  EXPECT_EQ(ddp.last_reduction().unused_parameters, 0u);
+  // A loss computed from the output detached: no parameter is reached, yet
+  // the step takes place (with every rank, in a world of several), its
+  // parameters all unused.
+  torch::Tensor detached = net->forward(torch::ones({4, 3})).detach().requires_grad_();
+  detached.sum().backward();
+  EXPECT_EQ(ddp.last_reduction().unused_parameters, 2u);
+  EXPECT_EQ(ddp.last_reduction().globally_unused_parameters, 2u);
+  // The parameters' gradients stay as they were.
+  EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 4.0f)));
+}
+
+TEST(DistributedDataParallel, TorchScriptModuleWithoutOptions_TrainsAndIsElasticState) {
+  auto session = Alone();
+  torch::jit::Module module("Scaled");
+  module.register_parameter("w", torch::ones({2}).requires_grad_(), /*is_buffer=*/false);
+  module.define("def forward(self, x):\n    return x * self.w\n");
+  ddp::DistributedDataParallel ddp(*session, module);  // no Options{}
+  EXPECT_EQ(ddp.parameter_names(), std::vector<std::string>{"w"});
+  module.forward({torch::full({2}, 3.0f)}).toTensor().sum().backward();
+  EXPECT_TRUE(torch::allclose(module.attr("w").toTensor().grad(), torch::full({2}, 3.0f)));
+  ddp::Session::ElasticState state;
+  state.script_module = &module;
+  session->set_elastic_state(state);  // accepted (nothing re-forms without a coordinator)
+  ddp::Session::ElasticState neither;
+  EXPECT_THAT(ErrorOf([&] { session->set_elastic_state(neither); }), HasSubstr("one of them"));
 }
 
 TEST(DistributedDataParallel, BackwardThatThrowsPartWay_NextBackwardStillAverages) {

@@ -7,9 +7,21 @@
 // final weights.
 //
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P (environment)
-//   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync]
+//   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync|
+//                                   --no_param_steps|--zero_loss_steps|--extra_barrier]
 // --accumulate: each batch in two halves, the first under no_sync().
 // --torchscript: DIR/net.pt (the network scripted in Python) instead of Net.
+// --no_param_steps: on every third step rank 1's loss reaches no parameter
+// (computed from the network's output detached); --zero_loss_steps: on the
+// same steps its loss is the network's times zero. Both give every
+// parameter a zero gradient on rank 1 there, so they must train alike.
+// --extra_barrier: rank 1 calls barrier() once where rank 0 does not.
+// --diverge: rank 1 nudges aux.bias after step 50, so that the replicas
+// differ there (the coordinator compares them at step 100).
+// Then, optionally: --elastic (the model, or the TorchScript module, and the
+// optimizer are the elastic state), --epochs=N (2 by default).
+// Each rank reports its steps (to a coordinator, if joined), finishes, and
+// prints a digest of its final parameters.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -51,6 +63,19 @@ struct NetImpl : torch::nn::Module {
   torch::nn::Linear fc2, aux, never;
 };
 TORCH_MODULE(Net);
+
+// FNV-1a over the tensors' bytes: equal exactly when they are bit-equal.
+std::string Digest(const std::vector<torch::Tensor>& tensors) {
+  uint64_t h = 1469598103934665603ull;
+  for (const torch::Tensor& t : tensors) {
+    const torch::Tensor c = t.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
 
 torch::Tensor ReadFloats(const std::string& path, std::vector<int64_t> shape) {
   torch::Tensor t = torch::empty(shape, torch::kFloat32);
@@ -122,11 +147,19 @@ Model FromScript(torch::jit::Module module) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "usage: ddp_library_parity_trainer DIR "
-                 "[--accumulate|--torchscript|--mismatch|--nested_no_sync]\n";
+                 "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
+                 "--zero_loss_steps|--extra_barrier]\n";
     return 2;
   }
   const std::string dir = argv[1];
   const std::string flag = argc > 2 ? argv[2] : "";
+  bool elastic = false;
+  int epochs = 2;
+  for (int i = 3; i < argc; ++i) {
+    const std::string extra = argv[i];
+    if (extra == "--elastic") elastic = true;
+    if (extra.rfind("--epochs=", 0) == 0) epochs = std::stoi(extra.substr(9));
+  }
   torch::set_num_threads(1);
   try {
     std::unique_ptr<ddp::Session> session = ddp::Session::FromEnvironment();
@@ -165,14 +198,31 @@ int main(int argc, char** argv) {
         torch::data::make_data_loader(dataset.map(torch::data::transforms::Stack<>()), sampler,
                                       torch::data::DataLoaderOptions().batch_size(kBatch));
     torch::optim::SGD optimizer(m.parameters, torch::optim::SGDOptions(0.05).momentum(0.9));
-    const std::string tag = flag == "--accumulate" ? "acc-" : scripted ? "ts-" : "";
+    const std::string tag = flag == "--accumulate"        ? "acc-"
+                            : scripted                    ? "ts-"
+                            : flag == "--no_param_steps"  ? "np-"
+                            : flag == "--zero_loss_steps" ? "zl-"
+                            : flag == "--extra_barrier"   ? "xb-"
+                                                          : "";
+    const bool skipper = session->rank() == 1;
+    int step = 0;
+    if (elastic) {
+      ddp::Session::ElasticState state;
+      state.optimizer = &optimizer;
+      if (scripted) {
+        state.script_module = &script;
+      } else {
+        state.module = net.ptr();
+      }
+      session->set_elastic_state(state);
+    }
     std::ofstream losses(dir + "/" + tag + "losses-" + std::to_string(session->rank()) + ".txt");
     std::ofstream eval_losses(dir + "/" + tag + "eval-" + std::to_string(session->rank()) + ".txt");
     const torch::Tensor probe_x =
         torch::stack({dataset.get(0).data, dataset.get(1).data, dataset.get(2).data});
     const torch::Tensor probe_y =
         torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
-    for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int epoch = static_cast<int>(session->start_epoch()); epoch < epochs; ++epoch) {
       for (auto& batch : *loader) {
         {
           torch::NoGradGuard no_grad;
@@ -185,7 +235,22 @@ int main(int argc, char** argv) {
         }
         optimizer.zero_grad();
         double step_loss = 0;
-        if (flag == "--accumulate") {
+        ++step;
+        if (flag == "--extra_barrier" && skipper && step == 3) session->barrier();
+        if (flag == "--diverge" && skipper && step == 50) {
+          torch::NoGradGuard no_grad;
+          net->aux->bias.add_(1e-3);
+        }
+        if ((flag == "--no_param_steps" || flag == "--zero_loss_steps") && skipper &&
+            step % 3 == 1) {
+          // The same forward either way (BatchNorm's statistics move alike).
+          torch::Tensor out = m.forward(batch.data);
+          torch::Tensor loss =
+              flag == "--no_param_steps"
+                  ? torch::cross_entropy_loss(out.detach().requires_grad_(), batch.target) * 0
+                  : torch::cross_entropy_loss(out, batch.target) * 0;
+          loss.backward();
+        } else if (flag == "--accumulate") {
           const std::vector<torch::Tensor> x = batch.data.chunk(2), y = batch.target.chunk(2);
           {
             auto local_only = model.no_sync();
@@ -205,6 +270,7 @@ int main(int argc, char** argv) {
         char line[64];
         std::snprintf(line, sizeof(line), "%.9g\n", step_loss);
         losses << line;
+        session->report_step(step_loss, batch.target.size(0), epoch);
       }
     }
     if (session->rank() == 0) {
@@ -214,6 +280,8 @@ int main(int argc, char** argv) {
         out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), t.nbytes());
       }
     }
+    session->finish();  // throws unless the job succeeded (with a coordinator)
+    std::cout << "rank " << session->rank() << " parameter digest " << Digest(m.parameters) << "\n";
     std::cout << "rank " << session->rank() << " done over " << session->backend()
               << "; last reduction: " << model.last_reduction().buckets << " buckets, "
               << model.last_reduction().globally_unused_parameters << " globally unused\n";

@@ -54,6 +54,41 @@ class DefaultJobTest(unittest.TestCase):
                                                            final["testAccuracy"]))
 
 
+class FlagsTest(unittest.TestCase):
+    def test_help_says_the_name_once_and_names_no_build_path(self):
+        source = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+        for name, first in (("ddp-run", "trains a job on this machine"),
+                            ("ddp-worker", "trains what the coordinator assigns"),
+                            ("ddp-coordinator", "assigns ranks to ddp-worker daemons")):
+            with self.subTest(name=name):
+                # absl's --help exits with 1; what matters is what it says.
+                run = subprocess.run([os.path.join(BIN, name), "--help"],
+                                     capture_output=True, text=True, timeout=30)
+                text = run.stdout + run.stderr
+                self.assertTrue(text.startswith("%s: %s" % (name, first)), text[:200])
+                self.assertNotIn("%s: %s:" % (name, name), text)
+                self.assertIn("Flags from %s:" % name, text)
+                self.assertNotIn(source, text)
+                self.assertNotIn("main.cc", text)
+        run = subprocess.run([DDP_RUN, "--help"], capture_output=True, text=True, timeout=30)
+        self.assertIn("--min_nproc", run.stdout + run.stderr)
+
+    def test_min_nproc_becomes_the_jobs_min_workers(self):
+        logs = tempfile.mkdtemp(prefix="ddp-run-min-")
+        # The copies leave at once: only the job ddp-run wrote matters here.
+        run = subprocess.run([DDP_RUN, "--nproc=3", "--min_nproc=2", "--log_dir=" + logs, "--",
+                              "true"], capture_output=True, text=True, timeout=60)
+        with open(os.path.join(logs, "job.json")) as f:
+            job = json.load(f)
+        self.assertEqual((job["minWorkers"], job["maxWorkers"]), (2, 3), run.stderr)
+        # Copies started together form together, not the first two alone.
+        self.assertGreater(job["settleSeconds"], 0)
+        bad = subprocess.run([DDP_RUN, "--nproc=2", "--min_nproc=3", "--", "true"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--min_nproc must be between 1 and --nproc (2)", bad.stderr)
+
+
 class SignalTest(unittest.TestCase):
     def start(self):
         job = os.path.join(tempfile.mkdtemp(prefix="ddp-run-signal-"), "job.json")

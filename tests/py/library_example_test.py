@@ -9,6 +9,7 @@ goes on through a coordinator killed and restarted; TLS, tokens and the
 refusals), and
 started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Also
 what ddp-run hands a program, and that one failing rank stops the others."""
+import json
 import os
 import re
 import shutil
@@ -145,8 +146,43 @@ class OutOfTreeExampleTest(unittest.TestCase):
         self.assertIn("job program SUCCEEDED", out)
         self.check_trained(out)
 
+    def test_under_ddp_run_min_nproc_survivors_train_on(self):
+        # --min_nproc 1 of 2, no restarts: both copies start together, the
+        # killed one is not replaced, and the survivor trains on alone to the
+        # job's end.
+        logs = os.path.join(self.dir, "logs-min-nproc")
+        proc = subprocess.Popen(
+            [os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--min_nproc=1",
+             "--max_restarts=0", "--log_dir=" + logs, "--", self.program, "--data",
+             os.path.join(self.dir, "data-min-nproc"), "--epochs", "400"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=thread_env())
+        try:
+            def rank_one_training():
+                if "proven" not in (read_text(os.path.join(logs, "rank-1.log")) or ""):
+                    return None
+                for pid in children_of(proc.pid, "custom_loop"):
+                    with open("/proc/%d/environ" % pid, "rb") as f:
+                        if b"LOCAL_RANK=1\0" in f.read():
+                            return pid
+                return None
+            os.kill(wait_for(rank_one_training, 60, "rank 1 to train"), signal.SIGKILL)
+            out, err = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        survivor = read_text(os.path.join(logs, "rank-0.log")) or ""  # its output and log
+        self.assertEqual(proc.returncode, 0, out + err + survivor[-3000:])
+        self.assertRegex(survivor, r"joined generation 1 of job program as rank \d of 2")
+        self.assertIn("rank 1 exited with code 137; 1 rank(s) train on (--min_nproc 1)", err)
+        self.assertRegex(survivor, r"re-formed into generation \d+ as rank 0 of 1 ")
+        self.assertIn("job program SUCCEEDED", out)
+        self.check_trained(survivor)
+
     def test_joins_a_coordinator_started_by_hand(self):
-        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2})
+        # The program job file the README and the example give.
+        with open(os.path.join(REPO, "examples/custom_loop/program-job.json")) as f:
+            cluster = Cluster(job=json.load(f))
         try:
             argv = [self.program, "--data", os.path.join(self.dir, "data-joined"), "--epochs", "20"]
             procs = [cluster.start_program(i, argv) for i in range(2)]
@@ -163,21 +199,30 @@ class OutOfTreeExampleTest(unittest.TestCase):
                 self.assertEqual(int(w["step"]), 1280)
                 self.assertGreater(w["last_loss"], 0)
                 self.assertEqual(w["probe"]["backend"], "shm")
+            # Finished and gone: done, not lost (the snapshot may lag the
+            # streams' closing by a moment).
+            wait_for(lambda: all(w["state"] == "WORKER_STATE_DONE"
+                                 for w in cluster.status()["workers"]), 30,
+                     "the finished programs to show DONE")
         finally:
             cluster.stop()
 
     def test_elastic_a_lost_rank_and_a_replacement_rejoin_at_step_boundaries(self):
         self.check_elastic("auto")  # shared memory: one machine
 
-    def test_elastic_over_gloo(self):
-        self.check_elastic("gloo")
+    def test_elastic_over_gloo_with_gradient_accumulation(self):
+        # Two batches a step: a re-formation between them starts the group
+        # over (the loop sees the generation change); a loop that did not
+        # could leave its ranks a batch apart, and their collectives
+        # misaligned.
+        self.check_elastic("gloo", ["--accumulate", "2"])
 
-    def check_elastic(self, backend):
+    def check_elastic(self, backend, extra=()):
         cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
                                "maxWorkers": 3, "settleSeconds": 1, "backend": backend})
         try:
             argv = [self.program, "--data", os.path.join(self.dir, "data-elastic-" + backend),
-                    "--epochs", "600"]
+                    "--epochs", "600"] + list(extra)
             procs = [cluster.start_program(i, argv) for i in range(3)]
 
             def running(world):
@@ -200,15 +245,35 @@ class OutOfTreeExampleTest(unittest.TestCase):
             # The snapshot may lag the processes' going by a moment.
             status = cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
             self.check_trained(logs[0])
+            # What holds whatever the kill interrupted (a backward, or a
+            # collective of the program's own, which drops no step).
+            where = {}
             for i in (0, 1):  # the survivors
-                self.assertIn("re-formed into generation 2", logs[i])
-                self.assertIn("re-formed into generation 3", logs[i])
-                # The kill cost the step in flight; the join cost none: the
-                # ranks voted to leave after a step they all completed.
-                self.assertEqual(len(re.findall(r"step \d+ dropped", logs[i])), 1, logs[i])
+                for generation in (2, 3):
+                    m = re.search(r"re-formed into generation %d as rank \d of \d at step (\d+) "
+                                  r"\(epoch (\d+), cursor (\d+)\)" % generation, logs[i])
+                    self.assertIsNotNone(m, logs[i])
+                    where.setdefault(generation, set()).add(tuple(int(g) for g in m.groups()))
+                # The join cost no step: the ranks voted to leave after a
+                # step they all completed.
                 self.assertRegex(logs[i], r"re-formed into generation 3 .* after: generation 2 "
                                           r"ended after step \d+")
-            self.assertRegex(logs[3], r"took up rank \d's state at step \d+")
+                # The kill cost at most the step in flight: the one after
+                # the step the job went on from (or that step itself, for a
+                # rank that saw it fail while another completed it).
+                dropped = [int(n) for n in re.findall(r"step (\d+) dropped", logs[i])]
+                self.assertLessEqual(len(dropped), 1, logs[i])
+                resumed = next(iter(where[2]))[0]
+                for step in dropped:
+                    self.assertIn(step, (resumed, resumed + 1), logs[i])
+            # Every rank went on from the same step and data position, and
+            # never back: no step applied twice.
+            self.assertEqual(len(where[2]), 1, where)
+            self.assertEqual(len(where[3]), 1, where)
+            (step2, epoch2, cursor2), (step3, epoch3, cursor3) = where[2].pop(), where[3].pop()
+            self.assertGreaterEqual(step3, step2)
+            self.assertGreaterEqual((epoch3, cursor3), (epoch2, cursor2))
+            self.assertRegex(logs[3], r"took up rank \d's state at step %d " % step3)
             # The replicas stayed equal: the ranks' parameter digests agree at
             # each step they were compared (the coordinator fails the job
             # otherwise).

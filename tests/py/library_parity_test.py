@@ -9,13 +9,17 @@ Then what a user gets wrong: no environment, models that differ, no_sync
 guards nested."""
 import importlib.util
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BIN, PYTHON, free_port, thread_env  # noqa: E402
+from cluster import Cluster, children_of  # noqa: E402
+from harness import BIN, PYTHON, free_port, read_text, thread_env, wait_for  # noqa: E402
 
 TRAINER = os.path.join(BIN, "ddp_library_parity_trainer")
 INPUTS, HIDDEN, CLASSES, BATCH, N = 20, 32, 4, 16, 2048  # 64 steps an epoch on 2 ranks
@@ -91,6 +95,46 @@ dist.destroy_process_group()
 '''
 
 
+def divergent_steps(x):
+    """The steps of a --accumulate run on `x` where the `aux` branch (taken
+    when a micro-batch's first row has x[0] > 0) is used in the no_sync
+    micro-batch on some rank and in the synchronized one on none: where
+    PyTorch 1.13 leaves each rank's own un-averaged gradient and its
+    replicas drift, while the library averages it (README, "the one
+    difference from PyTorch's numbers"). Each as (epoch, the step's first
+    position in the epoch, rank 0's first row of the synchronized
+    micro-batch)."""
+    from torch.utils.data.distributed import DistributedSampler
+    steps = []
+    for epoch in range(2):
+        orders = []
+        for rank in range(2):
+            sampler = DistributedSampler(range(N), num_replicas=2, rank=rank, seed=7)
+            sampler.set_epoch(epoch)
+            orders.append(list(sampler))
+        for start in range(0, N // 2, BATCH):
+            first = [x[order[start], 0] > 0 for order in orders]
+            second = [x[order[start + BATCH // 2], 0] > 0 for order in orders]
+            if any(first) and not any(second):
+                steps.append((epoch, start, orders[0][start + BATCH // 2]))
+    return steps
+
+
+def keep_pytorch_replicas_equal(x):
+    """`x`, changed where needed so that no step is one of divergent_steps:
+    parity is compared only where PyTorch's replicas agree. A synchronized
+    micro-batch's first row is made positive until no step is left (only
+    ever positive: it ends)."""
+    x = x.clone()
+    for _ in range(N):
+        steps = divergent_steps(x)
+        if not steps:
+            return x
+        for _, _, row in steps:
+            x[row, 0] = x[row, 0].abs() + 0.1
+    raise AssertionError("could not keep PyTorch's replicas equal")
+
+
 def read_floats(path):
     with open(path) as f:
         return [float(v) for v in f]
@@ -134,13 +178,16 @@ class LibraryParityTest(unittest.TestCase):
         for k, t in init.items():
             t.numpy().astype("float32").tofile(os.path.join(cls.dir, "init", k + ".bin"))
         torch.save(init, os.path.join(cls.dir, "init.pt"))
-        x = torch.randn(N, INPUTS)
-        y = (x[:, :CLASSES].argmax(1) + (x[:, 5] > 1).long()) % CLASSES
-        x.numpy().astype("float32").tofile(os.path.join(cls.dir, "x.bin"))
-        y.numpy().astype("float32").tofile(os.path.join(cls.dir, "y.bin"))
-        with open(os.path.join(cls.dir, "n"), "w") as f:
-            f.write(str(N))
+        raw = torch.randn(N, INPUTS)
+        x = keep_pytorch_replicas_equal(raw)
+        y = cls.write_data(cls.dir, x)
         torch.save({"x": x, "y": y}, os.path.join(cls.dir, "data.pt"))
+        # The data as drawn, which does hit the divergent case.
+        cls.raw_dir = os.path.join(cls.dir, "raw")
+        os.makedirs(cls.raw_dir)
+        os.symlink(os.path.join(cls.dir, "init"), os.path.join(cls.raw_dir, "init"))
+        cls.raw_steps = divergent_steps(raw)
+        cls.write_data(cls.raw_dir, raw)
         # The network scripted, with the same initial weights, for --torchscript.
         # (from a file: TorchScript reads the class's source)
         source = os.path.join(cls.dir, "parity_net.py")
@@ -154,6 +201,20 @@ class LibraryParityTest(unittest.TestCase):
             for name, p in net.named_parameters():
                 p.copy_(init[name])
         torch.jit.script(net).save(os.path.join(cls.dir, "net.pt"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @staticmethod
+    def write_data(directory, x):
+        """Writes `x` and its labels as the trainer reads them; returns the labels."""
+        y = (x[:, :CLASSES].argmax(1) + (x[:, 5] > 1).long()) % CLASSES
+        x.numpy().astype("float32").tofile(os.path.join(directory, "x.bin"))
+        y.numpy().astype("float32").tofile(os.path.join(directory, "y.bin"))
+        with open(os.path.join(directory, "n"), "w") as f:
+            f.write(str(N))
+        return y
 
     def test_losses_and_weights_match_pytorch_ddp(self):
         # Ranks started by hand without LOCAL_WORLD_SIZE: Gloo over TCP.
@@ -205,6 +266,148 @@ class LibraryParityTest(unittest.TestCase):
         for step, (a, b) in enumerate(zip(ours, ref), start=1):
             self.assertAlmostEqual(a, b, delta=tolerance * max(1.0, abs(b)),
                                    msg="%s%s, step %d" % (tag, name, step))
+
+    def digests_and_losses(self, tag, outs, directory=None):
+        """Each rank's final parameter digest, and rank 0's losses of run TAG
+        (in `directory`, the test's own by default)."""
+        digests = [re.search(r"rank %d parameter digest (\w+)" % rank, "\n".join(outs)).group(1)
+                   for rank in range(2)]
+        return digests, read_floats(os.path.join(directory or self.dir, tag + "losses-0.txt"))
+
+    def test_branch_used_only_in_a_no_sync_micro_batch_keeps_replicas_bit_identical(self):
+        # Where PyTorch's replicas would drift (a branch some rank used in
+        # the no_sync micro-batch, no rank in the synchronized one), ours
+        # average it: both ranks end with the same parameters, bit for bit.
+        self.assertGreater(len(self.raw_steps), 0, "the data no longer hits the case")
+        for backend, env in (("gloo", {}), ("shm", {"LOCAL_WORLD_SIZE": "2"})):
+            with self.subTest(backend=backend):
+                codes, outs = run_ranks([TRAINER, self.raw_dir, "--accumulate"], env_extra=env,
+                                        timeout=120)
+                self.assertEqual(codes, [0, 0], "\n".join(outs))
+                self.assertIn("done over " + backend, outs[0])
+                digests, _ = self.digests_and_losses("acc-", outs, self.raw_dir)
+                self.assertEqual(digests[0], digests[1], "replicas differ")
+
+    def test_under_ddp_run_a_program_without_elastic_state_fails_the_job_saying_why(self):
+        # A restarted copy joins a re-formed generation, which a program that
+        # registered no elastic state can't follow: the job fails at once,
+        # naming the cause (it does not start over).
+        logs = os.path.join(self.dir, "no-elastic-logs")
+        proc = subprocess.Popen([os.path.join(BIN, "ddp-run"), "--nproc=2", "--threads=1",
+                                 "--max_restarts=1", "--log_dir=" + logs, "--", TRAINER, self.dir,
+                                 "--plain", "--epochs=5000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=thread_env())
+        try:
+            def rank_one_training():
+                if "proven" not in (read_text(os.path.join(logs, "rank-1.log")) or ""):
+                    return None
+                for pid in children_of(proc.pid):
+                    try:
+                        with open("/proc/%d/environ" % pid, "rb") as f:
+                            if b"LOCAL_RANK=1\0" in f.read():
+                                return pid
+                    except OSError:
+                        pass
+                return None
+            os.kill(wait_for(rank_one_training, 60, "rank 1 to train"), signal.SIGKILL)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        text = out + err
+        self.assertNotEqual(proc.returncode, 0, text[-3000:])
+        self.assertIn("job program FAILED", text)
+        self.assertIn("it registered no elastic state (ddp::Session::set_elastic_state)", text)
+        self.assertNotIn("parameter digest", text)  # no copy trained to the end
+
+    def test_a_rank_whose_loss_reaches_no_parameter_takes_part_with_zero_gradients(self):
+        # Rank 1's loss reaches no parameter on every third step: it must
+        # train exactly as if its loss were the network's times zero (every
+        # gradient zero there), on both transports, with replicas bit-equal.
+        for backend, env in (("gloo", {}), ("shm", {"LOCAL_WORLD_SIZE": "2"})):
+            with self.subTest(backend=backend):
+                runs = {}
+                for flag, tag in (("--zero_loss_steps", "zl-"), ("--no_param_steps", "np-")):
+                    codes, outs = run_ranks([TRAINER, self.dir, flag], env_extra=env, timeout=120)
+                    self.assertEqual(codes, [0, 0], "\n".join(outs))
+                    self.assertIn("done over " + backend, outs[0])
+                    digests, losses = self.digests_and_losses(tag, outs)
+                    self.assertEqual(digests[0], digests[1], "replicas differ after " + flag)
+                    runs[flag] = (digests[0], losses)
+                self.assertEqual(runs["--no_param_steps"], runs["--zero_loss_steps"])
+
+    def test_under_ddp_run_a_rank_whose_loss_reaches_no_parameter_trains_on(self):
+        codes, outs = run_ranks([TRAINER, self.dir, "--zero_loss_steps"],
+                                env_extra={"LOCAL_WORLD_SIZE": "2"}, timeout=120)
+        self.assertEqual(codes, [0, 0], "\n".join(outs))
+        expected, _ = self.digests_and_losses("zl-", outs)
+        done = subprocess.run([os.path.join(BIN, "ddp-run"), "--nproc=2", "--threads=1", "--",
+                               TRAINER, self.dir, "--no_param_steps"],
+                              capture_output=True, text=True, timeout=120, env=thread_env())
+        self.assertEqual(done.returncode, 0, done.stdout[-3000:] + done.stderr[-3000:])
+        digests, _ = self.digests_and_losses("np-", [done.stdout])
+        self.assertEqual(digests, expected)
+        self.assertIn("job program SUCCEEDED", done.stdout)
+
+    def test_under_ddp_run_diverged_replicas_fail_the_job_naming_the_parameter(self):
+        # Rank 1 nudges one parameter: the coordinator compares the ranks'
+        # digests at step 100, names it, fails the job, and each rank's
+        # program exits non-zero with that reason (from finish() or its next
+        # collective).
+        done = subprocess.run([os.path.join(BIN, "ddp-run"), "--nproc=2", "--threads=1",
+                               "--max_restarts=0", "--", TRAINER, self.dir, "--diverge"],
+                              capture_output=True, text=True, timeout=120, env=thread_env())
+        text = done.stdout + done.stderr
+        self.assertNotEqual(done.returncode, 0, text[-3000:])
+        self.assertIn("replicas diverged: after step 100", text)
+        self.assertIn("the parameters that differ: aux.bias (1 of 10)", text)
+        self.assertRegex(text, r"error: .*replicas diverged.*aux\.bias")
+        # No rank finished as if all were well.
+        self.assertNotRegex(text, r"rank \d parameter digest")
+
+    def test_elastic_state_of_a_torchscript_module_travels_to_a_joiner(self):
+        # Rank 0 trains alone; a second copy joins the running job and takes
+        # up its state (the scripted module's parameters and buffers, and the
+        # optimizer's): both end with the same parameters.
+        # (admitted as soon as it attaches; rank 0 alone would train for
+        # several seconds more)
+        cluster = Cluster(job={"name": "scripted", "model": {"kind": "program"},
+                               "minWorkers": 1, "maxWorkers": 2, "settleSeconds": 0,
+                               "reformMinIntervalSeconds": 0})
+        try:
+            argv = [TRAINER, self.dir, "--torchscript", "--elastic", "--epochs=400"]
+            procs = [cluster.start_program(0, argv)]
+            wait_for(lambda: int(cluster.status().get("global_step", 0)) > 20, 60,
+                     "rank 0 to train")
+            procs.append(cluster.start_program(1, argv))
+            for p in procs:
+                p.wait(timeout=300)
+            logs = [cluster.log("program-%d" % i) for i in range(2)]
+            self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(logs))
+            self.assertRegex(logs[1], r"took up rank 0's state at step \d+")
+            digests = [re.search(r"parameter digest (\w+)", log).group(1) for log in logs]
+            self.assertEqual(digests[0], digests[1])
+            cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+        finally:
+            cluster.stop()
+
+    def test_misaligned_collectives_fail_every_rank_naming_what_each_did(self):
+        # Rank 1 calls barrier() where rank 0 goes on to its backward: both
+        # fail at once, each naming both ranks' collectives, on both
+        # transports (not wrong numbers, a hang or an abort).
+        for backend, env in (("gloo", {}), ("shm", {"LOCAL_WORLD_SIZE": "2"})):
+            with self.subTest(backend=backend):
+                codes, outs = run_ranks([TRAINER, self.dir, "--extra_barrier"], env_extra=env,
+                                        timeout=120)
+                self.assertEqual(codes, [1, 1], "\n".join(outs))
+                for out in outs:
+                    self.assertIn("collectives are misaligned", out)
+                    self.assertRegex(out, r"rank 0 at collective #\d+: the gradients of "
+                                          r"synchronized backward #3 ")
+                    self.assertRegex(out, r"rank 1 at collective #\d+: barrier after "
+                                          r"synchronized backward #2")
 
     def test_no_environment_says_what_to_set(self):
         env = {k: v for k, v in thread_env().items()

@@ -235,6 +235,50 @@ TEST_P(ReducerTest, GradientAccumulation_OnlyTheLastMicroBatchReduces) {
   });
 }
 
+TEST_P(ReducerTest, GradientAccumulation_BranchUsedOnlyInANoSyncMicroBatch_AveragedOnEveryRank) {
+  const int world = this->world();
+  const Net init = Net::Make(19);
+  // Rank 0 takes the branch in the first micro-batch only; nobody takes it
+  // in the synchronized one. PyTorch would leave rank 0's own gradient there
+  // (and none elsewhere): replicas that drift.
+  std::vector<at::Tensor> grads(world);  // each rank's branch gradient
+  Run([&](int rank, Communicator* comm) {
+    Net net = init.Clone();
+    auto reducer = *Reducer::Create(net.params, comm, SmallBuckets());
+    ASSERT_THAT(reducer->StartGroup(), IsOk());
+    for (int m = 0; m < 2; ++m) {
+      reducer->PrepareBackward(/*sync=*/m == 1);
+      (net.Loss(Batch(rank, 0, m), m == 0 && rank == 0) / 2).backward();
+    }
+    auto stats = reducer->FinishBackward();
+    ASSERT_THAT(stats, IsOk());
+    EXPECT_EQ(stats->globally_unused, 1u);  // "unused" only
+    // The mean of every rank's accumulated gradient, zeros where a rank had
+    // none: the same on every rank.
+    std::vector<at::Tensor> want(init.params.size());
+    for (int r = 0; r < world; ++r) {
+      Net local = init.Clone();
+      for (int m = 0; m < 2; ++m) {
+        (local.Loss(Batch(r, 0, m), m == 0 && r == 0) / 2).backward();
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        at::Tensor g = local.p(i).grad();
+        if (g.defined()) want[i] = want[i].defined() ? want[i] + g : g.clone();
+      }
+    }
+    for (auto& w : want) {
+      if (w.defined()) w = w / world;
+    }
+    ASSERT_TRUE(want[4].defined());
+    ExpectGradsEqual(net, want, rank);
+    grads[rank] = net.p(4).grad().clone();  // its own slot: no lock
+  });
+  // The replicas take the same step: bit for bit, not only close.
+  for (int r = 1; r < world; ++r) {
+    EXPECT_TRUE(torch::equal(grads[r], grads[0])) << "rank " << r << " differs from rank 0";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerTest,
                          testing::Combine(testing::Values(Backend::kGloo, Backend::kShm),
                                           testing::Values(2, 3)),

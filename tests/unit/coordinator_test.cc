@@ -272,6 +272,58 @@ TEST_F(CoordinatorTest, ProgramJob_AssignsOnlyProgramsAndStopsThemWhenDone) {
   EXPECT_EQ(program.assignments(), 0u);
 }
 
+// A program learns how its job ended (finish() throws unless it
+// succeeded), and one that finished and left shows DONE, not lost.
+TEST_F(CoordinatorTest, ProgramJob_StopSaysHowTheJobEndedAndFinishedProgramsStayDone) {
+  std::vector<TestWorker> programs;
+  for (const char* device : {"cpu:0", "cpu:1"}) {
+    v1::RegisterRequest r = Req("h", device);
+    r.mutable_capabilities()->set_program(true);
+    programs.push_back(*AttachWith(r));
+  }
+  v1::JobSpec spec = Job(2);
+  spec.mutable_model()->set_kind("program");
+  spec.clear_dataset();
+  ASSERT_THAT(Submit(*core_, spec), IsOk());
+  for (const auto& p : programs) SendState(p, 1, v1::WORKER_STATE_TRAINING);
+  for (const auto& p : programs) SendState(p, 1, v1::WORKER_STATE_DONE);
+  for (const auto& p : programs) {
+    auto stops = p.channel->Of(v1::CoordinatorMessage::kStop);
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_EQ(stops[0].stop().outcome(), v1::JOB_OUTCOME_SUCCEEDED);
+    core_->OnStreamClosed(p.session, "its stream closed (process exited or connection lost)");
+  }
+  const v1::JobStatus done = Status();
+  for (const auto& w : done.workers()) {
+    EXPECT_EQ(w.state(), v1::WORKER_STATE_DONE) << w.worker_id() << ": " << w.detail();
+  }
+
+  // The next job fails: its programs are told why.
+  std::vector<TestWorker> next;
+  for (const char* device : {"cpu:2", "cpu:3"}) {
+    v1::RegisterRequest r = Req("h", device);
+    r.mutable_capabilities()->set_program(true);
+    next.push_back(*AttachWith(r));
+  }
+  spec.set_name("second");
+  ASSERT_THAT(Submit(*core_, spec), IsOk());
+  for (const auto& p : next) SendState(p, 2, v1::WORKER_STATE_TRAINING);
+  SendReport(next[0], 2, 100, 0.5, "aaaa");
+  SendReport(next[1], 2, 100, 0.5, "bbbb");
+  for (const auto& p : next) {
+    auto stops = p.channel->Of(v1::CoordinatorMessage::kStop);
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_EQ(stops[0].stop().outcome(), v1::JOB_OUTCOME_FAILED);
+    EXPECT_THAT(stops[0].stop().job_message(), HasSubstr("replicas diverged"));
+    // Not done: a program that leaves a failed job is lost as before.
+    core_->OnStreamClosed(p.session, "its stream closed (process exited or connection lost)");
+  }
+  const v1::JobStatus failed = Status();
+  for (const auto& w : failed.workers()) {
+    if (w.worker_id() == next[0].id()) EXPECT_EQ(w.state(), v1::WORKER_STATE_LOST);
+  }
+}
+
 TEST_F(CoordinatorTest, ParameterDigests_Differ_JobFailsNamingBothRanks) {
   auto workers = StartThree();
   SendReport(workers[1], 1, 10, 0.5, "aaaa");

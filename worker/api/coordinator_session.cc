@@ -293,9 +293,31 @@ void CoordinatorSession::OnDropped(const std::string& why) {
 }
 
 void CoordinatorSession::OnStopping(const std::string& reason) {
-  End(absl::StrCat("stopped by the coordinator: ", reason));
+  v1::Stop stop;
+  stop.set_reason(reason);
+  OnStop(stop);
+}
+
+void CoordinatorSession::OnStop(const v1::Stop& stop) {
+  End(absl::StrCat("stopped by the coordinator: ", stop.reason()));
   absl::MutexLock lock(&mu_);
   stopped_ = true;
+  outcome_ = stop.outcome();
+  job_message_ = stop.job_message();
+}
+
+std::string CoordinatorSession::job_failure() const {
+  absl::MutexLock lock(&mu_);
+  switch (outcome_) {
+    case v1::JOB_OUTCOME_FAILED:
+      return absl::StrCat("the job failed: ", job_message_);
+    case v1::JOB_OUTCOME_CANCELLED:
+      return absl::StrCat("the job was cancelled: ", job_message_);
+    case v1::JOB_OUTCOME_SUCCEEDED:
+    case v1::JOB_OUTCOME_UNSPECIFIED:
+    default:  // a newer coordinator's outcome
+      return "";
+  }
 }
 
 void CoordinatorSession::End(const std::string& why, bool abort_collectives) {

@@ -92,6 +92,9 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void LeaveAtStepBoundary();
   // Why the coordinator ended this rank's generation ("" while it runs).
   std::string ended_reason() const;
+  // Once the coordinator stopped this program because its job ended: why,
+  // unless the job succeeded ("the job failed: ..."); "" otherwise.
+  std::string job_failure() const;
   // Whether it did: cheap enough for every batch.
   bool ended() const { return ended_flag_; }
 
@@ -104,6 +107,7 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   void OnAbort(const v1::Abort& abort) override;
   void OnDropped(const std::string& why) override;
   void OnStopping(const std::string& reason) override;
+  void OnStop(const v1::Stop& stop) override;
 
   // Ends the generation here: records why and, unless every rank is leaving
   // at the same finished step, breaks the communicator (so a peer waiting in
@@ -137,6 +141,9 @@ class CoordinatorSession final : public CoordinatorLink::Handler {
   // The next generation's assignment, until Reform takes it.
   std::optional<v1::Assignment> next_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // How the job ended, from the Stop.
+  v1::JobOutcome outcome_ ABSL_GUARDED_BY(mu_) = v1::JOB_OUTCOME_UNSPECIFIED;
+  std::string job_message_ ABSL_GUARDED_BY(mu_);
   std::string ended_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> ended_flag_{false};  // !ended_.empty(), read without the lock
   std::atomic<bool> leave_vote_{false};

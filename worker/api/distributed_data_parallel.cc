@@ -16,6 +16,7 @@
 #include "worker/api/library_internals.h"
 #include "worker/api/session_impl.h"
 #include "worker/bucket_plan.h"
+#include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
 #include "worker/tensor_digest.h"
@@ -33,13 +34,17 @@ std::string Describe(const std::string& name, const torch::Tensor& t) {
   return absl::StrCat(name, " [", absl::StrJoin(t.sizes(), ", "), "]");
 }
 
-// Every rank must train the same parameters. Rank `root`'s list (name and
-// shape of each) reaches every rank, which compares it with its own; then
-// every rank learns where each rank first differs, so they all fail at once
-// and each names the parameter.
-void CheckSameParameters(Communicator& comm, const Named& params, int root) {
+// Every rank must train the same parameters (and hold the same buffers,
+// which are copied in one piece). Rank `root`'s list (name and shape of
+// each) reaches every rank, which compares it with its own; then every rank
+// learns where each rank first differs, so they all fail at once and each
+// names the parameter.
+void CheckSameParameters(Communicator& comm, const Named& params, const Named& buffers, int root) {
   std::vector<std::string> mine;
   for (const auto& [name, t] : params) mine.push_back(Describe(name, t));
+  for (const auto& [name, t] : buffers) {
+    mine.push_back(absl::StrCat("buffer ", Describe(name, t), " ", std::string(t.dtype().name())));
+  }
   std::string text = absl::StrJoin(mine, "\n");
   uint64_t size = text.size();
   Check(comm.Broadcast(&size, sizeof(size), root), "comparing the ranks' parameters");
@@ -152,14 +157,24 @@ struct DistributedDataParallel::Impl {
   // has the same parameters, takes `from`'s parameters and buffers, and
   // gets a reducer over it.
   void Attach(int from) {
-    Communicator& comm = *session->impl_->comm;
+    Session::Impl& s = *session->impl_;
+    Communicator& comm = *s.comm;
     root = from;
-    CheckSameParameters(comm, params, root);
+    Check(s.check->Agree(Collective{CollectiveKind::kModel, 0, 0, root}),
+          "constructing the DistributedDataParallel");
+    CheckSameParameters(comm, params, buffers, root);
     std::vector<char> bytes;  // once: not kept, unlike the buffers' scratch
     Check(BroadcastPacked(comm, params, root, bytes),
           "copying the parameters from rank " + std::to_string(root));
     Check(BroadcastPacked(comm, buffers, root, scratch),
           "copying the buffers from rank " + std::to_string(root));
+    // Every step is agreed on first, with the buffers that follow it.
+    reducer_options.check = s.check.get();
+    reducer_options.bytes_after_step = 0;
+    if (broadcast_buffers) {
+      for (const auto& [name, t] : buffers) reducer_options.bytes_after_step += t.nbytes();
+    }
+    reducer_options.bytes_after_step_root = root;
     auto created = Reducer::Create(trainable, &comm, reducer_options);
     Check(created.status(), "ddp::DistributedDataParallel");
     reducer = std::move(*created);
@@ -251,13 +266,20 @@ DistributedDataParallel::DistributedDataParallel(Session& session, Named params,
   }
   impl_->Attach(root);
   Impl* impl = impl_.get();
-  s.ddp = DdpLink{[impl] { impl->reducer.reset(); }, [impl](int from) { impl->Attach(from); },
-                  [impl] { impl->ZeroGrads(); },
-                  [impl] {
-                    std::vector<torch::Tensor> tensors;
-                    for (auto& [name, t] : impl->params) tensors.push_back(t);
-                    return TensorDigest(tensors);
-                  }};
+  auto tensors = [impl] {
+    std::vector<torch::Tensor> out;
+    for (auto& [name, t] : impl->params) out.push_back(t);
+    return out;
+  };
+  s.ddp =
+      DdpLink{[impl] { impl->reducer.reset(); },
+              [impl](int from) { impl->Attach(from); },
+              [impl] { impl->ZeroGrads(); },
+              [tensors] { return TensorDigest(tensors()); },
+              [tensors] { return TensorDigests(tensors(), kParameterDigests); },
+              [impl] {
+                return DigestEntryNames(impl->names, kParameterDigests, kParameterDigestNameBytes);
+              }};
 }
 
 namespace {

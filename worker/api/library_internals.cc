@@ -27,7 +27,7 @@ std::unique_ptr<Session> LibraryInternals::SessionOver(Communicator* comm, StepD
   impl->world_size = comm->world_size();
   impl->options.rank = impl->rank;
   impl->options.world_size = impl->world_size;
-  impl->comm = comm;
+  impl->UseCommunicator(comm);
   impl->driver = std::move(driver);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }

@@ -100,6 +100,22 @@ std::pair<std::string, int> SplitHostPort(const std::string& address) {
   return {host, port};
 }
 
+// Before any communicator: every rank arrives once. A second arrival at a
+// rank means another job's ranks found this rendezvous (two jobs on one
+// MASTER_PORT: the second's rank 0 could not serve it) or two ranks share
+// a RANK: said now, not after the timeout.
+void CheckArrival(StoreClient& store, const Session::Options& options, const std::string& address) {
+  const std::string where =
+      absl::StrCat("the rendezvous at ", address, " (MASTER_PORT=", options.master_port, ")");
+  absl::StatusOr<int64_t> arrived = store.Add(absl::StrCat("arrived/", options.rank), 1);
+  Check(arrived.status(), absl::StrCat("rank ", options.rank, ": ", where));
+  if (*arrived > 1) {
+    throw Error(absl::StrCat("rank ", options.rank, " already joined ", where,
+                             ": another job is using MASTER_PORT=", options.master_port,
+                             " (give each job its own), or two ranks have RANK=", options.rank));
+  }
+}
+
 std::string ProgramName() {
   char path[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -131,7 +147,7 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
   auto impl = std::make_unique<Session::Impl>();
   impl->options = options;
   impl->joined = std::move(*session);
-  impl->comm = &impl->joined->communicator();
+  impl->UseCommunicator(&impl->joined->communicator());
   impl->rank = static_cast<int>(impl->joined->assignment().rank());
   impl->world_size = static_cast<int>(impl->joined->assignment().world_size());
   impl->last_report = absl::Now();
@@ -139,13 +155,20 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
 }
 
 std::string Session::Impl::Explain(const absl::Status& status, const std::string& what) const {
-  const std::string ended = joined ? joined->ended_reason() : "";
+  // The program's own fault stands, whatever the coordinator did next.
+  if (joined && !IsMisaligned(status)) {
+    if (const std::string failure = joined->job_failure(); !failure.empty()) {
+      return absl::StrCat(what, ": ", failure);
+    }
+  }
+  const std::string ended = joined && !IsMisaligned(status) ? joined->ended_reason() : "";
   if (!ended.empty()) return absl::StrCat(what, ": ", ended);
   return absl::StrCat(what, ": ", status.message());
 }
 
 bool Session::Impl::ReformedAfter(const absl::Status& failure) {
-  if (!joined || !elastic) return false;
+  // Misaligned collectives are the program's: re-forming would not help.
+  if (!joined || !elastic || IsMisaligned(failure)) return false;
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   DDP_LOG(Warning) << "a collective of the program's own was cut short by a re-formation ("
                    << failure.message() << "); it keeps this rank's values";
@@ -166,7 +189,17 @@ Session::~Session() {
         absl::StrCat("rank ", impl_->rank, "'s program left with an exception (see its output)"));
     return;
   }
-  finish();
+  impl_->Finish();
+  // A destructor can't throw: finish() is where a program learns this.
+  if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
+    DDP_LOG(Error) << failure << " (ddp::Session::finish() throws this as a ddp::Error)";
+  }
+}
+
+void Session::Impl::Finish() {
+  if (finished) return;
+  finished = true;
+  joined->Finish(absl::Seconds(options.timeout_seconds));
 }
 
 std::unique_ptr<Session> Session::FromEnvironment() {
@@ -231,6 +264,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
                              "same for every rank?"));
   }
   StoreClient store(v1::Coordinator::NewStub(channel), "session", 1);
+  CheckArrival(store, options, address);
   CoordinatorGlooStore gloo_store(&store, timeout);
   const bool one_machine = options.local_world_size == options.world_size &&
                            options.world_size <= ShmCommunicator::kMaxRanks;
@@ -242,7 +276,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
     auto created = ShmCommunicator::Create(gloo_store, shm);
     if (created.ok()) {
       impl->owned = std::move(*created);
-      impl->comm = impl->owned.get();
+      impl->UseCommunicator(impl->owned.get());
       return std::unique_ptr<Session>(new Session(std::move(impl)));
     }
     // Every rank learns the same outcome, so "auto" falls back together.
@@ -260,7 +294,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   Check(created.status(), absl::StrCat("rank ", options.rank, " of ", options.world_size,
                                        ": the ranks could not connect"));
   impl->owned = std::move(*created);
-  impl->comm = impl->owned.get();
+  impl->UseCommunicator(impl->owned.get());
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -298,9 +332,18 @@ void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
   report.set_step_seconds(absl::ToDoubleSeconds(now - impl_->last_report));
   *report.mutable_reduction() = impl_->last_reduction;
   // Now and then the replicas' fingerprint: the coordinator fails the job,
-  // naming both ranks, if two ranks' differ at the same step.
+  // naming both ranks and the parameters that differ, if two ranks' differ
+  // at the same step. The names go once a generation: the coordinator
+  // keeps them.
   if (impl_->ddp && report.step() % kDigestEvery == 0) {
     report.set_parameter_digest(impl_->ddp->digest());
+    for (uint64_t d : impl_->ddp->parameter_digests()) report.add_parameter_digests(d);
+    if (impl_->digest_names_sent != report.generation()) {
+      for (std::string& name : impl_->ddp->digest_names()) {
+        report.add_parameter_digest_names(std::move(name));
+      }
+      impl_->digest_names_sent = report.generation();
+    }
   }
   impl_->last_reduction.clear_newly_unused_parameter_names();
   impl_->last_report = now;
@@ -308,9 +351,11 @@ void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
 }
 
 void Session::finish() {
-  if (!impl_->joined || impl_->finished) return;
-  impl_->finished = true;
-  impl_->joined->Finish(absl::Seconds(impl_->options.timeout_seconds));
+  if (!impl_->joined) return;
+  impl_->Finish();
+  if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
+    throw Error(failure);
+  }
 }
 
 void Session::all_reduce_sum(torch::Tensor& tensor) {
@@ -319,8 +364,10 @@ void Session::all_reduce_sum(torch::Tensor& tensor) {
     throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
   }
   if (impl_->Joining()) return;
-  if (absl::Status s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
-      !s.ok()) {
+  absl::Status s = impl_->check->Agree(
+      Collective{CollectiveKind::kAllReduce, static_cast<uint64_t>(tensor.numel())});
+  if (s.ok()) s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
+  if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "all_reduce_sum"));
   }
@@ -330,8 +377,15 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
   if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
     throw Error("broadcast takes a contiguous CPU tensor");
   }
+  if (root < 0 || root >= impl_->world_size) {
+    throw Error(
+        absl::StrCat("broadcast from rank ", root, ": not a rank of the ", impl_->world_size));
+  }
   if (impl_->Joining()) return;
-  if (absl::Status s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root); !s.ok()) {
+  absl::Status s = impl_->check->Agree(
+      Collective{CollectiveKind::kBroadcast, static_cast<uint64_t>(tensor.nbytes()), 0, root});
+  if (s.ok()) s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root);
+  if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "broadcast"));
   }
@@ -339,8 +393,8 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
 
 void Session::barrier() {
   if (impl_->Joining()) return;
-  float one = 1;
-  if (absl::Status s = impl_->comm->AllReduceSum(&one, 1); !s.ok()) {
+  // The check is an all-reduce every rank makes: a barrier by itself.
+  if (absl::Status s = impl_->check->Agree(Collective{CollectiveKind::kBarrier}); !s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "barrier"));
   }

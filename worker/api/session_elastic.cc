@@ -3,9 +3,13 @@
 // next step boundary.
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/script.h>
 #include <torch/serialize/archive.h>
 
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -21,7 +25,8 @@ void Session::Impl::OnCommitted() {
 }
 
 bool Session::Impl::VoidStep(const absl::Status& failure) {
-  if (!joined || !elastic) return false;
+  // Misaligned collectives are the program's: re-forming would not help.
+  if (!joined || !elastic || IsMisaligned(failure)) return false;
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   // Nothing has moved since the last committed step yet: keep it, to undo
   // what the optimizer is about to do with these gradients.
@@ -45,11 +50,15 @@ void Session::Impl::AtStepBoundary() {
       // ABORTED: the new generation ended too before it formed; wait for the
       // next one.
       if (!absl::IsAborted(s) || !joined->ended() || absl::Now() >= deadline) {
+        // The job ended (it failed, say) rather than re-forming: say why.
+        if (const std::string failure = joined->job_failure(); !failure.empty()) {
+          throw Error(failure);
+        }
         throw Error(absl::StrCat("the job could not re-form: ", s.message()));
       }
     }
     const v1::Assignment& a = joined->assignment();
-    comm = &joined->communicator();
+    UseCommunicator(&joined->communicator());
     rank = static_cast<int>(a.rank());
     world_size = static_cast<int>(a.world_size());
     const int source = static_cast<int>(a.source_rank());
@@ -74,7 +83,8 @@ void Session::Impl::TakeUpState(int source) {
     bytes = offered ? *offered : Serialize(committed_step, committed_epoch, committed_cursor);
   }
   uint64_t size = bytes.size();
-  absl::Status s = comm->Broadcast(&size, sizeof(size), source);
+  absl::Status s = check->Agree(Collective{CollectiveKind::kState, 0, 0, source});
+  if (s.ok()) s = comm->Broadcast(&size, sizeof(size), source);
   if (s.ok()) {
     bytes.resize(size);
     s = comm->Broadcast(bytes.data(), size, source);
@@ -89,13 +99,34 @@ void Session::Impl::TakeUpState(int source) {
   if (ddp) ddp->zero_grads();
 }
 
+namespace {
+
+using Named = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The elastic module's parameters or buffers, whichever kind it is.
+Named ElasticTensors(const Session::ElasticState& state, bool buffers) {
+  Named out;
+  if (state.module) {
+    for (const auto& t :
+         buffers ? state.module->named_buffers() : state.module->named_parameters()) {
+      out.emplace_back(t.key(), t.value());
+    }
+  } else if (buffers) {
+    for (const auto& t : state.script_module->named_buffers()) out.emplace_back(t.name, t.value);
+  } else {
+    for (const auto& t : state.script_module->named_parameters()) out.emplace_back(t.name, t.value);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Session::Impl::Serialize(uint64_t step, uint64_t epoch, uint64_t cursor) {
   torch::serialize::OutputArchive archive;
   // Values only: Module::load would set_() the parameters, and a parameter
   // set_() that way no longer runs the reducer's gradient hooks.
-  for (const auto& p : elastic->module->named_parameters())
-    archive.write("p." + p.key(), p.value());
-  for (const auto& b : elastic->module->named_buffers()) archive.write("b." + b.key(), b.value());
+  for (const auto& [name, t] : ElasticTensors(*elastic, false)) archive.write("p." + name, t);
+  for (const auto& [name, t] : ElasticTensors(*elastic, true)) archive.write("b." + name, t);
   if (elastic->optimizer != nullptr) {
     torch::serialize::OutputArchive optimizer;
     elastic->optimizer->save(optimizer);
@@ -122,15 +153,15 @@ std::tuple<uint64_t, uint64_t, uint64_t> Session::Impl::Deserialize(const std::s
   archive.load_from(bytes.data(), bytes.size());
   {
     torch::NoGradGuard no_grad;
-    for (auto& p : elastic->module->named_parameters()) {
+    for (auto& [name, t] : ElasticTensors(*elastic, false)) {
       torch::Tensor value;
-      archive.read("p." + p.key(), value);
-      p.value().copy_(value);
+      archive.read("p." + name, value);
+      t.copy_(value);
     }
-    for (auto& b : elastic->module->named_buffers()) {
+    for (auto& [name, t] : ElasticTensors(*elastic, true)) {
       torch::Tensor value;
-      archive.read("b." + b.key(), value);
-      b.value().copy_(value);
+      archive.read("b." + name, value);
+      t.copy_(value);
     }
   }
   if (elastic->optimizer != nullptr) {
@@ -150,7 +181,9 @@ std::tuple<uint64_t, uint64_t, uint64_t> Session::Impl::Deserialize(const std::s
 }
 
 void Session::set_elastic_state(ElasticState state) {
-  if (!state.module) throw Error("set_elastic_state: the module is required");
+  if (!state.module == (state.script_module == nullptr)) {
+    throw Error("set_elastic_state: give the module, or a TorchScript script_module (one of them)");
+  }
   if (impl_->elastic) throw Error("set_elastic_state: call it once");
   if (!impl_->joined) return;  // nothing re-forms without a coordinator
   impl_->elastic = std::move(state);

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -19,6 +20,7 @@
 #include "ddp/v1/worker.pb.h"
 #include "worker/api/coordinator_session.h"
 #include "worker/api/store_server.h"
+#include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
 
@@ -40,9 +42,18 @@ struct DdpLink {
   // copy them from the source rank) and a new reducer.
   std::function<void(int source)> rejoin;
   std::function<void()> zero_grads;
-  // The fingerprint of its parameters (equal on every replica).
+  // The fingerprint of its parameters (equal on every replica), then one
+  // per parameter (at most kParameterDigests: runs of them past that), and
+  // what each of those covers.
   std::function<std::string()> digest;
+  std::function<std::vector<uint64_t>()> parameter_digests;
+  std::function<std::vector<std::string>()> digest_names;
 };
+
+// Per-parameter digests a step report carries at most, and the bytes of
+// each one's name: the coordinator's limits (coordinator/report_checks.h).
+inline constexpr size_t kParameterDigests = 4096;
+inline constexpr size_t kParameterDigestNameBytes = 256;
 
 // A session over the worker daemon's communicator, whose trainer drives
 // each synchronized backward itself (worker/trainer.cc): it puts its own
@@ -71,6 +82,9 @@ struct Session::Impl {
   // coordinator's reason when it ended this rank's generation.
   std::string Explain(const absl::Status& status, const std::string& what) const;
 
+  // Joined: this rank is done; waits (at most the timeout) for the job to
+  // end. Once.
+  void Finish();
   // A synchronized backward completed on every rank.
   void OnCommitted();
   // A synchronized backward failed with `failure`: true when the step is
@@ -86,6 +100,12 @@ struct Session::Impl {
   // are past the program's start, so its own collectives are skipped.
   bool Joining() const;
 
+  // The collectives go over `c` from now on, checked in order afresh.
+  void UseCommunicator(Communicator* c) {
+    comm = c;
+    check = std::make_unique<CollectiveCheck>(c);
+  }
+
   Options options;
   int rank = 0;
   int world_size = 1;
@@ -93,6 +113,9 @@ struct Session::Impl {
   std::unique_ptr<CoordinatorSession> joined;  // with a coordinator
   Communicator* comm = nullptr;                // the one above's, or `owned`
   std::shared_ptr<Communicator> owned;
+  // Every collective of the session, its DistributedDataParallel and its
+  // reducer is agreed on through this first (see collective_check.h).
+  std::unique_ptr<CollectiveCheck> check;
   std::shared_ptr<SessionGate> gate;
   std::optional<SamplerLink> sampler;
   std::optional<DdpLink> ddp;
@@ -100,6 +123,8 @@ struct Session::Impl {
 
   // Reports (joined only).
   uint64_t reported_steps = 0;
+  // The generation whose reports carried the parameter digests' names.
+  std::optional<uint64_t> digest_names_sent;
   absl::Time last_report;
   v1::ReductionStatus last_reduction;
   bool finished = false;

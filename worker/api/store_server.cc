@@ -78,6 +78,10 @@ StoreServer::~StoreServer() { impl_->server->Shutdown(absl::ToChronoTime(absl::N
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& address) {
   auto impl = std::make_unique<Impl>();
   grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second job's rank 0 would
+  // share the port with the first, the two stores taking each other's
+  // connections, and both rendezvous would fail only at their timeout.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&impl->service);
@@ -85,7 +89,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   if (!impl->server || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("rank 0 can't serve the rendezvous at ", address,
-                     " (MASTER_ADDR:MASTER_PORT): port in use, or not an address of this host?"));
+                     " (MASTER_ADDR:MASTER_PORT): the port is in use (by another job's rank "
+                     "0?), or it is not an address of this host"));
   }
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
 }

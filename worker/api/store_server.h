@@ -16,7 +16,8 @@ namespace ddp {
 
 class StoreServer {
  public:
-  // Listens on `address` (HOST:PORT). UNAVAILABLE when it can't be bound.
+  // Listens on `address` (HOST:PORT), alone: UNAVAILABLE when it can't be
+  // bound, another process's listener included.
   static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& address);
   ~StoreServer();
 
