@@ -11,6 +11,7 @@
 
 #include <ATen/record_function.h>
 
+#include <limits>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -23,6 +24,9 @@ namespace {
 
 // The step token and the leave vote.
 constexpr int64_t kControlWords = 2;
+
+// In the communication thread's queue: the step's agreement, not a bucket.
+constexpr size_t kAgreeOnStep = std::numeric_limits<size_t>::max();
 
 }  // namespace
 
@@ -257,6 +261,11 @@ void Reducer::PrepareBackward(bool sync, ControlWords control) {
   next_launch_ = 0;
   queue_.clear();
   queue_head_ = 0;
+  // Every rank must be at the same step, with the same buckets, before any
+  // gradient is summed: agreed on the communication thread while backward
+  // runs, ahead of the first bucket, so that its round trip hides behind
+  // backward's compute.
+  if (options_.check != nullptr && comm_->world_size() > 1) queue_.push_back(kAgreeOnStep);
   done_ = 0;
   allreduce_ms_ = 0;
   backward_start_ = absl::Now();
@@ -397,19 +406,21 @@ void Reducer::CommLoop() {
       if (queue_head_ >= queue_.size()) return;  // stopping, nothing queued
       b = queue_[queue_head_++];
       if (!error_.ok()) {
-        ++done_;
+        if (b != kAgreeOnStep) ++done_;
         continue;
       }
     }
     const absl::Time start = absl::Now();
+    if (b == kAgreeOnStep) {
+      absl::Status agreed = AgreeOnStep();
+      absl::MutexLock lock(&mu_);
+      if (!agreed.ok() && error_.ok()) error_ = agreed;
+      allreduce_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+      continue;  // not a bucket: FinishBackward counts buckets
+    }
     uint64_t wire = 0;
     absl::Status s;
-    // The step's first bucket: every rank must be at the same step, with
-    // the same buckets, before any gradient is summed.
-    if (b == 0 && options_.check != nullptr) s = AgreeOnStep();
-    if (!s.ok()) {
-      // Counted like any bucket below; the rest are skipped.
-    } else if (powersgd_ && powersgd_->active()) {
+    if (powersgd_ && powersgd_->active()) {
       s = ReducePowerSgd(buckets_[b], b, world, &wire);
     } else if (options_.compression) {
       s = ReduceCompressed(buckets_[b], world);
