@@ -111,6 +111,19 @@ def children_of(pid, comm=None):
     return kids
 
 
+def rank_of_ddp_run(pid, local_rank, comm=None):
+    """The copy of a program ddp-run `pid` started as LOCAL_RANK `local_rank`
+    (named `comm`, when given), or None."""
+    for kid in children_of(pid, comm):
+        try:
+            with open("/proc/%d/environ" % kid, "rb") as f:
+                if b"LOCAL_RANK=%d\0" % local_rank in f.read():
+                    return kid
+        except OSError:  # gone meanwhile
+            pass
+    return None
+
+
 def synthetic_job(name, workers, **overrides):
     job = {"name": name, "model": {"kind": "mlp"},
            "dataset": {"kind": "synthetic", "trainSize": 2048, "testSize": 256},

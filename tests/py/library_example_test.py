@@ -22,7 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
-from cluster import Cluster, children_of, synthetic_job  # noqa: E402
+from cluster import Cluster, rank_of_ddp_run, synthetic_job  # noqa: E402
 from harness import BIN, free_port, read_text, thread_env, wait_for  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
@@ -126,13 +126,8 @@ class OutOfTreeExampleTest(unittest.TestCase):
              self.program, "--data", os.path.join(self.dir, "data-restarted"), "--epochs", "400"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=thread_env())
         try:
-            def rank_one():
-                for pid in children_of(proc.pid, "custom_loop"):
-                    with open("/proc/%d/environ" % pid, "rb") as f:
-                        if b"LOCAL_RANK=1\0" in f.read():
-                            return pid
-                return None
-            victim = wait_for(rank_one, 60, "rank 1 to start")
+            victim = wait_for(lambda: rank_of_ddp_run(proc.pid, 1, "custom_loop"), 60,
+                              "rank 1 to start")
             time.sleep(2)  # it trains a while
             os.kill(victim, signal.SIGKILL)
             out, err = proc.communicate(timeout=300)
@@ -160,11 +155,7 @@ class OutOfTreeExampleTest(unittest.TestCase):
             def rank_one_training():
                 if "proven" not in (read_text(os.path.join(logs, "rank-1.log")) or ""):
                     return None
-                for pid in children_of(proc.pid, "custom_loop"):
-                    with open("/proc/%d/environ" % pid, "rb") as f:
-                        if b"LOCAL_RANK=1\0" in f.read():
-                            return pid
-                return None
+                return rank_of_ddp_run(proc.pid, 1, "custom_loop")
             os.kill(wait_for(rank_one_training, 60, "rank 1 to train"), signal.SIGKILL)
             out, err = proc.communicate(timeout=600)
         finally:

@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cluster import Cluster, children_of  # noqa: E402
+from cluster import Cluster, rank_of_ddp_run  # noqa: E402
 from harness import BIN, PYTHON, free_port, read_text, thread_env, wait_for  # noqa: E402
 
 TRAINER = os.path.join(BIN, "ddp_library_parity_trainer")
@@ -302,14 +302,7 @@ class LibraryParityTest(unittest.TestCase):
             def rank_one_training():
                 if "proven" not in (read_text(os.path.join(logs, "rank-1.log")) or ""):
                     return None
-                for pid in children_of(proc.pid):
-                    try:
-                        with open("/proc/%d/environ" % pid, "rb") as f:
-                            if b"LOCAL_RANK=1\0" in f.read():
-                                return pid
-                    except OSError:
-                        pass
-                return None
+                return rank_of_ddp_run(proc.pid, 1)
             os.kill(wait_for(rank_one_training, 60, "rank 1 to train"), signal.SIGKILL)
             out, err = proc.communicate(timeout=120)
         finally:
