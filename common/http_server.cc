@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 
@@ -32,25 +34,38 @@ struct HttpServer::Context {
   absl::Mutex mu;
   std::string start_error ABSL_GUARDED_BY(mu);
   bool started ABSL_GUARDED_BY(mu) = false;
+  LogLimiter log_limiter ABSL_GUARDED_BY(mu){absl::Minutes(1)};
+  // Connections whose request head is still coming in: their socket and
+  // when the head is due. Added when libmicrohttpd accepts one, removed when
+  // the head is complete (the handler runs) or the connection closes; the
+  // notification of a close comes before libmicrohttpd closes the socket,
+  // so a socket found here under the lock is still the connection's own.
+  absl::Mutex heads_mu;
+  std::unordered_map<MHD_Connection*, std::pair<int, absl::Time>> heads ABSL_GUARDED_BY(heads_mu);
+  bool stopping ABSL_GUARDED_BY(heads_mu) = false;
 };
 
 namespace {
 
 // libmicrohttpd's messages go to our log; while starting, the last one is
-// kept as the reason a start failed.
+// kept as the reason a start failed. After that at most one a minute: a
+// client can make it complain once per connection it opens.
 void LogHttpdMessage(void* cls, const char* format, va_list args) {
   char text[512];
   std::vsnprintf(text, sizeof(text), format, args);
   absl::string_view message = absl::StripAsciiWhitespace(text);
   auto* context = static_cast<HttpServer::Context*>(cls);
+  uint64_t held_back = 0;
   {
     absl::MutexLock lock(&context->mu);
     if (!context->started) {
       context->start_error = std::string(message);
       return;
     }
+    if (!context->log_limiter.ShouldLog(0, context->options.clock->Now(), &held_back)) return;
   }
-  DDP_LOG(Warning) << context->options.what << ": " << message;
+  DDP_LOG(Warning) << context->options.what << ": " << message
+                   << (held_back ? absl::StrCat(" (", held_back, " more messages held back)") : "");
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
@@ -98,10 +113,30 @@ HttpResponse Text(int code, std::string body) {
   return {code, "text/plain; charset=utf-8", std::move(body)};
 }
 
+void NotifyConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                      MHD_ConnectionNotificationCode code) {
+  auto* context = static_cast<HttpServer::Context*>(cls);
+  absl::MutexLock lock(&context->heads_mu);
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    context->heads.erase(connection);
+    return;
+  }
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (info == nullptr) return;
+  context->heads[connection] = {
+      info->connect_fd, context->options.clock->Now() + context->options.access.header_timeout};
+}
+
 MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
                   const char* /*version*/, const char* /*upload_data*/,
                   size_t* /*upload_data_size*/, void** /*request_state*/) {
-  const auto* context = static_cast<const HttpServer::Context*>(cls);
+  auto* context = static_cast<HttpServer::Context*>(cls);
+  {
+    // The head is in: from here the idle timeout bounds the answer.
+    absl::MutexLock lock(&context->heads_mu);
+    context->heads.erase(connection);
+  }
   const HttpAccess& access = context->options.access;
   if (!access.tls_ca.empty() && !ClientCertificateVerified(connection)) {
     return Send(connection, *context,
@@ -140,6 +175,11 @@ absl::Status CheckHttpListen(absl::string_view flag, absl::string_view what,
       (!access.tls_ca.empty() && access.tls_cert.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         flag, ": TLS needs both a certificate and its key (and a client CA needs them too)"));
+  }
+  if (access.max_connections < 1 || access.max_connections_per_address < 1 ||
+      access.header_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the connection caps must be at least 1 and the header timeout positive"));
   }
   if (IsLoopbackHost(parsed->host) || (access.tls() && !access.tokens.empty())) {
     return absl::OkStatus();
@@ -195,9 +235,63 @@ absl::Status CheckHttpAuthorization(const std::vector<TokenEntry>& tokens,
 }
 
 HttpServer::HttpServer(std::unique_ptr<Context> context, MHD_Daemon* daemon, int port)
-    : context_(std::move(context)), daemon_(daemon), port_(port) {}
+    : context_(std::move(context)), daemon_(daemon), port_(port), watchdog_([this] { Watch(); }) {}
 
-HttpServer::~HttpServer() { MHD_stop_daemon(daemon_); }
+HttpServer::~HttpServer() {
+  {
+    absl::MutexLock lock(&context_->heads_mu);
+    context_->stopping = true;
+  }
+  watchdog_.join();
+  MHD_stop_daemon(daemon_);
+}
+
+int HttpServer::CloseOverdue() {
+  const absl::Time now = context_->options.clock->Now();
+  int closed = 0;
+  absl::MutexLock lock(&context_->heads_mu);
+  for (auto it = context_->heads.begin(); it != context_->heads.end();) {
+    if (it->second.second > now) {
+      ++it;
+      continue;
+    }
+    // libmicrohttpd sees the end of the stream and closes the connection
+    // (and then its socket) on its own thread.
+    ::shutdown(it->second.first, SHUT_RDWR);
+    it = context_->heads.erase(it);
+    ++closed;
+  }
+  return closed;
+}
+
+int HttpServer::HeadsPending() const {
+  absl::MutexLock lock(&context_->heads_mu);
+  return static_cast<int>(context_->heads.size());
+}
+
+void HttpServer::Watch() {
+  const absl::Duration interval = context_->options.watch_interval;
+  LogLimiter limiter(absl::Minutes(1));
+  uint64_t closed_since = 0;
+  for (;;) {
+    {
+      absl::MutexLock lock(&context_->heads_mu);
+      context_->heads_mu.AwaitWithTimeout(absl::Condition(&context_->stopping), interval);
+      if (context_->stopping) return;
+    }
+    const int closed = CloseOverdue();
+    if (closed == 0) continue;
+    closed_since += closed;
+    uint64_t held_back = 0;
+    if (limiter.ShouldLog(0, context_->options.clock->Now(), &held_back)) {
+      DDP_LOG(Warning) << context_->options.what << ": closed " << closed_since
+                       << " connection(s) that had not sent a whole request within "
+                       << absl::FormatDuration(context_->options.access.header_timeout)
+                       << " of connecting (slow or idle clients)";
+      closed_since = 0;
+    }
+  }
+}
 
 std::string HttpServer::url() const {
   const std::string& listen = context_->options.listen;
@@ -256,7 +350,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
   std::vector<MHD_OptionItem> items = {
       {MHD_OPTION_SOCK_ADDR, 0, &bind_address},
       {MHD_OPTION_THREAD_POOL_SIZE, o.threads, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, o.threads + o.queue, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, o.access.max_connections, nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, o.access.max_connections_per_address, nullptr},
+      {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&NotifyConnection), context.get()},
       {MHD_OPTION_LISTEN_BACKLOG_SIZE, o.queue, nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT,
        std::max<intptr_t>(1, absl::ToInt64Seconds(o.request_timeout)), nullptr},

@@ -11,8 +11,13 @@
 // clients must present a certificate it signed (checked once the handshake
 // is done: a request without one is answered 403).
 //
-// What a client can make it hold is bounded: a few handler threads, a short
-// accept queue, small requests, a request timeout, no keep-alive.
+// What a client can make it hold is bounded: a few handler threads, small
+// requests, a request timeout, no keep-alive, and against slow clients
+// (slowloris) a cap on connections per remote address and in all, and a
+// deadline for the request head counted from connect (not reset by each
+// line that trickles in). Connections still sending their head cost no
+// thread (they wait in epoll), so a few hundred of them, however slow,
+// leave room for a reader with a token.
 #ifndef DDP_COMMON_HTTP_SERVER_H_
 #define DDP_COMMON_HTTP_SERVER_H_
 
@@ -20,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/tokens.h"
 
 struct MHD_Daemon;  // libmicrohttpd's, kept out of this header
@@ -44,6 +51,14 @@ struct HttpAccess {
   std::vector<TokenEntry> tokens;
   // Allow a non-loopback address without TLS and tokens.
   bool insecure = false;
+  // What slow or many clients may hold (the coordinator's
+  // --http_max_connections_per_address, --http_max_connections and
+  // --http_header_timeout). A connection beyond a cap is closed as soon as
+  // it is accepted; one whose request head is not complete
+  // `header_timeout` after it connected is closed.
+  int max_connections_per_address = 16;
+  int max_connections = 512;
+  absl::Duration header_timeout = absl::Seconds(5);
 
   bool tls() const { return !tls_cert.empty(); }
 };
@@ -82,11 +97,17 @@ class HttpServer {
     // HOST:PORT, the host an IP address or "localhost"; port 0 picks one.
     std::string listen;
     HttpAccess access;
-    // Requests served at once; more wait in a queue of `queue` connections,
-    // and beyond that are not accepted.
+    // Threads serving connections (each polls many: a connection costs a
+    // thread only while its handler runs), and the kernel's accept queue.
     int threads = 4;
-    int queue = 16;
+    int queue = 64;
+    // A connection idle this long is closed (after its head, while the
+    // answer is written; the head has access.header_timeout from connect).
     absl::Duration request_timeout = absl::Seconds(10);
+    // What header deadlines are measured with; a watchdog thread looks
+    // every `watch_interval`.
+    Clock* clock = RealClock::Get();
+    absl::Duration watch_interval = absl::Milliseconds(100);
     // Largest request head accepted (these pages take no request bodies).
     int max_request_bytes = 8192;
     // Added to every response: (name, value).
@@ -100,6 +121,12 @@ class HttpServer {
   // Stops accepting and waits for the requests in progress.
   ~HttpServer();
 
+  // Closes every connection whose request head is overdue now; returns how
+  // many. The watchdog calls it; tests may too (with a FakeClock).
+  int CloseOverdue();
+  // Connections accepted whose request head is not complete yet.
+  int HeadsPending() const;
+
   // The port served on (the one picked, for port 0).
   int port() const { return port_; }
   // "http://HOST:PORT" or "https://HOST:PORT".
@@ -110,10 +137,12 @@ class HttpServer {
 
  private:
   HttpServer(std::unique_ptr<Context> context, MHD_Daemon* daemon, int port);
+  void Watch();
 
   std::unique_ptr<Context> context_;
   MHD_Daemon* daemon_;
   int port_;
+  std::thread watchdog_;
 };
 
 }  // namespace ddp

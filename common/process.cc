@@ -20,6 +20,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
+#include "common/version.h"
+
 namespace ddp {
 
 std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usage,
@@ -47,6 +49,7 @@ std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usa
     return file == name || absl::EndsWith(file, "/main.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  config.version_string = [name] { return absl::StrCat(name, " ", kVersion, "\n"); };
   absl::SetFlagsUsageConfig(config);
   // absl spells flags with underscores; people type dashes.
   std::vector<std::string> normalized(argv, argv + argc);

@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -24,7 +25,19 @@ namespace {
 // Bounds what a start-up reads: a tokens file is a few lines.
 constexpr size_t kMaxFileBytes = 1 << 20;
 
-absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
+// Who else may read `st`'s file, as ssh judges a private key: any access by
+// others; by the group too when the file is ours (a file root owns and lets
+// our group read, root:ddp 0640 as the systemd units install it, is an
+// administrator's deliberate grant). Empty when no one else may.
+std::string ReadableByOthers(const struct stat& st) {
+  if (st.st_mode & 007) return "other users";
+  if ((st.st_mode & 070) && st.st_uid == ::geteuid()) return "its group";
+  return "";
+}
+
+// `refuse_readable`: a file others may read is an error (else a warning).
+absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::string& path,
+                                           bool refuse_readable) {
   const std::string where = absl::StrCat(flag, "=", path, ": ");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
@@ -34,9 +47,15 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::s
   if (static_cast<size_t>(st.st_size) > kMaxFileBytes) {
     return absl::InvalidArgumentError(where + "larger than 1 MiB; not a token file");
   }
-  if (st.st_mode & 077) {
-    DDP_LOG(Warning) << where << "other users may read it (mode "
-                     << absl::StrFormat("%03o", st.st_mode & 0777) << "); chmod 600 it";
+  if (const std::string who = ReadableByOthers(st); !who.empty()) {
+    const std::string mode = absl::StrFormat("%03o", st.st_mode & 0777);
+    if (refuse_readable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, who, " may read it (mode ", mode,
+          "), and anyone who reads it holds every role's token: chmod 600 it (or 640 owned by "
+          "root with the daemon's group), or pass --allow_readable_tokens"));
+    }
+    DDP_LOG(Warning) << where << who << " may read it (mode " << mode << "); chmod 600 it";
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat(where, std::strerror(errno)));
@@ -107,8 +126,9 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
-                                                       const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSecretFile(flag, path);
+                                                       const std::string& path,
+                                                       bool allow_readable) {
+  absl::StatusOr<std::string> text = ReadSecretFile(flag, path, !allow_readable);
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokens(*text);
   if (!entries.ok()) {
@@ -119,7 +139,7 @@ absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
 }
 
 absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSecretFile(flag, path);
+  absl::StatusOr<std::string> text = ReadSecretFile(flag, path, /*refuse_readable=*/false);
   if (!text.ok()) return text.status();
   std::string token;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {

@@ -45,12 +45,18 @@ inline constexpr size_t kMinTokenLength = 16;
 // Messages never quote a token.
 absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text);
 
-// Reads and parses `path`; errors start with "<flag>=<path>: ".
+// Reads and parses `path`; errors start with "<flag>=<path>: ". A file that
+// other users may read is refused (INVALID_ARGUMENT, saying to chmod it) as
+// ssh refuses such a key, unless `allow_readable` (then it is a warning):
+// any access by others, or by the group when the file is the reader's own
+// (root:ddp 0640, an administrator's grant to the daemons' group, is read).
 absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
-                                                       const std::string& path);
+                                                       const std::string& path,
+                                                       bool allow_readable = false);
 
 // Reads a client's token file: one token, surrounding white space and
-// '#' comment lines ignored. Errors start with "<flag>=<path>: ".
+// '#' comment lines ignored. Errors start with "<flag>=<path>: ". One that
+// others may read draws a warning: it holds one client's token.
 absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path);
 
 // `bytes` random bytes from the operating system's generator, as lowercase

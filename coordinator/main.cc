@@ -27,6 +27,7 @@
 #include "common/net_address.h"
 #include "common/process.h"
 #include "common/tokens.h"
+#include "common/version.h"
 #include "coordinator/authorizer.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
@@ -95,6 +96,9 @@ ABSL_FLAG(absl::Duration, validate_timeout, absl::Seconds(60),
 ABSL_FLAG(uint64_t, validate_memory, uint64_t{4} << 30,
           "address space a job check may use, in bytes");
 ABSL_FLAG(int32_t, validate_concurrency, 2, "job checks run at once");
+ABSL_FLAG(bool, allow_unconfined_checks, false,
+          "let ddp-validate run a job's code where the kernel can't confine it (no Landlock); "
+          "without it such a machine refuses every submission that needs a check");
 ABSL_FLAG(int32_t, validate_queue, 4,
           "job checks waiting for their turn; a submission beyond them is refused with "
           "RESOURCE_EXHAUSTED");
@@ -132,6 +136,18 @@ ABSL_FLAG(std::string, http_listen, kDefaultHttpListen,
           "without the page; an address given explicitly that can't be bound is an error");
 ABSL_FLAG(std::string, http_port_file, "",
           "write the status page's port to this file once serving");
+ABSL_FLAG(int32_t, http_max_connections_per_address, 16,
+          "connections one remote address may hold open to the status page (and, separately, "
+          "to the metrics); more are closed as soon as they are accepted");
+ABSL_FLAG(int32_t, http_max_connections, 512,
+          "connections the status page (and, separately, the metrics) holds open in all; more "
+          "wait in the kernel's accept queue");
+ABSL_FLAG(absl::Duration, http_header_timeout, absl::Seconds(5),
+          "a connection to the status page or metrics that has not sent its whole request head "
+          "this long after connecting is closed (however steadily it trickles: slowloris)");
+ABSL_FLAG(bool, allow_readable_tokens, false,
+          "start even when --tokens_file may be read by other users (as ssh refuses such "
+          "keys, the coordinator otherwise refuses to start)");
 
 namespace ddp {
 namespace {
@@ -189,11 +205,15 @@ absl::StatusOr<Security> LoadSecurity() {
   security.http.tls_key = tls.key;
   security.http.tls_ca = tls.ca;
   security.http.insecure = absl::GetFlag(FLAGS_insecure);
+  security.http.max_connections_per_address = absl::GetFlag(FLAGS_http_max_connections_per_address);
+  security.http.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  security.http.header_timeout = absl::GetFlag(FLAGS_http_header_timeout);
   auto credentials = MakeServerCredentials(tls);
   if (!credentials.ok()) return credentials.status();
   security.credentials = std::move(*credentials);
   if (!tokens_file.empty()) {
-    auto tokens = LoadTokensFile("--tokens_file", tokens_file);
+    auto tokens =
+        LoadTokensFile("--tokens_file", tokens_file, absl::GetFlag(FLAGS_allow_readable_tokens));
     if (!tokens.ok()) return tokens.status();
     int counts[3] = {0, 0, 0};
     for (const TokenEntry& t : *tokens) ++counts[static_cast<int>(t.role)];
@@ -275,6 +295,7 @@ absl::StatusOr<std::unique_ptr<HelperProcess>> HelperFromFlags() {
   HelperProcess::Options helper;
   helper.program = absl::GetFlag(FLAGS_validate_helper);
   if (helper.program.empty()) helper.program = BinDir() + "/ddp-validate";
+  if (absl::GetFlag(FLAGS_allow_unconfined_checks)) helper.args = {"--allow_unconfined"};
   // Nothing of the coordinator's environment; one thread for a batch of two.
   helper.env = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
                 "MKL_NUM_THREADS=1"};
@@ -350,6 +371,7 @@ int Run() {
                 << ", outputs to " << absl::GetFlag(FLAGS_output_root);
   Coordinator::Options options;
   options.require_store_tokens = security->authorizer != nullptr;
+  options.registry.name_version_in_refusals = security->authorizer != nullptr;
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
@@ -475,7 +497,7 @@ int Run() {
     std::ofstream(file + ".tmp") << port << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
-  DDP_LOG(Info) << "serving ddp.v1.Coordinator on port " << port << " (listen "
+  DDP_LOG(Info) << "serving ddp.v1.Coordinator " << kVersion << " on port " << port << " (listen "
                 << absl::GetFlag(FLAGS_listen) << ", "
                 << (absl::GetFlag(FLAGS_tls_cert).empty() ? "plaintext"
                     : absl::GetFlag(FLAGS_tls_ca).empty() ? "TLS"

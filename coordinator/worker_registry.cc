@@ -76,9 +76,11 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
     return absl::InvalidArgumentError(absl::StrCat("register.device: ", device.status().message()));
   }
   if (request.version() != version) {
-    return absl::FailedPreconditionError(absl::StrCat("worker version ", Quote(request.version()),
-                                                      " differs from the coordinator's \"", version,
-                                                      "\"; run the same build on every machine"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker version ", Quote(request.version()), " differs from the coordinator's",
+        options_.name_version_in_refusals ? absl::StrCat(" \"", version, "\"")
+                                          : " (ddp-coordinator --version, or its log, names it)",
+        "; run the same build on every machine"));
   }
   const std::string id = request.name().empty()
                              ? absl::StrCat(request.host(), "/", device->ToString())

@@ -104,6 +104,10 @@ class WorkerRegistry {
     absl::Duration heartbeat_timeout = absl::Seconds(5);
     // Lost workers stay visible to operators this long.
     absl::Duration lost_retention = absl::Minutes(10);
+    // Whether refusing another version names ours. Only when every caller
+    // is authenticated (tokens): an anonymous caller learns nothing of the
+    // build it might aim at (the coordinator's log and --version say it).
+    bool name_version_in_refusals = false;
   };
 
   WorkerRegistry(const Clock* clock, Options options) : clock_(clock), options_(options) {}

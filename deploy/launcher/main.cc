@@ -52,6 +52,9 @@ ABSL_FLAG(int32_t, max_restarts, 3,
 ABSL_FLAG(bool, status_page, true,
           "serve the coordinator's live status page on a free loopback port (printed at "
           "start); false: no page");
+ABSL_FLAG(bool, allow_readable_tokens, false,
+          "use a --tokens_file that other users may read (otherwise refused, as ssh refuses "
+          "such keys)");
 ABSL_FLAG(bool, verbose, false, "show the coordinator's and workers' logs on the terminal");
 ABSL_FLAG(std::string, worker_args, "",
           "more flags for every worker, separated by spaces (see ddp-worker --help)");
@@ -193,7 +196,8 @@ absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
   }
   std::string watcher_token;
   if (const std::string file = absl::GetFlag(FLAGS_tokens_file); !file.empty()) {
-    auto tokens = LoadTokensFile("--tokens_file", file);
+    const bool allow_readable = absl::GetFlag(FLAGS_allow_readable_tokens);
+    auto tokens = LoadTokensFile("--tokens_file", file, allow_readable);
     if (!tokens.ok()) return tokens.status();
     for (const TokenEntry& t : *tokens) {
       if (t.role == Role::kWorker && out.worker_token.empty()) out.worker_token = t.token;
@@ -206,6 +210,7 @@ absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
           "show progress) in it"));
     }
     out.coordinator_flags.push_back("--tokens_file=" + std::filesystem::absolute(file).string());
+    if (allow_readable) out.coordinator_flags.push_back("--allow_readable_tokens");
   }
   auto watcher = LoadClientSecurity(tls, "");
   if (!watcher.ok()) return watcher.status();

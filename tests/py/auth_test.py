@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
@@ -452,12 +453,42 @@ class ListenPolicyTest(unittest.TestCase):
         self.assertEqual(code_of(lambda: client.call(C + "GetStatus"))[0],
                          grpc.StatusCode.UNAUTHENTICATED)
 
+    def test_tokens_file_others_may_read_exits_2_unless_allowed(self):
+        readable = os.path.join(self.pki.dir, "readable-tokens")
+        shutil.copy(self.pki.tokens_file, readable)
+        os.chmod(readable, 0o644)
+        result = self.run_coordinator("--listen=127.0.0.1:0", "--tokens_file=" + readable)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("--tokens_file=%s: other users may read it (mode 644)" % readable,
+                      result.stderr)
+        self.assertIn("--allow_readable_tokens", result.stderr)
+        for token in self.pki.tokens.values():
+            self.assertNotIn(token, result.stderr)
+        _, port, log = self.serve("--listen=127.0.0.1:0", "--tokens_file=" + readable,
+                                  "--allow_readable_tokens")
+        self.assertIn("other users may read it", log)  # still warned
+
+    def test_anonymous_caller_of_another_version_is_not_told_ours(self):
+        _, port, _ = self.serve("--listen=127.0.0.1:0")
+        client = ReflectionClient("127.0.0.1:%d" % port)
+        self.addCleanup(client.close)
+        attach, _, _ = client.stub(C + "Attach")
+        register = client.message("ddp.v1.WorkerMessage", {"register": {
+            "host": "10.66.0.9", "device": "cpu:0", "version": "none", "pid": 1}})
+        code, details = code_of(lambda: list(attach(iter([register]), timeout=5)))
+        self.assertEqual(code, grpc.StatusCode.FAILED_PRECONDITION, details)
+        version = subprocess.run([os.path.join(BIN, "ddp-coordinator"), "--version"],
+                                 capture_output=True, text=True).stdout.split()[-1]
+        self.assertNotIn(version, details)
+        self.assertIn("ddp-coordinator --version", details)
+
     def test_unreadable_or_mismatched_files_exit_2_naming_flag_and_file(self):
         pki = self.pki
         cert, key = pki.server
         bad_tokens = os.path.join(pki.dir, "bad-tokens")
         with open(bad_tokens, "w") as f:
             f.write("worker 0123456789abcdef0123\nroot 0123456789abcdef0124\n")
+        os.chmod(bad_tokens, 0o600)
         cases = [
             (["--tls_cert=/nonexistent.crt", "--tls_key=" + key],
              "--tls_cert=/nonexistent.crt: No such file or directory"),

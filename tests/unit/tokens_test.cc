@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -108,6 +110,47 @@ TEST_F(TokenFileTest, LoadTokensFile_BadLine_NamesFileAndLine) {
   EXPECT_THAT(LoadTokensFile("--tokens_file", path),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("--tokens_file=" + path + ": line 2"))));
+}
+
+TEST_F(TokenFileTest, LoadTokensFile_OthersOrOwnGroupMayRead_RefusedUnlessAllowed) {
+  const std::string path = Write("tokens", "admin 0123456789abcdef0123\n");
+  const std::vector<std::pair<mode_t, std::string>> readable = {{0644, "other users"},
+                                                                {0604, "other users"},
+                                                                {0602, "other users"},
+                                                                {0640, "its group"},
+                                                                {0620, "its group"}};
+  for (const auto& [mode, who] : readable) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    EXPECT_THAT(LoadTokensFile("--tokens_file", path),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("--tokens_file=" + path), HasSubstr(who + " may read"),
+                               HasSubstr("chmod 600"), HasSubstr("--allow_readable_tokens"),
+                               Not(HasSubstr("0123456789abcdef")))))
+        << std::oct << mode;
+    EXPECT_THAT(LoadTokensFile("--tokens_file", path, /*allow_readable=*/true), IsOk());
+  }
+  for (mode_t mode : {0600, 0400}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    EXPECT_THAT(LoadTokensFile("--tokens_file", path), IsOk()) << std::oct << mode;
+  }
+}
+
+TEST_F(TokenFileTest, LoadTokensFile_AnotherOwnersFileOurGroupMayRead_Accepted) {
+  // root:ddp 0640, as the systemd units install it: only root can make one.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the file another owner";
+  const std::string path = Write("tokens", "admin 0123456789abcdef0123\n");
+  ASSERT_EQ(::chown(path.c_str(), 65534, ::getegid()), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  EXPECT_THAT(LoadTokensFile("--tokens_file", path), IsOk());
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  EXPECT_THAT(LoadTokensFile("--tokens_file", path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("other users may read")));
+}
+
+TEST_F(TokenFileTest, LoadTokenFile_ReadableByOthers_OnlyWarned) {
+  const std::string path = Write("worker.token", "0123456789abcdef0123\n");
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  EXPECT_THAT(LoadTokenFile("--token_file", path), IsOk());
 }
 
 TEST(RandomToken, HexOfRequestedLength_AndDifferentEachTime) {

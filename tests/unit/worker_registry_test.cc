@@ -7,7 +7,9 @@
 namespace ddp {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Each call is another process (another pid) unless `pid` says otherwise.
 v1::RegisterRequest Req(const std::string& host, const std::string& device,
@@ -63,9 +65,21 @@ TEST_F(WorkerRegistryTest, Register_UnknownDevice_InvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
 }
 
-TEST_F(WorkerRegistryTest, Register_OtherVersion_FailedPrecondition) {
-  EXPECT_THAT(registry_.Register(Req("h1", "cpu"), "2.0", 1, &took_over_),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("version")));
+TEST_F(WorkerRegistryTest, Register_OtherVersion_FailedPreconditionNotNamingOurs) {
+  // By default (callers may be anonymous) the refusal doesn't say which
+  // build the coordinator runs.
+  EXPECT_THAT(registry_.Register(Req("h1", "cpu"), "2.0.7-secret", 1, &took_over_),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("worker version \"1.0\""), HasSubstr("--version"),
+                             Not(HasSubstr("2.0.7")))));
+}
+
+TEST_F(WorkerRegistryTest, Register_OtherVersionWhenCallersAreAuthenticated_NamesOurs) {
+  WorkerRegistry::Options options;
+  options.name_version_in_refusals = true;
+  WorkerRegistry registry(&clock_, options);
+  EXPECT_THAT(registry.Register(Req("h1", "cpu"), "2.0.7", 1, &took_over_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("\"2.0.7\"")));
 }
 
 TEST_F(WorkerRegistryTest, ExpireSilent_AfterHeartbeatTimeout_MarksLost) {

@@ -1,0 +1,266 @@
+// The HTTP pages under slow clients (slowloris): many connections that
+// trickle their request head keep no reader with a token out; one address
+// can't take more than its share; a head that is still coming a few seconds
+// after connect is cut off, however steadily it trickles. Real sockets on
+// loopback, where every 127.0.0.x is an address of this host.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "common/http_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace ddp {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::vector<TokenEntry> kTokens = {{Role::kOperator, "operator-token-0123456789"}};
+constexpr char kAuthorized[] =
+    "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer operator-token-0123456789\r\n\r\n";
+
+HttpResponse Hello(absl::string_view, absl::string_view path) {
+  if (path != "/hello") return {404, "text/plain", "no\n"};
+  return {200, "text/plain", "hello\n"};
+}
+
+// A socket from `source` to 127.0.0.1:port, connected within `timeout`;
+// -1 when it isn't (a full accept queue leaves connect waiting).
+int ConnectFrom(const std::string& source, int port, absl::Duration timeout = absl::Seconds(1)) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0 && errno != EINPROGRESS)) {
+    ::close(fd);
+    return -1;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int error = 0;
+  socklen_t len = sizeof(error);
+  if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& text) {
+  return ::send(fd, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+}
+
+// Whether the server closed `fd` (end of stream or reset) within `timeout`.
+bool ClosedWithin(int fd, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  char buf[4096];
+  for (absl::Time now = absl::Now(); now < deadline; now = absl::Now()) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - now)) + 1) != 1) {
+      continue;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;  // whatever was answered before, it is closed
+  }
+  return false;
+}
+
+// A whole request from 127.0.0.1 and its answer, or "" when none came
+// within `timeout`; *took says how long it took.
+std::string Ask(int port, const std::string& request, absl::Duration timeout,
+                absl::Duration* took) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  const int fd = ConnectFrom("127.0.0.1", port, timeout);
+  std::string answer;
+  if (fd >= 0 && SendAll(fd, request)) {
+    char buf[4096];
+    for (absl::Time now = absl::Now(); now < deadline; now = absl::Now()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - now)) + 1) != 1) {
+        continue;
+      }
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      answer.append(buf, n);
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  *took = absl::Now() - start;
+  return answer;
+}
+
+struct Sockets {
+  std::vector<int> fds;
+  ~Sockets() {
+    for (int fd : fds) ::close(fd);
+  }
+};
+
+TEST(HttpSlowClients, TwoHundredTricklingHeads_ATokenHolderIsAnsweredWithinASecond) {
+  // The defaults, as the coordinator serves its pages; tokens required.
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.access.tokens = kTokens;
+  auto server = HttpServer::Start(options, Hello);
+  ASSERT_THAT(server, IsOk());
+  const int port = (*server)->port();
+
+  // 200 connections, each sends its request line and one header line and
+  // then trickles: 16 (the per-address cap) from each of 127.0.0.2..14.
+  Sockets slow;
+  for (int i = 0; i < 200; ++i) {
+    // (A burst of connects may overrun the accept queue for a moment: the
+    // kernel then retries the handshake a second later.)
+    const int fd = ConnectFrom("127.0.0." + std::to_string(2 + i / 16), port, absl::Seconds(5));
+    if (fd >= 0 && SendAll(fd, "GET /hello HTTP/1.1\r\nX-Slow-0: a\r\n")) slow.fds.push_back(fd);
+  }
+  for (int round = 1; round <= 2; ++round) {
+    for (int fd : slow.fds) SendAll(fd, "X-Slow-" + std::to_string(round) + ": a\r\n");
+    absl::Duration took;
+    const std::string answer = Ask(port, kAuthorized, absl::Seconds(3), &took);
+    EXPECT_THAT(answer, StartsWith("HTTP/1.1 200")) << "round " << round;
+    EXPECT_THAT(answer, HasSubstr("hello"));
+    EXPECT_LT(took, absl::Seconds(1)) << "round " << round;
+  }
+  EXPECT_EQ(slow.fds.size(), 200u);
+  // They were all held, none answered: still waiting for their heads.
+  EXPECT_EQ((*server)->HeadsPending(), 200);
+}
+
+TEST(HttpSlowClients, OneAddressPastItsCap_ClosedAtOnce_OthersStillServed) {
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.access.tokens = kTokens;
+  options.access.max_connections_per_address = 4;
+  auto server = HttpServer::Start(options, Hello);
+  ASSERT_THAT(server, IsOk());
+  const int port = (*server)->port();
+  Sockets held;
+  for (int i = 0; i < 4; ++i) {
+    held.fds.push_back(ConnectFrom("127.0.0.20", port));
+    ASSERT_GE(held.fds.back(), 0);
+    ASSERT_TRUE(SendAll(held.fds.back(), "GET /hello HTTP/1.1\r\n"));
+  }
+  // Held open, not closed...
+  for (int fd : held.fds) EXPECT_FALSE(ClosedWithin(fd, absl::Milliseconds(50)));
+  // ...but the fifth from the same address is closed as soon as it is seen.
+  const absl::Time start = absl::Now();
+  const int excess = ConnectFrom("127.0.0.20", port);
+  ASSERT_GE(excess, 0);
+  EXPECT_TRUE(ClosedWithin(excess, absl::Seconds(2)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  ::close(excess);
+  absl::Duration took;
+  EXPECT_THAT(Ask(port, kAuthorized, absl::Seconds(3), &took), StartsWith("HTTP/1.1 200"));
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+TEST(HttpSlowClients, GlobalCapReached_MoreWaitUnservedUntilAConnectionCloses) {
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.access.max_connections = 8;  // 2 for each of the 4 threads
+  auto server = HttpServer::Start(options, Hello);
+  ASSERT_THAT(server, IsOk());
+  const int port = (*server)->port();
+  Sockets held;
+  for (int i = 0; i < 8; ++i) {
+    held.fds.push_back(ConnectFrom("127.0.0." + std::to_string(30 + i), port));
+    ASSERT_GE(held.fds.back(), 0);
+  }
+  for (int i = 0; i < 200 && (*server)->HeadsPending() < 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));  // until the server has accepted them
+  }
+  ASSERT_EQ((*server)->HeadsPending(), 8);
+  // The ninth waits in the kernel's accept queue, unanswered...
+  const int ninth = ConnectFrom("127.0.0.40", port);
+  ASSERT_GE(ninth, 0);
+  Sockets later{{ninth}};
+  ASSERT_TRUE(SendAll(ninth, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"));
+  pollfd p{ninth, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 300), 0);
+  // ...until the held ones go (as the header deadline makes them).
+  for (int fd : held.fds) ::shutdown(fd, SHUT_RDWR);
+  std::string answer;
+  char buf[4096];
+  for (int i = 0; i < 50 && ::poll(&p, 1, 100) >= 0; ++i) {
+    if (!(p.revents & POLLIN)) continue;
+    const ssize_t n = ::recv(ninth, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    answer.append(buf, n);
+  }
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+}
+
+TEST(HttpSlowClients, HeadStillTricklingAtTheDeadline_ClosedEvenThoughEachLineCameInTime) {
+  FakeClock clock;
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.clock = &clock;
+  options.watch_interval = absl::Milliseconds(10);
+  options.access.header_timeout = absl::Seconds(5);
+  auto server = HttpServer::Start(options, Hello);
+  ASSERT_THAT(server, IsOk());
+  const int fd = ConnectFrom("127.0.0.50", (*server)->port());
+  ASSERT_GE(fd, 0);
+  Sockets held{{fd}};
+  ASSERT_TRUE(SendAll(fd, "GET /hello HTTP/1.1\r\n"));
+  for (int i = 0; i < 200 && (*server)->HeadsPending() < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));  // until the server has accepted it
+  }
+  ASSERT_EQ((*server)->HeadsPending(), 1);
+  // A line every 3 s: an idle timeout would never fire.
+  clock.Advance(absl::Seconds(3));
+  ASSERT_TRUE(SendAll(fd, "X-Slow-1: a\r\n"));
+  EXPECT_EQ((*server)->CloseOverdue(), 0);
+  EXPECT_FALSE(ClosedWithin(fd, absl::Milliseconds(50)));
+  clock.Advance(absl::Seconds(3));
+  SendAll(fd, "X-Slow-2: a\r\n");
+  EXPECT_TRUE(ClosedWithin(fd, absl::Seconds(2)));
+  EXPECT_EQ((*server)->HeadsPending(), 0);
+}
+
+TEST(HttpSlowClients, WholeRequestInTime_AnsweredAndNoLongerWatched) {
+  FakeClock clock;
+  HttpServer::Options options;
+  options.listen = "127.0.0.1:0";
+  options.clock = &clock;
+  auto server = HttpServer::Start(options, Hello);
+  ASSERT_THAT(server, IsOk());
+  absl::Duration took;
+  EXPECT_THAT(
+      Ask((*server)->port(), "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", absl::Seconds(3), &took),
+      StartsWith("HTTP/1.1 200"));
+  EXPECT_EQ((*server)->HeadsPending(), 0);
+}
+
+TEST(CheckHttpListen, ZeroCapsOrTimeout_InvalidArgument) {
+  HttpAccess access;
+  access.max_connections_per_address = 0;
+  EXPECT_THAT(CheckHttpListen("--http_listen", "the page", "127.0.0.1:0", access),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 1")));
+  access = HttpAccess{};
+  access.header_timeout = absl::ZeroDuration();
+  EXPECT_THAT(CheckHttpListen("--http_listen", "the page", "127.0.0.1:0", access),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace ddp
