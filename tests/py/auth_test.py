@@ -13,6 +13,7 @@ import queue
 import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -467,6 +468,65 @@ class ListenPolicyTest(unittest.TestCase):
         _, port, log = self.serve("--listen=127.0.0.1:0", "--tokens_file=" + readable,
                                   "--allow_readable_tokens")
         self.assertIn("other users may read it", log)  # still warned
+
+    def test_status_page_under_slow_clients_answers_an_operator(self):
+        """The coordinator's own page with its flags: 200 connections trickling
+        their heads from 13 addresses leave an operator answered within a
+        second; a third connection from an address capped at 2 is closed at
+        once; a head still coming 1 s after connect is cut off."""
+        folder = tempfile.mkdtemp(prefix="ddp-slow-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        page_file = os.path.join(folder, "page")
+        self.serve("--listen=127.0.0.1:0", "--metrics_listen=", "--http_listen=127.0.0.1:0",
+                   "--http_port_file=" + page_file, "--tokens_file=" + self.pki.tokens_file,
+                   "--http_header_timeout=3s")
+        port = wait_port_file(page_file, 30, "the status page")
+        slow = []
+        self.addCleanup(lambda: [s.close() for s in slow])
+        for i in range(200):
+            s = socket.socket()
+            s.settimeout(5)
+            s.bind(("127.0.0.%d" % (2 + i // 16), 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"GET /api/status HTTP/1.1\r\nX-Slow: 1\r\n")
+            slow.append(s)
+        started = time.time()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"GET /api/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n"
+                      % self.pki.tokens["operator"].encode())
+            self.assertTrue(c.recv(64).startswith(b"HTTP/1.1 200"))
+        self.assertLess(time.time() - started, 1.0)
+        # Every slow one is cut off once its 3 s are up, though it trickled.
+        deadline = time.time() + 10
+        for s in slow:
+            s.settimeout(max(0.1, deadline - time.time()))
+            try:
+                s.sendall(b"X-Slow: 2\r\n")
+                self.assertEqual(s.recv(64), b"")
+            except OSError:
+                pass  # reset: closed as well
+        self.assertLess(time.time() - started, 10)
+
+    def test_status_page_per_address_cap_closes_the_excess_at_once(self):
+        folder = tempfile.mkdtemp(prefix="ddp-cap-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        page_file = os.path.join(folder, "page")
+        self.serve("--listen=127.0.0.1:0", "--metrics_listen=", "--http_listen=127.0.0.1:0",
+                   "--http_port_file=" + page_file, "--http_max_connections_per_address=2")
+        port = wait_port_file(page_file, 30, "the status page")
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5,
+                                         source_address=("127.0.0.7", 0)) for _ in range(2)]
+        self.addCleanup(lambda: [s.close() for s in held])
+        third = socket.create_connection(("127.0.0.1", port), timeout=2,
+                                         source_address=("127.0.0.7", 0))
+        self.addCleanup(third.close)
+        try:
+            self.assertEqual(third.recv(64), b"")
+        except ConnectionResetError:
+            pass
+        result = self.run_coordinator("--http_max_connections_per_address=0")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("the connection caps must be at least 1", result.stderr)
 
     def test_anonymous_caller_of_another_version_is_not_told_ours(self):
         _, port, _ = self.serve("--listen=127.0.0.1:0")
