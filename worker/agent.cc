@@ -13,9 +13,17 @@ namespace ddp {
 WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      preparer_(&slot_, &outbox_),
+      preparer_(&slot_, &outbox_, Confinement()),
       link_(options_.link, this, &outbox_, &board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
+}
+
+JobConfinementOptions WorkerAgent::Confinement() const {
+  JobConfinementOptions c;
+  c.gpu = options_.device.is_cuda();
+  c.allow_unconfined = options_.allow_unconfined;
+  c.files = {options_.metrics_file, options_.index_log};
+  return c;
 }
 
 WorkerAgent::~WorkerAgent() {
@@ -90,6 +98,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& assignment,
   env.index_log = options_.index_log;
   env.send_reports = options_.send_reports;
   env.debug_hang_file = options_.debug_hang_file;
+  env.confinement = Confinement();
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_, &slot_);

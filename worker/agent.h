@@ -49,6 +49,8 @@ class WorkerAgent final : public CoordinatorLink::Handler {
     std::string debug_hang_file;
     // Step reports to the coordinator (off only to measure what they cost).
     bool send_reports = true;
+    // Runs job code where the kernel can't confine it (worker/confinement.h).
+    bool allow_unconfined = false;
   };
 
   explicit WorkerAgent(Options options);
@@ -61,6 +63,8 @@ class WorkerAgent final : public CoordinatorLink::Handler {
   void Shutdown();
 
  private:
+  // How this worker confines the threads that run a job's code.
+  JobConfinementOptions Confinement() const;
   // CoordinatorLink::Handler
   v1::RegisterRequest MakeRegister() override;
   void OnAssignment(const v1::Assignment& assignment,

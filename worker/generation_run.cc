@@ -233,6 +233,8 @@ void GenerationRun::Run() {
   SetLogIdentity(absl::StrCat("worker ", a.worker_id(), " rank ", a.rank()));
   DDP_LOG(Info) << "joined generation " << a.generation() << " of job " << a.job_id() << " as rank "
                 << a.rank() << " of " << a.world_size();
+  // Before anything of the job's runs here: its model's code, its files.
+  absl::Status status = ConfineJobThread(a.spec(), env_.confinement);
   // The job's state, kept from an earlier generation, or made now.
   std::shared_ptr<TrainingState> state;
   {
@@ -245,8 +247,7 @@ void GenerationRun::Run() {
       state = slot_->state;
     }
   }
-  absl::Status status = absl::OkStatus();
-  if (state == nullptr) {
+  if (status.ok() && state == nullptr) {
     absl::StatusOr<std::unique_ptr<TrainingState>> created = TrainingState::Create(a.spec());
     if (created.ok()) {
       state = std::move(*created);
@@ -289,9 +290,9 @@ void GenerationRun::Run() {
     DDP_LOG(Info) << "left generation " << a.generation() << ": " << reason;
     PushState(v1::WORKER_STATE_IDLE, absl::StrCat("left: ", reason), &held);
   } else {
-    DDP_LOG(Error) << "generation " << a.generation() << " failed: " << status.message();
-    PushState(v1::WORKER_STATE_FAILED, std::string(status.message()), &held, nullptr,
-              status.code());
+    const std::string why = ExplainRefusal(std::string(status.message()));
+    DDP_LOG(Error) << "generation " << a.generation() << " failed: " << why;
+    PushState(v1::WORKER_STATE_FAILED, why, &held, nullptr, status.code());
     // Free again whatever the coordinator made of the failure.
     PushState(v1::WORKER_STATE_IDLE, "after a failure", &held);
   }

@@ -16,6 +16,7 @@
 #include "common/store_client.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/communicator.h"
+#include "worker/confinement.h"
 #include "worker/outbox.h"
 #include "worker/progress_board.h"
 
@@ -54,6 +55,8 @@ class GenerationRun {
     // thread stalls before its next step (heartbeats go on), as a rank stuck
     // in its data pipeline would.
     std::string debug_hang_file;
+    // How the run's thread confines itself before it touches the job.
+    JobConfinementOptions confinement;
   };
 
   // Starts the run's thread. `outbox`, `board` and `slot` outlive the run.

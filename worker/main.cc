@@ -17,6 +17,7 @@
 #include "common/process.h"
 #include "common/tokens.h"
 #include "worker/agent.h"
+#include "worker/confinement.h"
 #include "worker/threads.h"
 #include "worker/worker_metrics.h"
 
@@ -28,6 +29,9 @@ ABSL_FLAG(std::string, host, "",
 ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
 ABSL_FLAG(bool, send_reports, true,
           "send step reports to the coordinator (turn off only to measure their cost)");
+ABSL_FLAG(bool, allow_unconfined, false,
+          "run job code even where the kernel can't confine it (no Landlock or seccomp); "
+          "without it such a worker refuses every job");
 ABSL_FLAG(std::string, metrics_file, "",
           "append one line per training step here: a ddp.v1.StepRecord (loss, timings, "
           "reduction) as protobuf JSON");
@@ -122,6 +126,14 @@ int Run() {
   options.index_log = absl::GetFlag(FLAGS_index_log);
   options.debug_hang_file = absl::GetFlag(FLAGS_debug_hang_file);
   options.send_reports = absl::GetFlag(FLAGS_send_reports);
+  options.allow_unconfined = absl::GetFlag(FLAGS_allow_unconfined);
+  if (absl::StatusOr<int> abi = LandlockAbi(); !abi.ok()) {
+    DDP_LOG(Warning) << abi.status().message()
+                     << (options.allow_unconfined
+                             ? ": job code will run unconfined (--allow_unconfined)"
+                             : ": every job will be refused (start with --allow_unconfined to "
+                               "run job code unconfined)");
+  }
   options.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
   SetLogIdentity(options.name.empty() ? "worker" : "worker " + options.name);
   DDP_LOG(Info) << "device " << device->ToString() << ", " << options.threads

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 
@@ -268,9 +269,10 @@ absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite) {
 }
 
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
-                            const std::vector<int64_t>& sample_shape, int64_t num_classes) {
+                            const std::vector<int64_t>& sample_shape, int64_t num_classes,
+                            int64_t batch) {
   const std::string field = spec.kind() == "torchscript" ? "model.path" : "model.kind";
-  std::vector<int64_t> batch_shape = {2};
+  std::vector<int64_t> batch_shape = {batch};
   batch_shape.insert(batch_shape.end(), sample_shape.begin(), sample_shape.end());
   at::Tensor out;
   try {
@@ -284,11 +286,28 @@ absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
                                          ShapeString(batch_shape), " from the dataset"),
                             e);
   }
-  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) < num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": forward on a batch of shape ", ShapeString(batch_shape), " returns shape ",
-        ShapeString(out.sizes().vec()), "; it must return [2, C] logits with C >= ", num_classes,
-        " (the dataset's classes)"));
+  const std::string wanted = absl::StrCat("; it must return [", batch,
+                                          ", C] floating-point logits with C >= ", num_classes,
+                                          " (the dataset's classes)");
+  const std::string on =
+      absl::StrCat(field, ": forward on a batch of shape ", ShapeString(batch_shape), " returns ");
+  // Only what the check itself chose or can name (dimensions, dtype) is
+  // told back: never a size the model computed.
+  if (out.dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(on, "a tensor of ", std::min<int64_t>(out.dim(), 9),
+                     out.dim() > 9 ? " or more" : "", " dimensions", wanted));
+  }
+  if (!out.is_floating_point()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(on, "a tensor of dtype ", c10::toString(out.scalar_type()), wanted));
+  }
+  if (out.size(0) != batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(on, "logits for a different number of samples", wanted));
+  }
+  if (out.size(1) < num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(on, "fewer logits per sample", wanted));
   }
   if (model.Parameters().empty()) {
     return absl::InvalidArgumentError(

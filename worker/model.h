@@ -51,10 +51,13 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
 // FAILED_PRECONDITION.
 absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite);
 
-// Runs forward on a batch of two zero samples and checks the output is
-// [2, C] with C >= num_classes. INVALID_ARGUMENT says what did not fit.
+// Runs forward on a batch of `batch` zero samples and checks the output is
+// floating [batch, C] logits with C >= num_classes. INVALID_ARGUMENT says
+// what did not fit, never echoing a size the model computed (a model could
+// encode a file's bytes in its output's shape).
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
-                            const std::vector<int64_t>& sample_shape, int64_t num_classes);
+                            const std::vector<int64_t>& sample_shape, int64_t num_classes,
+                            int64_t batch = 2);
 
 }  // namespace ddp
 

@@ -1,5 +1,7 @@
 #include "worker/preflight.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "worker/data_files.h"
 #include "worker/dataset.h"
@@ -33,7 +35,10 @@ absl::Status Preflight(const v1::JobSpec& spec) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       MakeModel(spec.model(), shape, classes, spec.seed());
   if (!model.ok()) return model.status();
-  return CheckModelFits(**model, spec.model(), shape, classes);
+  // At the job's batch size, as the workers will run it: a model that
+  // behaves at 2 samples may not at 64.
+  return CheckModelFits(**model, spec.model(), shape, classes,
+                        std::max<int64_t>(2, spec.batch_size()));
 }
 
 }  // namespace

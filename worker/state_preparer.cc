@@ -12,7 +12,8 @@
 
 namespace ddp {
 
-StatePreparer::StatePreparer(StateSlot* slot, Outbox* outbox) : slot_(slot), outbox_(outbox) {
+StatePreparer::StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement)
+    : slot_(slot), outbox_(outbox), confinement_(std::move(confinement)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -63,7 +64,15 @@ void StatePreparer::Build(const v1::Prepare& prepare) {
     slot_->preparing = true;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<TrainingState>> created = TrainingState::Create(prepare.spec());
+  // Loading runs the job's code (a TorchScript module's __setstate__): on a
+  // thread of its own, confined to the job, as its generations will be.
+  absl::StatusOr<std::unique_ptr<TrainingState>> created =
+      absl::InternalError("the preparing thread didn't run");
+  std::thread([&] {
+    absl::Status confined = ConfineJobThread(prepare.spec(), confinement_);
+    created = confined.ok() ? TrainingState::Create(prepare.spec())
+                            : absl::StatusOr<std::unique_ptr<TrainingState>>(confined);
+  }).join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::shared_ptr<TrainingState> state;
   {
@@ -75,10 +84,9 @@ void StatePreparer::Build(const v1::Prepare& prepare) {
     }
   }
   if (!created.ok()) {
-    DDP_LOG(Error) << "can't prepare job " << prepare.job_id() << ": "
-                   << created.status().message();
-    Push(v1::WORKER_STATE_FAILED,
-         absl::StrCat("can't prepare job ", prepare.job_id(), ": ", created.status().message()),
+    const std::string why = ExplainRefusal(std::string(created.status().message()));
+    DDP_LOG(Error) << "can't prepare job " << prepare.job_id() << ": " << why;
+    Push(v1::WORKER_STATE_FAILED, absl::StrCat("can't prepare job ", prepare.job_id(), ": ", why),
          nullptr, created.status().code());
     Push(v1::WORKER_STATE_IDLE, "after a failed preparation", nullptr, absl::StatusCode::kOk);
     return;

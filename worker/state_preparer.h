@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "ddp/v1/worker.pb.h"
+#include "worker/confinement.h"
 #include "worker/generation_run.h"
 #include "worker/outbox.h"
 
@@ -21,7 +22,7 @@ namespace ddp {
 class StatePreparer {
  public:
   // `slot` and `outbox` outlive it.
-  StatePreparer(StateSlot* slot, Outbox* outbox);
+  StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement);
   // Finishes the state being built, if any (it can't be interrupted).
   ~StatePreparer();
   StatePreparer(const StatePreparer&) = delete;
@@ -40,6 +41,7 @@ class StatePreparer {
 
   StateSlot* slot_;
   Outbox* outbox_;
+  const JobConfinementOptions confinement_;
   absl::Mutex mu_;
   std::optional<v1::Prepare> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

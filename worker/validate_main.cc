@@ -5,8 +5,11 @@
 // It runs the job's own code (a TorchScript forward), so the coordinator
 // never does this itself: it starts this binary for each submission, as an
 // unprivileged user, with limits on memory, CPU time, files and time
-// (coordinator/helper_process.h). Run by hand it is a quick check of a job:
-//   ddp-validate < job.json
+// (coordinator/helper_process.h), and confines itself to the job's input
+// files before it loads any (worker/confinement.h): it writes nothing, reads
+// nothing else, starts no process and opens no network socket. Run by hand
+// it is a quick check of a job:
+//   ddp-validate [--allow_unconfined] < job.json
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_line.h"
+#include "worker/confinement.h"
 #include "worker/preflight.h"
 
 namespace {
@@ -25,7 +29,7 @@ namespace {
 // A spec is a few kilobytes; anything near this is not one.
 constexpr size_t kMaxInput = 1 << 20;
 
-absl::Status Validate() {
+absl::Status Validate(bool allow_unconfined) {
   std::string json;
   char chunk[1 << 14];
   for (ssize_t n; (n = ::read(STDIN_FILENO, chunk, sizeof(chunk))) != 0;) {
@@ -38,6 +42,15 @@ absl::Status Validate() {
   }
   absl::StatusOr<ddp::v1::JobSpec> spec = ddp::ParseJobSpecJson(json, ddp::ThisBuild());
   if (!spec.ok()) return spec.status();
+  // Reads the job's inputs and nothing else; writes nothing.
+  ddp::Confinement confinement = ddp::ConfinementForJob(*spec, {});
+  confinement.write.clear();
+  if (absl::Status s = ddp::ConfineThisThread(confinement); !s.ok()) {
+    if (s.code() != absl::StatusCode::kFailedPrecondition || !allow_unconfined) {
+      return absl::Status(
+          s.code(), absl::StrCat("the job check can't confine the job's code: ", s.message()));
+    }
+  }
   // A batch of two samples: one thread is plenty, and the limits are per
   // process.
   at::set_num_threads(1);
@@ -47,10 +60,11 @@ absl::Status Validate() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) {
+  const bool allow_unconfined = argc == 2 && std::string(argv[1]) == "--allow_unconfined";
+  if (argc > 2 || (argc == 2 && !allow_unconfined)) {
     std::fprintf(stderr,
-                 "usage: %s < job.json\n(checks the job's model and data; prints one "
-                 "line: a status code and a message)\n",
+                 "usage: %s [--allow_unconfined] < job.json\n(checks the job's model and data, "
+                 "confined to them; prints one line: a status code and a message)\n",
                  argv[0]);
     return 2;
   }
@@ -58,7 +72,7 @@ int main(int argc, char** argv) {
   // print) writes to fd 1, which now leads to stderr, so it can't forge it.
   const int answer = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   if (answer < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 1;
-  const std::string line = ddp::EncodeStatusLine(Validate());
+  const std::string line = ddp::EncodeStatusLine(Validate(allow_unconfined));
   const bool written =
       ::write(answer, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   // No destructors: threads the job's code started must not delay the exit.

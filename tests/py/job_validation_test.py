@@ -94,6 +94,27 @@ class Raises(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class Shaped(nn.Module):
+    """Returns a shape made of bytes (here fixed: 'SEC'), as a model that
+    read a file would, for the refusal to echo."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        return torch.zeros([x.size(0), 83, 69, 67]) + self.fc(x.flatten(1)).sum()
+
+
+class WrongBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        return torch.zeros([83, 69]) + self.fc(x.flatten(1)).sum()
+
+
 class Good(nn.Module):
     def __init__(self):
         super().__init__()
@@ -196,6 +217,8 @@ class SandboxTest(unittest.TestCase):
             "forever": save(cls.dir, "forever", Forever()),
             "raises": save(cls.dir, "raises", Raises()),
             "good": save(cls.dir, "good", Good()),
+            "shaped": save(cls.dir, "shaped", Shaped()),
+            "wrong_batch": save(cls.dir, "wrong_batch", WrongBatch()),
         }
         cls.fifo = os.path.join(cls.dir, "fifo")
         os.mkfifo(cls.fifo)
@@ -253,6 +276,18 @@ class SandboxTest(unittest.TestCase):
                                grpc.StatusCode.INVALID_ARGUMENT,
                                "model.path", "ValueError: the model refuses zeros")
         self.assertNotIn("TorchScript interpreter", message)
+
+    def test_3b_refusals_echo_no_computed_shape(self):
+        message = self.refused(job("shaped", self.models["shaped"]),
+                               grpc.StatusCode.INVALID_ARGUMENT, "model.path",
+                               "a tensor of 4 dimensions")
+        for leaked in ("83", "69", "67"):
+            self.assertNotIn(leaked, message)
+        message = self.refused(job("wrong-batch", self.models["wrong_batch"]),
+                               grpc.StatusCode.INVALID_ARGUMENT, "model.path",
+                               "a different number of samples", "[32, C]")
+        for leaked in ("83", "69"):
+            self.assertNotIn(leaked, message)
 
     def test_4_fifo_refused_at_once(self):
         start = time.time()
@@ -517,8 +552,10 @@ class UnitUserTest(unittest.TestCase):
     def test_without_them_it_runs_as_the_coordinators_user(self):
         message, log = self.check_as_daemon(caps=False)
         self.assertIn("as the coordinator's own user", log)
-        # What the unit's two capabilities prevent: the model read the file.
-        self.assertIn(", ".join(str(b) for b in self.secret_bytes[:4]), message)
+        # The user could read the file, but the check is confined to the
+        # job's inputs (Landlock), and its refusals echo no computed shape.
+        self.assertIn("Permission denied", message)
+        self.assertNotIn(", ".join(str(b) for b in self.secret_bytes[:4]), message)
 
 
 if __name__ == "__main__":
