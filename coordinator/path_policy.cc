@@ -188,6 +188,40 @@ absl::Status CheckOutputFile(absl::string_view field, const std::string& path, b
   return absl::OkStatus();
 }
 
+// The checkpoint folder: under an output root, as the output is (it is
+// written and read back); it may not exist yet (the workers create it), so
+// its nearest existing ancestor is resolved and the rest appended.
+absl::Status CheckCheckpointFolder(absl::string_view field, const std::string& path,
+                                   const PathRoots& roots) {
+  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+  std::string existing = path;
+  std::string rest;
+  std::unique_ptr<char, decltype(&::free)> real(nullptr, &::free);
+  // Bounded by the path's depth: each turn drops one component.
+  while (true) {
+    real.reset(::realpath(existing.c_str(), nullptr));
+    if (real || (errno != ENOENT) || existing == "/") break;
+    const size_t slash = existing.rfind('/');
+    rest = absl::StrCat(existing.substr(slash), rest);
+    existing = slash == 0 ? "/" : existing.substr(0, slash);
+  }
+  if (!real) {
+    return Refuse(field, path, absl::StrCat("can't be resolved: ", ::strerror(errno)));
+  }
+  const std::string resolved = absl::StrCat(std::string(real.get()) == "/" ? "" : real.get(), rest);
+  if (!UnderARoot(resolved.empty() ? "/" : resolved, roots.output)) {
+    return NotUnderRoots(field, path, resolved, "--output_root", roots.output);
+  }
+  if (rest.empty()) {
+    absl::StatusOr<struct stat> st = Stat(field, resolved);
+    if (!st.ok()) return st.status();
+    if (!S_ISDIR(st->st_mode)) {
+      return Refuse(field, path, absl::StrCat("is ", KindOf(st->st_mode), ", not a folder"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ParseRootList(absl::string_view flag,
@@ -224,6 +258,12 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   if (!spec.output_path().empty()) {
     if (absl::Status s =
             CheckOutputFile("output_path", spec.output_path(), spec.overwrite_output(), roots);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!spec.checkpoint().dir().empty()) {
+    if (absl::Status s = CheckCheckpointFolder("checkpoint.dir", spec.checkpoint().dir(), roots);
         !s.ok()) {
       return s;
     }

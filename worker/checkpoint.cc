@@ -83,9 +83,9 @@ absl::Status WriteAll(int fd, absl::string_view bytes) {
   return absl::OkStatus();
 }
 
-// Creates ".<name>.tmp.XXXXXX" in `dir` as open(2) would a new file (the
-// umask applies, unlike mkstemp's 0600). Returns the descriptor, or -1 with
-// errno set.
+// Creates ".<name>.tmp.XXXXXX" in `dir`, 0640 whatever the umask: the
+// group may read checkpoints (a job's other machines), others never.
+// Returns the descriptor, or -1 with errno set.
 int CreateTemp(const std::string& dir, absl::string_view name, std::string* path) {
   static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::random_device random;
@@ -93,7 +93,14 @@ int CreateTemp(const std::string& dir, absl::string_view name, std::string* path
     std::string suffix(kTempRandom, ' ');
     for (char& c : suffix) c = kChars[random() % (sizeof(kChars) - 1)];
     *path = JoinPath(dir, absl::StrCat(".", name, kTempMarker, suffix));
-    const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int fd = open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd >= 0 && fchmod(fd, 0640) != 0) {
+      const int e = errno;
+      close(fd);
+      unlink(path->c_str());
+      errno = e;
+      return -1;
+    }
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
@@ -136,12 +143,31 @@ void Prune(const std::string& dir, uint32_t keep, absl::string_view just_written
   }
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("can't open: ", OsError(errno)));
-  std::string bytes;
+// Reads a checkpoint as the untrusted file it is: never through a symbolic
+// link, never blocking on a FIFO or device, a regular file of at most
+// `max_bytes` (checked before anything is allocated, and again while
+// reading, should it grow).
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return absl::FailedPreconditionError(
+        e == ELOOP ? "is a symbolic link (checkpoints are read only as regular files)"
+                   : absl::StrCat("can't open: ", OsError(e)));
+  }
   struct stat st;
-  if (fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError("is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("is ", st.st_size, " bytes, more than this job's state can be (", max_bytes,
+                     ")"));
+  }
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   while (true) {
     const ssize_t n = read(fd, buf, sizeof(buf));
@@ -151,6 +177,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
       const int e = errno;
       close(fd);
       return absl::InternalError(absl::StrCat("can't read: ", OsError(e)));
+    }
+    if (bytes.size() + static_cast<size_t>(n) > max_bytes) {
+      close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("grew past ", max_bytes, " bytes while being read"));
     }
     bytes.append(buf, static_cast<size_t>(n));
   }
@@ -173,7 +204,12 @@ absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(Optio
         absl::StrCat("checkpoint folder ", options.dir, ": keep must be at least 1"));
   }
   std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
+  // A folder made here is 0750 whatever the umask; one that exists keeps
+  // its owner's choice.
+  if (std::filesystem::create_directories(options.dir, ec) && !ec) {
+    std::filesystem::permissions(options.dir, std::filesystem::perms(0750),
+                                 std::filesystem::perm_options::replace, ec);
+  }
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("can't create checkpoint folder ", options.dir, ": ", ec.message()));
@@ -298,7 +334,8 @@ v1::CheckpointResult CheckpointWriter::Write(const Job& job) {
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir,
-                                                      const StateIdentity& expected) {
+                                                      const StateIdentity& expected,
+                                                      uint64_t max_bytes) {
   absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
   if (!names.ok()) {
     return absl::NotFoundError(
@@ -316,7 +353,7 @@ absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir,
   LoadedCheckpoint loaded;
   for (const std::string& name : checkpoints) {
     const std::string path = JoinPath(dir, name);
-    absl::StatusOr<std::string> bytes = ReadFile(path);
+    absl::StatusOr<std::string> bytes = ReadFile(path, max_bytes);
     if (!bytes.ok()) {
       loaded.skipped.push_back(absl::StrCat(path, ": ", bytes.status().message()));
       continue;

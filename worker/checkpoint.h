@@ -109,10 +109,13 @@ struct LoadedCheckpoint {
 // identity is `expected`; newer ones that are truncated, corrupt,
 // unreadable or another job's are skipped and listed. NOT_FOUND when none
 // is usable: the message lists what was skipped, or says the folder is
-// missing, unreadable or holds no checkpoint. Reads whole files: call it
-// off any thread that must not block.
+// missing, unreadable or holds no checkpoint. Files are untrusted: a
+// symbolic link, anything but a regular file (a FIFO, /dev/zero) or a file
+// over `max_bytes` is skipped without being read. Reads whole files: call
+// it off any thread that must not block.
 absl::StatusOr<LoadedCheckpoint> LoadNewestCheckpoint(const std::string& dir,
-                                                      const StateIdentity& expected);
+                                                      const StateIdentity& expected,
+                                                      uint64_t max_bytes);
 
 }  // namespace ddp
 

@@ -110,7 +110,7 @@ absl::Status GenerationTrainer::PrepareSource(std::string* detail) {
   switch (a_.state_source()) {
     case v1::STATE_SOURCE_CHECKPOINT: {
       absl::StatusOr<LoadedCheckpoint> loaded =
-          LoadNewestCheckpoint(spec_.checkpoint().dir(), state_.identity());
+          LoadNewestCheckpoint(spec_.checkpoint().dir(), state_.identity(), state_.MaxStateBytes());
       if (!loaded.ok()) {
         return absl::FailedPreconditionError(
             absl::StrCat("this rank was to resume the job from its newest checkpoint, but: ",
@@ -184,6 +184,14 @@ absl::Status GenerationTrainer::SyncState() {
   if (!prepared.ok()) return prepared;
   if (size == 0) {
     return absl::UnavailableError(absl::StrCat("rank ", source, " could not provide the state"));
+  }
+  // A peer's word is not believed before anything is allocated on it; the
+  // same rank sends the bytes, so every rank refuses together.
+  if (size > state_.MaxStateBytes()) {
+    return absl::DataLossError(
+        absl::StrCat("rank ", source, " announced a state of ", size,
+                     " bytes, more than this job's model can hold (", state_.MaxStateBytes(),
+                     "): refused before allocating"));
   }
   if (static_cast<int>(a_.rank()) != source) bytes.resize(size);
   if (absl::Status s = comm_->Broadcast(bytes.data(), size, source); !s.ok()) return s;

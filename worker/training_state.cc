@@ -49,7 +49,20 @@ absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::J
   }
   state->model_->SetTraining(true);
   std::vector<at::Tensor> params;
-  for (auto& [name, t] : state->model_->Parameters()) params.push_back(t);
+  uint64_t param_bytes = 0;
+  uint64_t names = 0;
+  for (auto& [name, t] : state->model_->Parameters()) {
+    params.push_back(t);
+    param_bytes += t.nbytes();
+    names += name.size();
+  }
+  uint64_t buffer_bytes = 0;
+  for (auto& [name, t] : state->model_->Buffers()) {
+    buffer_bytes += t.nbytes();
+    names += name.size();
+  }
+  constexpr uint64_t kSlack = uint64_t{64} << 20;
+  state->max_state_bytes_ = 4 * param_bytes + 2 * buffer_bytes + 16 * names + kSlack;
   state->optimizer_ = MakeOptimizer(spec.optimizer(), std::move(params));
   return state;
 }

@@ -83,6 +83,11 @@ class TrainingState {
   // dropped: see usable().
   absl::StatusOr<v1::TrainingStateHeader> Decode(absl::string_view bytes);
   bool usable() const { return usable_; }
+  // The most bytes an encoded state of this model can take: its parameters
+  // and buffers, an optimizer's state of up to three times the parameters,
+  // and room for names and framing. A peer's or a checkpoint's length over
+  // it is refused before anything is allocated.
+  uint64_t MaxStateBytes() const { return max_state_bytes_; }
 
   // The checkpoint writer, created on first use with the job's checkpoint
   // folder; `on_done` hears of every write. FAILED_PRECONDITION when the
@@ -101,6 +106,7 @@ class TrainingState {
   TrainingProgress progress_;
   uint64_t generation_ = 0;
   bool usable_ = true;
+  uint64_t max_state_bytes_ = 0;
   std::unique_ptr<CheckpointWriter> checkpoints_;
 };
 

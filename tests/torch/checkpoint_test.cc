@@ -25,6 +25,9 @@
 namespace ddp {
 namespace {
 
+// Larger than any state these tests write.
+constexpr uint64_t kMaxBytes = uint64_t{1} << 30;
+
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -101,6 +104,7 @@ class Results {
 
 TEST(CheckpointWriter, Submit_FiveSteps_KeepsNewestThreeNoTempFiles) {
   const std::string dir = MakeTempDir() + "/nested/ckpt";  // created with parents
+  const mode_t mask = umask(0);  // the most permissive: modes are set, not masked
   Results results;
   auto writer = CheckpointWriter::Create({dir, 3, results.Callback()});
   ASSERT_THAT(writer, IsOk());
@@ -124,11 +128,11 @@ TEST(CheckpointWriter, Submit_FiveSteps_KeepsNewestThreeNoTempFiles) {
   EXPECT_EQ(r.back().generation(), 2u);
   EXPECT_EQ(r.back().bytes(), fs::file_size(r.back().path()));
   EXPECT_GE(r.back().seconds(), 0.0);
-  // Created as any new file is (the umask applies), not mkstemp's 0600.
-  const mode_t mask = umask(0);
-  umask(mask);
-  EXPECT_EQ(fs::status(r.back().path()).permissions(), static_cast<fs::perms>(0666 & ~mask));
+  // 0640 and 0750 whatever the umask: the job's group may read, others not.
+  EXPECT_EQ(fs::status(r.back().path()).permissions(), static_cast<fs::perms>(0640));
+  EXPECT_EQ(fs::status(dir).permissions(), static_cast<fs::perms>(0750));
   EXPECT_EQ((*writer)->refused(), 0u);
+  umask(mask);
 }
 
 TEST(CheckpointWriter, Submit_WhileBusy_ReturnsFalseAndCounts) {
@@ -159,7 +163,7 @@ TEST(CheckpointWriter, Destructor_FinishesTheWriteInProgress) {
   ASSERT_THAT(writer, IsOk());
   ASSERT_TRUE((*writer)->Submit(1, 9, 0, State(9)));
   writer->reset();
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir, TestIdentity());
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir, TestIdentity(), kMaxBytes);
   ASSERT_THAT(loaded, IsOk());
   EXPECT_EQ(loaded->header.step(), 9u);
 }
@@ -234,7 +238,7 @@ class LoadNewestCheckpointTest : public ::testing::Test {
   }
   std::string Path(uint64_t step) { return dir_ + "/" + CheckpointFileName(step); }
   void ExpectFallsBackTo20(absl::string_view why) {
-    absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_, TestIdentity());
+    absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_, TestIdentity(), kMaxBytes);
     ASSERT_THAT(loaded, IsOk());
     EXPECT_EQ(loaded->path, Path(20));
     EXPECT_EQ(loaded->header.step(), 20u);
@@ -247,7 +251,7 @@ class LoadNewestCheckpointTest : public ::testing::Test {
 
 TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_AllGood_UsesNewest) {
   WriteFile(dir_ + "/ckpt-99.ddpstate", "not our pattern: never read");
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_, TestIdentity());
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_, TestIdentity(), kMaxBytes);
   ASSERT_THAT(loaded, IsOk());
   EXPECT_EQ(loaded->path, Path(20));
   EXPECT_THAT(loaded->skipped, IsEmpty());
@@ -273,13 +277,35 @@ TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NewestAnotherJobs_UsesPrev
 
 TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NewestUnreadable_UsesPrevious) {
   fs::create_directory(Path(30));  // a folder with a checkpoint's name
-  ExpectFallsBackTo20("Is a directory");
+  ExpectFallsBackTo20("not a regular file");
+}
+
+// Checkpoint files are untrusted input: none of these is read.
+TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NewestALinkToDevZero_UsesPrevious) {
+  fs::create_symlink("/dev/zero", Path(30));
+  ExpectFallsBackTo20("symbolic link");
+}
+
+TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NewestAFifo_UsesPreviousWithoutBlocking) {
+  ASSERT_EQ(mkfifo(Path(30).c_str(), 0600), 0);
+  ExpectFallsBackTo20("not a regular file");
+}
+
+TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NewestTooLarge_UsesPreviousUnread) {
+  WriteFile(Path(30), State(30));
+  const uint64_t bound = fs::file_size(Path(20)) + 1;
+  WriteFile(Path(30), State(30) + std::string(bound, 'x'));
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadNewestCheckpoint(dir_, TestIdentity(), bound);
+  ASSERT_THAT(loaded, IsOk());
+  EXPECT_EQ(loaded->path, Path(20));
+  ASSERT_THAT(loaded->skipped, SizeIs(1));
+  EXPECT_THAT(loaded->skipped[0], HasSubstr("more than this job's state can be"));
 }
 
 TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NoneUsable_NotFoundListingWhy) {
   WriteFile(Path(10), "garbage");
   WriteFile(Path(20), State(20, "job-b"));
-  EXPECT_THAT(LoadNewestCheckpoint(dir_, TestIdentity()),
+  EXPECT_THAT(LoadNewestCheckpoint(dir_, TestIdentity(), kMaxBytes),
               StatusIs(absl::StatusCode::kNotFound,
                        AllOf(HasSubstr(Path(10)), HasSubstr("not a training state"),
                              HasSubstr(Path(20)), HasSubstr("\"job-b\""))));
@@ -287,9 +313,9 @@ TEST_F(LoadNewestCheckpointTest, LoadNewestCheckpoint_NoneUsable_NotFoundListing
 
 TEST(LoadNewestCheckpoint, LoadNewestCheckpoint_EmptyOrMissingFolder_NotFound) {
   const std::string dir = MakeTempDir();
-  EXPECT_THAT(LoadNewestCheckpoint(dir, TestIdentity()),
+  EXPECT_THAT(LoadNewestCheckpoint(dir, TestIdentity(), kMaxBytes),
               StatusIs(absl::StatusCode::kNotFound, AllOf(HasSubstr(dir), HasSubstr("holds no"))));
-  EXPECT_THAT(LoadNewestCheckpoint(dir + "/missing", TestIdentity()),
+  EXPECT_THAT(LoadNewestCheckpoint(dir + "/missing", TestIdentity(), kMaxBytes),
               StatusIs(absl::StatusCode::kNotFound,
                        AllOf(HasSubstr(dir + "/missing"), HasSubstr("No such file"))));
 }

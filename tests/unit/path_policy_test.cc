@@ -115,6 +115,9 @@ auto Output(std::string path, bool overwrite = false) {
     s->set_overwrite_output(overwrite);
   };
 }
+auto Checkpoints(std::string dir) {
+  return [dir](v1::JobSpec* s) { s->mutable_checkpoint()->set_dir(dir); };
+}
 
 TEST_F(PathPolicyTest, CheckJobPaths_Table) {
   constexpr auto kOk = absl::StatusCode::kOk;
@@ -200,6 +203,22 @@ TEST_F(PathPolicyTest, CheckJobPaths_Table) {
        Output(At("/data/new.pt")),
        kBad,
        {"output_path", "--output_root"}},
+      {"checkpoints in an output folder", Checkpoints(At("/out/folder")), kOk, {}},
+      {"checkpoints in a folder yet to be made", Checkpoints(At("/out/new/ckpt")), kOk, {}},
+      {"checkpoints in /etc",
+       Checkpoints("/etc/ddp"),
+       kBad,
+       {"checkpoint.dir", "--output_root", At("/out")}},
+      {"checkpoints through a symlinked folder leading out",
+       Checkpoints(At("/out/outlink/ckpt")),
+       kBad,
+       {"checkpoint.dir", "really", At("/secret/ckpt"), "not under"}},
+      {"checkpoints in a file", Checkpoints(At("/out/existing.pt")), kBad, {"not a folder"}},
+      {"checkpoints relative", Checkpoints("out/ckpt"), kBad, {"checkpoint.dir", "absolute"}},
+      {"checkpoints dot-dot",
+       Checkpoints(At("/out/../secret")),
+       kBad,
+       {"checkpoint.dir", "\"..\""}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
