@@ -162,9 +162,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("is ", st.st_size, " bytes, more than this job's state can be (", max_bytes,
-                     ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "is ", st.st_size, " bytes, more than this job's state can be (", max_bytes, ")"));
   }
   std::string bytes;
   bytes.reserve(static_cast<size_t>(st.st_size));

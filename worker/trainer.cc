@@ -188,10 +188,10 @@ absl::Status GenerationTrainer::SyncState() {
   // A peer's word is not believed before anything is allocated on it; the
   // same rank sends the bytes, so every rank refuses together.
   if (size > state_.MaxStateBytes()) {
-    return absl::DataLossError(
-        absl::StrCat("rank ", source, " announced a state of ", size,
-                     " bytes, more than this job's model can hold (", state_.MaxStateBytes(),
-                     "): refused before allocating"));
+    return absl::DataLossError(absl::StrCat("rank ", source, " announced a state of ", size,
+                                            " bytes, more than this job's model can hold (",
+                                            state_.MaxStateBytes(),
+                                            "): refused before allocating"));
   }
   if (static_cast<int>(a_.rank()) != source) bytes.resize(size);
   if (absl::Status s = comm_->Broadcast(bytes.data(), size, source); !s.ok()) return s;
