@@ -8,7 +8,8 @@
 // (examples/custom_loop/program-job.json is such a job:
 //   ddp-coordinator --job examples/custom_loop/program-job.json)
 // or with torchrun's variables and no coordinator:
-//   RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ./custom_loop ...
+//   DDP_STORE_SECRET=S RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 ./custom_loop
+// (S: the same random secret on every rank, e.g. openssl rand -hex 16)
 // --accumulate K: each optimizer step accumulates K batches (the first K-1
 // under no_sync()).
 #include <ddp/ddp.h>

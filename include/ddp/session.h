@@ -14,8 +14,11 @@
 //   cancelled or failed job), the next collective throws ddp::Error with
 //   its reason at once, instead of waiting for a timeout.
 // - From torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR and
-//   MASTER_PORT (LOCAL_RANK and LOCAL_WORLD_SIZE optional). Rank 0 serves
-//   the rendezvous at MASTER_ADDR:MASTER_PORT.
+//   MASTER_PORT (LOCAL_RANK and LOCAL_WORLD_SIZE optional), and
+//   DDP_STORE_SECRET. Rank 0 serves the rendezvous at
+//   MASTER_ADDR:MASTER_PORT, to callers with that secret only (else any
+//   local user could write to it); DDP_ALLOW_ANONYMOUS_STORE=1 instead
+//   serves everyone.
 //
 // Either way every rank then connects to every other: through shared memory
 // when all ranks are on this machine, else Gloo over TCP.
@@ -74,6 +77,14 @@ class Session {
     // coordinator, also the wait for a rank and, after finish(), for the
     // other ranks to finish.
     double timeout_seconds = 300;
+    // The secret every rank presents to rank 0's rendezvous (rank 0 serves
+    // only callers with it): the same on every rank, at least 16
+    // characters, e.g. openssl rand -hex 16. Empty: Start throws, saying
+    // to set it, unless allow_anonymous_store.
+    std::string store_secret;
+    // Serve (and use) the rendezvous without a secret: any user who can
+    // reach MASTER_ADDR:MASTER_PORT can then write to it.
+    bool allow_anonymous_store = false;
 
     // Set: join this coordinator (HOST:PORT) instead; rank, world_size,
     // master_addr, master_port and backend are then the job's.
@@ -92,7 +103,8 @@ class Session {
 
   // Joins the coordinator DDP_COORDINATOR names (with DDP_TOKEN_FILE,
   // DDP_TLS_CA, DDP_TLS_CERT, DDP_TLS_KEY, DDP_NAME, LOCAL_RANK), or else
-  // starts from torchrun's variables; DDP_TIMEOUT_SECONDS sets the timeout. Throws ddp::Error
+  // starts from torchrun's variables (with DDP_STORE_SECRET, or
+  // DDP_ALLOW_ANONYMOUS_STORE=1); DDP_TIMEOUT_SECONDS sets the timeout. Throws ddp::Error
   // naming what is missing or malformed (and what to set), or why joining failed.
   static std::unique_ptr<Session> FromEnvironment();
   // Throws ddp::Error for bad options, when the coordinator refuses this

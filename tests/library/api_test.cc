@@ -18,6 +18,10 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+// What DDP_STORE_SECRET holds for these tests' jobs.
+constexpr char kSecret[] = "0123456789abcdef-test-secret";
 
 int FreePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -34,6 +38,7 @@ int FreePort() {
 std::unique_ptr<ddp::Session> Alone(const std::string& backend = "auto") {
   ddp::Session::Options options;
   options.master_port = FreePort();
+  options.store_secret = kSecret;
   options.local_world_size = 1;
   options.backend = backend;
   options.timeout_seconds = 30;
@@ -94,20 +99,71 @@ TEST(Session, PortTaken_ErrorNamesTheAddress) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ddp::Session::Options options;
   options.master_port = ntohs(addr.sin_port);
+  options.store_secret = kSecret;
   options.timeout_seconds = 5;
   EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }),
               HasSubstr("can't serve the rendezvous"));
   ::close(fd);
 }
 
-std::unique_ptr<ddp::Session> StartRank(int rank, int world, int port) {
+std::unique_ptr<ddp::Session> StartRank(int rank, int world, int port,
+                                        const std::string& secret = kSecret) {
   ddp::Session::Options options;
   options.rank = rank;
   options.world_size = world;
   options.master_port = port;
+  options.store_secret = secret;
+  options.allow_anonymous_store = secret.empty();
   options.local_world_size = world;
   options.timeout_seconds = 60;
   return ddp::Session::Start(options);
+}
+
+TEST(Session, NoOrShortStoreSecret_ErrorSaysWhatToSet) {
+  ddp::Session::Options options;
+  options.master_port = FreePort();
+  options.timeout_seconds = 5;
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }),
+              AllOf(HasSubstr("DDP_STORE_SECRET is not set"), HasSubstr("openssl rand -hex 16"),
+                    HasSubstr("DDP_ALLOW_ANONYMOUS_STORE=1")));
+  options.store_secret = "hunter2";
+  EXPECT_THAT(ErrorOf([&] { ddp::Session::Start(options); }),
+              AllOf(HasSubstr("at least 16"), Not(HasSubstr("hunter2"))));
+}
+
+TEST(Session, RendezvousCallerWithoutTheSecret_Unauthenticated_JobUntouched) {
+  const int port = FreePort();
+  std::unique_ptr<ddp::Session> job[2];
+  std::thread other([&] { job[1] = StartRank(1, 2, port); });
+  job[0] = StartRank(0, 2, port);
+  other.join();
+  ASSERT_TRUE(job[0] && job[1]);
+  // Another local user reaches rank 0's store: with no secret, or a guess.
+  const std::string none = ErrorOf([&] { StartRank(1, 2, port, ""); });
+  EXPECT_THAT(none, AllOf(HasSubstr("the rendezvous at"), HasSubstr("none was sent"),
+                          HasSubstr("DDP_STORE_SECRET")));
+  const std::string guess = ErrorOf([&] { StartRank(1, 2, port, "guessed-secret-0123456789"); });
+  EXPECT_THAT(guess, AllOf(HasSubstr("the rendezvous at"), HasSubstr("same on every rank"),
+                           Not(HasSubstr("guessed-secret")), Not(HasSubstr(kSecret))));
+  EXPECT_THAT(none, Not(HasSubstr(kSecret)));
+  // The job goes on.
+  std::thread sum([&] {
+    torch::Tensor t = torch::ones({1});
+    job[1]->all_reduce_sum(t);
+  });
+  torch::Tensor t = torch::ones({1});
+  job[0]->all_reduce_sum(t);
+  sum.join();
+  EXPECT_EQ(t.item<float>(), 2.0f);
+}
+
+TEST(Session, AnonymousStoreAllowedOnEveryRank_Trains) {
+  const int port = FreePort();
+  std::unique_ptr<ddp::Session> job[2];
+  std::thread other([&] { job[1] = StartRank(1, 2, port, ""); });
+  job[0] = StartRank(0, 2, port, "");
+  other.join();
+  ASSERT_TRUE(job[0] && job[1]);
 }
 
 TEST(Session, SecondJobOnAPortInUse_FailsAtOnceNamingThePort) {

@@ -12,6 +12,7 @@ what ddp-run hands a program, and that one failing rank stops the others."""
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -393,9 +394,11 @@ class OutOfTreeExampleTest(unittest.TestCase):
 
     def test_runs_two_way_started_as_torchrun_starts_ranks(self):
         port = str(free_port())
+        secret = secrets.token_hex(16)  # the same on every rank
         procs = [subprocess.Popen(
             [self.program, "--data", os.path.join(self.dir, "data-env"), "--epochs", "20"],
-            env=thread_env(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+            env=thread_env(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                           DDP_STORE_SECRET=secret),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
         outs = [p.communicate(timeout=300)[0] for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(outs))

@@ -10,6 +10,7 @@ guards nested."""
 import importlib.util
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -142,10 +143,12 @@ def read_floats(path):
 
 def run_ranks(cmd, world=2, env_extra=None, timeout=300):
     port = str(free_port())
+    # As a user starts ranks by hand: one random secret, the same on each.
+    secret = secrets.token_hex(16)
     procs = []
     for rank in range(world):
         env = thread_env(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                         MASTER_PORT=port, **(env_extra or {}))
+                         MASTER_PORT=port, DDP_STORE_SECRET=secret, **(env_extra or {}))
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outs = []
@@ -411,6 +414,45 @@ class LibraryParityTest(unittest.TestCase):
         self.assertIn("RANK is not set", run.stderr)
         self.assertIn("MASTER_ADDR", run.stderr)
         self.assertIn("ddp-run", run.stderr)
+
+    def test_rendezvous_refuses_callers_without_the_secret(self):
+        """Rank 0's store, torchrun's way, to another local user: StoreSet
+        without DDP_STORE_SECRET, or with a guess, is UNAUTHENTICATED and
+        never echoes a secret; without one rank 0 doesn't start."""
+        import grpc
+        secret = secrets.token_hex(16)
+        port = str(free_port())
+        env = thread_env(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                         DDP_STORE_SECRET=secret, DDP_TIMEOUT_SECONDS="60")
+        rank0 = subprocess.Popen([TRAINER, self.dir], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(lambda: (rank0.kill(), rank0.communicate()))
+        channel = grpc.insecure_channel("127.0.0.1:" + port)
+        self.addCleanup(channel.close)
+        grpc.channel_ready_future(channel).result(timeout=60)
+        store_set = channel.unary_unary("/ddp.v1.Coordinator/StoreSet",
+                                        request_serializer=lambda b: b,
+                                        response_deserializer=lambda b: b)
+        key = b"shm/mapped/1"
+        # StoreSetRequest{job_id: "session", generation: 1, key, value: "x"}
+        request = (b"\x0a\x07session\x10\x01\x1a" + bytes([len(key)]) + key + b"\x22\x01x")
+        for metadata, words in (((), "none was sent"),
+                                ((("ddp-store-token", "guessed-" + "0" * 24),),
+                                 "must be the same on every rank")):
+            with self.assertRaises(grpc.RpcError) as caught:
+                store_set(request, metadata=metadata, timeout=10)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            self.assertIn(words, caught.exception.details())
+            self.assertNotIn(secret, caught.exception.details())
+            self.assertNotIn("guessed", caught.exception.details())
+        self.assertEqual(store_set(request, metadata=(("ddp-store-token", secret),), timeout=10),
+                         b"")
+        env = {k: v for k, v in env.items() if k != "DDP_STORE_SECRET"}
+        env["MASTER_PORT"] = str(free_port())
+        run = subprocess.run([TRAINER, self.dir], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(run.returncode, 1, run.stderr)
+        self.assertIn("DDP_STORE_SECRET is not set", run.stderr)
 
     def test_models_that_differ_fail_on_every_rank_naming_the_parameter(self):
         codes, outs = run_ranks([TRAINER, self.dir, "--mismatch"], timeout=60)

@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "common/store_client.h"
+#include "common/tokens.h"
 #include "ddp/error.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/api/coordinator_session.h"
@@ -226,6 +227,8 @@ std::unique_ptr<Session> Session::FromEnvironment() {
     throw Error(absl::StrCat("MASTER_ADDR is not set. ", kEnvHelp));
   options.master_addr = addr;
   options.master_port = EnvInt("MASTER_PORT", true, 0);
+  options.store_secret = EnvString("DDP_STORE_SECRET");
+  options.allow_anonymous_store = EnvString("DDP_ALLOW_ANONYMOUS_STORE") == "1";
   return Start(options);
 }
 
@@ -242,6 +245,19 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   if (options.backend != "auto" && options.backend != "gloo" && options.backend != "shm") {
     throw Error(absl::StrCat("backend \"", options.backend, "\": use auto, gloo or shm"));
   }
+  if (options.store_secret.empty() && !options.allow_anonymous_store) {
+    throw Error(
+        "DDP_STORE_SECRET is not set: rank 0's rendezvous at MASTER_ADDR:MASTER_PORT serves "
+        "only ranks that present the job's secret, or any local user could write to it. Set "
+        "it to the same random value on every rank (export DDP_STORE_SECRET=$(openssl rand "
+        "-hex 16) where the ranks start; ddp-run needs none), or DDP_ALLOW_ANONYMOUS_STORE=1 "
+        "where every user who can reach the port is trusted");
+  }
+  if (!options.store_secret.empty() && options.store_secret.size() < kMinTokenLength) {
+    throw Error(absl::StrCat("DDP_STORE_SECRET is ", options.store_secret.size(),
+                             " characters; use at least ", kMinTokenLength,
+                             " random ones (openssl rand -hex 16)"));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->rank = options.rank;
@@ -252,7 +268,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
   const std::string address = absl::StrCat(master, ":", options.master_port);
   const absl::Duration timeout = absl::Seconds(options.timeout_seconds);
   if (options.rank == 0) {
-    auto server = StoreServer::Start(address);
+    auto server = StoreServer::Start(address, options.store_secret);
     Check(server.status(), "ddp::Session");
     impl->server = std::move(*server);
   }
@@ -263,7 +279,7 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
                              " s: is rank 0 running, and are MASTER_ADDR and MASTER_PORT the "
                              "same for every rank?"));
   }
-  StoreClient store(v1::Coordinator::NewStub(channel), "session", 1);
+  StoreClient store(v1::Coordinator::NewStub(channel), "session", 1, options.store_secret);
   CheckArrival(store, options, address);
   CoordinatorGlooStore gloo_store(&store, timeout);
   const bool one_machine = options.local_world_size == options.world_size &&
