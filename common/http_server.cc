@@ -35,13 +35,22 @@ struct HttpServer::Context {
   std::string start_error ABSL_GUARDED_BY(mu);
   bool started ABSL_GUARDED_BY(mu) = false;
   LogLimiter log_limiter ABSL_GUARDED_BY(mu){absl::Minutes(1)};
-  // Connections whose request head is still coming in: their socket and
-  // when the head is due. Added when libmicrohttpd accepts one, removed when
-  // the head is complete (the handler runs) or the connection closes; the
-  // notification of a close comes before libmicrohttpd closes the socket,
-  // so a socket found here under the lock is still the connection's own.
+  // Connections whose request head is still coming in: their socket, the
+  // remote address (raw bytes), when the head is due, and the order they
+  // came in. Added when libmicrohttpd accepts one, removed when the head is
+  // complete (the handler runs), when it is cut off, or when the
+  // connection closes; the notification of a close comes before
+  // libmicrohttpd closes the socket, so a socket found here under the lock
+  // is still the connection's own.
+  struct Head {
+    int fd;
+    std::string address;
+    absl::Time deadline;
+    uint64_t order;
+  };
   absl::Mutex heads_mu;
-  std::unordered_map<MHD_Connection*, std::pair<int, absl::Time>> heads ABSL_GUARDED_BY(heads_mu);
+  std::unordered_map<MHD_Connection*, Head> heads ABSL_GUARDED_BY(heads_mu);
+  uint64_t next_order ABSL_GUARDED_BY(heads_mu) = 0;
   bool stopping ABSL_GUARDED_BY(heads_mu) = false;
 };
 
@@ -113,6 +122,38 @@ HttpResponse Text(int code, std::string body) {
   return {code, "text/plain; charset=utf-8", std::move(body)};
 }
 
+// Unfinished heads held at once: what the connection cap leaves after a
+// reserve for requests being answered, so a newcomer is always accepted.
+int MaxHeads(const HttpAccess& access) {
+  return std::max(1, access.max_connections - std::max(1, access.max_connections / 8));
+}
+
+// Ends a connection libmicrohttpd owns: it sees the end of the stream and
+// closes the connection (and then its socket) on its own thread.
+void CutOff(int fd) { ::shutdown(fd, SHUT_RDWR); }
+
+// The remote address of `connection` as raw bytes (empty if unknown).
+std::string RemoteAddress(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (info == nullptr || info->client_addr == nullptr) return "";
+  const sockaddr* addr = info->client_addr;
+  if (addr->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(addr);
+    return std::string(reinterpret_cast<const char*>(&v4->sin_addr), sizeof(v4->sin_addr));
+  }
+  if (addr->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    return std::string(reinterpret_cast<const char*>(&v6->sin6_addr), sizeof(v6->sin6_addr));
+  }
+  return "";
+}
+
+// A newcomer past a cap on unfinished heads (its address's, or all of them)
+// ends the oldest unfinished head rather than being refused: a reader who
+// sends its request at once is served however many slow connections share
+// its address (all local users share 127.0.0.1), unless more newcomers than
+// the cap arrive while its few bytes are on the way.
 void NotifyConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
                       MHD_ConnectionNotificationCode code) {
   auto* context = static_cast<HttpServer::Context*>(cls);
@@ -124,8 +165,32 @@ void NotifyConnection(void* cls, MHD_Connection* connection, void** /*socket_con
   const MHD_ConnectionInfo* info =
       MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (info == nullptr) return;
-  context->heads[connection] = {
-      info->connect_fd, context->options.clock->Now() + context->options.access.header_timeout};
+  const HttpAccess& access = context->options.access;
+  std::string address = RemoteAddress(connection);
+  int same_address = 0;
+  auto oldest = context->heads.end();
+  auto oldest_same = context->heads.end();
+  for (auto it = context->heads.begin(); it != context->heads.end(); ++it) {
+    if (oldest == context->heads.end() || it->second.order < oldest->second.order) oldest = it;
+    if (it->second.address != address) continue;
+    ++same_address;
+    if (oldest_same == context->heads.end() || it->second.order < oldest_same->second.order) {
+      oldest_same = it;
+    }
+  }
+  auto evict = context->heads.end();
+  if (same_address >= access.max_connections_per_address) {
+    evict = oldest_same;
+  } else if (static_cast<int>(context->heads.size()) >= MaxHeads(access)) {
+    evict = oldest;
+  }
+  if (evict != context->heads.end()) {
+    CutOff(evict->second.fd);
+    context->heads.erase(evict);
+  }
+  context->heads[connection] = {info->connect_fd, std::move(address),
+                                context->options.clock->Now() + access.header_timeout,
+                                context->next_order++};
 }
 
 MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
@@ -251,13 +316,11 @@ int HttpServer::CloseOverdue() {
   int closed = 0;
   absl::MutexLock lock(&context_->heads_mu);
   for (auto it = context_->heads.begin(); it != context_->heads.end();) {
-    if (it->second.second > now) {
+    if (it->second.deadline > now) {
       ++it;
       continue;
     }
-    // libmicrohttpd sees the end of the stream and closes the connection
-    // (and then its socket) on its own thread.
-    ::shutdown(it->second.first, SHUT_RDWR);
+    CutOff(it->second.fd);
     it = context_->heads.erase(it);
     ++closed;
   }
@@ -351,7 +414,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
       {MHD_OPTION_SOCK_ADDR, 0, &bind_address},
       {MHD_OPTION_THREAD_POOL_SIZE, o.threads, nullptr},
       {MHD_OPTION_CONNECTION_LIMIT, o.access.max_connections, nullptr},
-      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, o.access.max_connections_per_address, nullptr},
+      // A backstop: unfinished heads past the cap are ended by newcomers
+      // (NotifyConnection); this bounds what one address holds meanwhile.
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, 4 * o.access.max_connections_per_address, nullptr},
       {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&NotifyConnection), context.get()},
       {MHD_OPTION_LISTEN_BACKLOG_SIZE, o.queue, nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT,

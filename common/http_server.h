@@ -13,11 +13,11 @@
 //
 // What a client can make it hold is bounded: a few handler threads, small
 // requests, a request timeout, no keep-alive, and against slow clients
-// (slowloris) a cap on connections per remote address and in all, and a
-// deadline for the request head counted from connect (not reset by each
-// line that trickles in). Connections still sending their head cost no
-// thread (they wait in epoll), so a few hundred of them, however slow,
-// leave room for a reader with a token.
+// (slowloris) caps on unfinished request heads per remote address and in
+// all (a newcomer ends the oldest), and a deadline for the request head
+// counted from connect (not reset by each line that trickles in). Connections still sending their
+// head cost no thread (they wait in epoll), so a few hundred of them, however slow, leave room for
+// a reader with a token.
 #ifndef DDP_COMMON_HTTP_SERVER_H_
 #define DDP_COMMON_HTTP_SERVER_H_
 
@@ -53,9 +53,14 @@ struct HttpAccess {
   bool insecure = false;
   // What slow or many clients may hold (the coordinator's
   // --http_max_connections_per_address, --http_max_connections and
-  // --http_header_timeout). A connection beyond a cap is closed as soon as
-  // it is accepted; one whose request head is not complete
-  // `header_timeout` after it connected is closed.
+  // --http_header_timeout). Connections still sending their request head:
+  // at most max_connections_per_address from one remote address, and
+  // max_connections less a reserve (an eighth) in all; a newcomer past
+  // either cap is accepted and ends the oldest of them, so one who sends
+  // its request promptly is served however many slow ones share its
+  // address. A head not complete `header_timeout` after connect is cut
+  // off. Connections in all, beyond max_connections, wait in the kernel's
+  // accept queue.
   int max_connections_per_address = 16;
   int max_connections = 512;
   absl::Duration header_timeout = absl::Seconds(5);

@@ -138,10 +138,11 @@ ABSL_FLAG(std::string, http_port_file, "",
           "write the status page's port to this file once serving");
 ABSL_FLAG(int32_t, http_max_connections_per_address, 16,
           "connections one remote address may hold open to the status page (and, separately, "
-          "to the metrics); more are closed as soon as they are accepted");
+          "to the metrics) while still sending their request; one more ends the oldest of them");
 ABSL_FLAG(int32_t, http_max_connections, 512,
-          "connections the status page (and, separately, the metrics) holds open in all; more "
-          "wait in the kernel's accept queue");
+          "connections the status page (and, separately, the metrics) holds open in all; an "
+          "eighth is kept for requests being answered (one more unfinished request ends the "
+          "oldest), and beyond it connections wait in the kernel's accept queue");
 ABSL_FLAG(absl::Duration, http_header_timeout, absl::Seconds(5),
           "a connection to the status page or metrics that has not sent its whole request head "
           "this long after connecting is closed (however steadily it trickles: slowloris)");
