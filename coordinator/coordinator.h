@@ -81,9 +81,11 @@ class Coordinator {
     // Checks what ValidateJobSpec can't before a job is accepted (its
     // paths; its model loads and fits its data): calls `done` exactly once,
     // from any thread, with INVALID_ARGUMENT naming the problem (or another
-    // code: see job_validator.h, helper_check.h). Must not block: the slow
-    // part runs elsewhere. May be null.
-    std::function<void(const v1::JobSpec&, std::function<void(absl::Status)> done)> validate_job;
+    // code: see job_validator.h, helper_check.h), or the spec to accept:
+    // the checked one, its input files pinned. Must not block: the slow part
+    // runs elsewhere. May be null.
+    std::function<void(const v1::JobSpec&, std::function<void(absl::StatusOr<v1::JobSpec>)> done)>
+        validate_job;
     // Store calls must carry the store token of a member of the generation
     // they name (Assignment.store_token); set when callers authenticate
     // (--tokens_file), so that a worker token alone reaches no store.

@@ -22,12 +22,18 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
   return Truncated(report.substr(0, report.find('\n')), 4 * kMaxQuotedBytes);
 }
 
+// The spec as submitted: without the pins its check added.
+v1::JobSpec Unpinned(v1::JobSpec spec) {
+  spec.clear_input_files();
+  return spec;
+}
+
 }  // namespace
 
 std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked(
     const v1::JobSpec& spec) {
   if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
-    if (google::protobuf::util::MessageDifferencer::Equals(job_.spec(), spec)) {
+    if (google::protobuf::util::MessageDifferencer::Equals(Unpinned(job_.spec()), Unpinned(spec))) {
       return job_.spec();  // already held: a restart re-reading its --job, say
     }
     return absl::FailedPreconditionError(
@@ -41,6 +47,10 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
 }
 
 void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
+  if (requested.input_files_size() > 0) {
+    return done(absl::InvalidArgumentError(
+        "input_files: set by the coordinator from its check of the job's files; leave it out"));
+  }
   v1::JobSpec spec = WithDefaults(requested);
   if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return done(s);
   std::optional<absl::StatusOr<v1::JobSpec>> answer;
@@ -51,9 +61,9 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
   }
   if (answer) return done(std::move(*answer));
   if (!options_.validate_job) return done(AcceptJob(spec));
-  options_.validate_job(spec, [this, spec, done = std::move(done)](absl::Status checked) {
-    if (!checked.ok()) return done(checked);
-    done(AcceptJob(spec));
+  options_.validate_job(spec, [this, done = std::move(done)](absl::StatusOr<v1::JobSpec> checked) {
+    if (!checked.ok()) return done(checked.status());
+    done(AcceptJob(*checked));
   });
 }
 

@@ -4,9 +4,13 @@
 #include <string.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "common/status_line.h"
@@ -27,9 +31,52 @@ absl::Status HelperFailed(absl::string_view what, const HelperProcess::Result& r
                                           " (the coordinator's log has its last words)"));
 }
 
+// The pins the helper wrote after its status line; the helper ran the job's
+// code, so its line is checked as untrusted: the files a check must read,
+// each once, with a real path and a SHA-256 that look like one.
+absl::StatusOr<google::protobuf::RepeatedPtrField<v1::InputFile>> ParsePins(
+    absl::string_view line, const v1::JobSpec& spec) {
+  std::string bytes;
+  v1::JobSpec pins;
+  if (!absl::ConsumeSuffix(&line, "\n") || !absl::Base64Unescape(line, &bytes) ||
+      !pins.ParseFromString(bytes)) {
+    return absl::InternalError("its list of the files it read is not well-formed");
+  }
+  std::vector<std::string> expected = ExpectedInputs(spec);
+  std::set<std::string> wanted(expected.begin(), expected.end());
+  if (static_cast<size_t>(pins.input_files_size()) != wanted.size()) {
+    return absl::InternalError(absl::StrCat("it read ", pins.input_files_size(),
+                                            " input files, not the job's ", wanted.size()));
+  }
+  for (const v1::InputFile& pin : pins.input_files()) {
+    const bool hex = pin.sha256().size() == 64 &&
+                     pin.sha256().find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (wanted.erase(pin.path()) != 1 || !absl::StartsWith(pin.real_path(), "/") || !hex) {
+      return absl::InternalError(absl::StrCat("its pin of ", Quote(pin.path()), " is not valid"));
+    }
+  }
+  return pins.input_files();
+}
+
 }  // namespace
 
-absl::Status ValidateInHelper(const HelperProcess& helper, const v1::JobSpec& spec,
+std::vector<std::string> ExpectedInputs(const v1::JobSpec& spec) {
+  std::vector<std::string> paths;
+  if (spec.model().kind() == "torchscript") paths.push_back(spec.model().path());
+  const v1::DatasetSpec& data = spec.dataset();
+  if (data.kind() == "fashion-mnist") {
+    for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+      paths.push_back(absl::StrCat(data.path(), "/", file));
+    }
+  } else if (data.kind() == "tensors") {
+    paths.push_back(data.path());
+    if (!data.test_path().empty()) paths.push_back(data.test_path());
+  }
+  return paths;
+}
+
+absl::Status ValidateInHelper(const HelperProcess& helper, v1::JobSpec& spec,
                               absl::Duration timeout, const std::atomic<bool>& stop) {
   std::string json;
   if (auto s = google::protobuf::util::MessageToJsonString(spec, &json); !s.ok()) {
@@ -65,13 +112,21 @@ absl::Status ValidateInHelper(const HelperProcess& helper, const v1::JobSpec& sp
   if (result->exit_code != 0) {
     return HelperFailed(absl::StrCat("exited with code ", result->exit_code.value_or(-1)), *result);
   }
-  std::optional<absl::Status> answer = DecodeStatusLine(result->output);
+  absl::string_view output = result->output;
+  const size_t end = output.find('\n');
+  std::optional<absl::Status> answer =
+      DecodeStatusLine(output.substr(0, end == absl::string_view::npos ? end : end + 1));
   if (!answer.has_value()) return HelperFailed("answered no status line", *result);
-  return *answer;
+  if (!answer->ok()) return *answer;
+  absl::StatusOr<google::protobuf::RepeatedPtrField<v1::InputFile>> pins =
+      ParsePins(output.substr(end + 1), spec);
+  if (!pins.ok()) return HelperFailed(pins.status().message(), *result);
+  *spec.mutable_input_files() = std::move(*pins);
+  return absl::OkStatus();
 }
 
 JobValidator::Check HelperCheck(const HelperProcess* helper, absl::Duration timeout) {
-  return [helper, timeout](const v1::JobSpec& spec, const std::atomic<bool>& stop) {
+  return [helper, timeout](v1::JobSpec& spec, const std::atomic<bool>& stop) {
     return ValidateInHelper(*helper, spec, timeout, stop);
   };
 }

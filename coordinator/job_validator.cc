@@ -16,6 +16,10 @@ JobValidator::JobValidator(Options options, Check check)
 JobValidator::~JobValidator() { Shutdown(); }
 
 void JobValidator::Validate(v1::JobSpec spec, Done done) {
+  Validate(std::make_shared<v1::JobSpec>(std::move(spec)), std::move(done));
+}
+
+void JobValidator::Validate(std::shared_ptr<v1::JobSpec> spec, Done done) {
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
@@ -57,7 +61,7 @@ void JobValidator::Loop() {
       waiting_.pop_front();
       ++running_;
     }
-    next.done(check_(next.spec, stop_));
+    next.done(check_(*next.spec, stop_));
     absl::MutexLock lock(&mu_);
     --running_;
   }

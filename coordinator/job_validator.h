@@ -11,6 +11,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -24,9 +25,10 @@ namespace ddp {
 
 class JobValidator {
  public:
-  // Checks one job, blocking its validator thread. `stop` becomes true when
+  // Checks one job, blocking its validator thread, and may add to its spec
+  // what the check found (the input files' pins). `stop` becomes true when
   // the validator shuts down: the check should then end soon (CANCELLED).
-  using Check = std::function<absl::Status(const v1::JobSpec&, const std::atomic<bool>& stop)>;
+  using Check = std::function<absl::Status(v1::JobSpec&, const std::atomic<bool>& stop)>;
   using Done = std::function<void(absl::Status)>;
 
   struct Options {
@@ -44,6 +46,8 @@ class JobValidator {
   // (RESOURCE_EXHAUSTED: too many waiting; UNAVAILABLE: shutting down).
   // Thread-safe.
   void Validate(v1::JobSpec spec, Done done);
+  // The same, the check's additions made to `*spec` before `done` runs.
+  void Validate(std::shared_ptr<v1::JobSpec> spec, Done done);
 
   // Refuses new jobs, fails the waiting ones with UNAVAILABLE, stops the
   // running checks and waits for their threads. Call before what the `done`
@@ -53,7 +57,7 @@ class JobValidator {
 
  private:
   struct Pending {
-    v1::JobSpec spec;
+    std::shared_ptr<v1::JobSpec> spec;
     Done done;
   };
 

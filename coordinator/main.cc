@@ -390,13 +390,22 @@ int Run() {
     DDP_LOG(Error) << "--max_attach_streams and --register_deadline must be positive";
     return 2;
   }
-  options.validate_job = [&roots, &validator](const v1::JobSpec& spec,
-                                              std::function<void(absl::Status)> done) {
+  options.validate_job = [&roots, &validator](
+                             const v1::JobSpec& spec,
+                             std::function<void(absl::StatusOr<v1::JobSpec>)> done) {
     // A program's job names no model or data file: nothing to check.
-    if (IsProgramJob(spec)) return done(absl::OkStatus());
+    if (IsProgramJob(spec)) return done(spec);
     // The paths first: a stat each, quick, and it needs no queue.
     if (absl::Status s = CheckJobPaths(spec, *roots); !s.ok()) return done(s);
-    validator.Validate(spec, std::move(done));
+    // The helper pins the files it read; where they really were is checked
+    // again, as the paths were (they could have moved meanwhile).
+    auto checked = std::make_shared<v1::JobSpec>(spec);
+    const PathRoots* allowed = &*roots;
+    validator.Validate(checked, [checked, allowed, done = std::move(done)](absl::Status s) {
+      if (s.ok()) s = CheckPinnedInputs(*checked, *allowed);
+      if (!s.ok()) return done(s);
+      done(*checked);
+    });
   };
   std::unique_ptr<StateStore> state_store;
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {

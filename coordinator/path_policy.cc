@@ -238,6 +238,15 @@ absl::StatusOr<std::vector<std::string>> ParseRootList(absl::string_view flag,
   return roots;
 }
 
+absl::Status CheckPinnedInputs(const v1::JobSpec& spec, const PathRoots& roots) {
+  for (const v1::InputFile& pin : spec.input_files()) {
+    if (!UnderARoot(pin.real_path(), roots.data)) {
+      return NotUnderRoots("input file", pin.path(), pin.real_path(), "--data_root", roots.data);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   if (spec.model().kind() == "torchscript") {
     if (absl::Status s = CheckInputFile("model.path", spec.model().path(), roots); !s.ok()) {

@@ -54,6 +54,10 @@ absl::StatusOr<std::vector<std::string>> ParseRootList(absl::string_view flag,
 // metadata.
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots);
 
+// Checks that every input file the job's check pinned (input_files) really
+// lay under a data root: INVALID_ARGUMENT naming it otherwise.
+absl::Status CheckPinnedInputs(const v1::JobSpec& spec, const PathRoots& roots);
+
 }  // namespace ddp
 
 #endif  // DDP_COORDINATOR_PATH_POLICY_H_

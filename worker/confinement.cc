@@ -253,6 +253,10 @@ Confinement ConfinementForJob(const v1::JobSpec& spec, const JobConfinementOptio
   if (!spec.model().path().empty()) c.read.push_back(spec.model().path());
   if (!spec.dataset().path().empty()) c.read.push_back(spec.dataset().path());
   if (!spec.dataset().test_path().empty()) c.read.push_back(spec.dataset().test_path());
+  // Where the inputs were when checked: a worker reads them there.
+  for (const v1::InputFile& pin : spec.input_files()) {
+    if (!pin.real_path().empty()) c.read.push_back(pin.real_path());
+  }
   if (!spec.checkpoint().dir().empty()) c.write.push_back(spec.checkpoint().dir());
   if (!spec.output_path().empty()) {
     c.write.push_back(std::filesystem::path(spec.output_path()).parent_path().string());

@@ -26,19 +26,72 @@ uint32_t BigEndian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
-// gzread into `out` until `size` bytes or the end; false on a read error.
-bool ReadExactly(gzFile f, void* out, uint64_t size, uint64_t* got) {
-  auto* p = static_cast<char*>(out);
-  *got = 0;
-  while (*got < size) {
-    const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(size - *got, 1u << 30));
-    const int n = gzread(f, p + *got, chunk);
-    if (n < 0) return false;
-    if (n == 0) break;
-    *got += static_cast<uint64_t>(n);
+// Reads a file's bytes as gzread would: inflated when they are gzip, as
+// they are otherwise; only as far as asked, so a small header over a huge
+// (gzip-bomb) payload costs what the header declares.
+class GzBytes {
+ public:
+  explicit GzBytes(const std::string& bytes) : bytes_(bytes) {
+    gzip_ = bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+            static_cast<unsigned char>(bytes[1]) == 0x8b;
+    if (gzip_) {
+      ok_ = inflateInit2(&z_, 15 + 16) == Z_OK;
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes_.data()));
+      z_.avail_in = static_cast<uInt>(std::min<size_t>(bytes_.size(), 1u << 30));
+      consumed_ = z_.avail_in;
+    }
   }
-  return true;
-}
+  ~GzBytes() {
+    if (gzip_ && ok_) inflateEnd(&z_);
+  }
+  GzBytes(const GzBytes&) = delete;
+  GzBytes& operator=(const GzBytes&) = delete;
+
+  // Into `out` until `size` bytes or the end; false on corrupt data.
+  bool Read(void* out, uint64_t size, uint64_t* got) {
+    *got = 0;
+    if (!gzip_) {
+      const uint64_t n = std::min<uint64_t>(size, bytes_.size() - raw_at_);
+      std::memcpy(out, bytes_.data() + raw_at_, n);
+      raw_at_ += n;
+      *got = n;
+      return true;
+    }
+    if (!ok_) return false;
+    auto* p = static_cast<Bytef*>(out);
+    while (*got < size && !ended_) {
+      if (z_.avail_in == 0 && consumed_ < bytes_.size()) {
+        const size_t next = std::min<size_t>(bytes_.size() - consumed_, 1u << 30);
+        z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes_.data() + consumed_));
+        z_.avail_in = static_cast<uInt>(next);
+        consumed_ += next;
+      }
+      const uInt chunk = static_cast<uInt>(std::min<uint64_t>(size - *got, 1u << 30));
+      z_.next_out = p + *got;
+      z_.avail_out = chunk;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      *got += chunk - z_.avail_out;
+      if (rc == Z_STREAM_END) {
+        ended_ = true;
+      } else if (rc != Z_OK &&
+                 !(rc == Z_BUF_ERROR && z_.avail_in == 0 && consumed_ == bytes_.size())) {
+        return false;
+      } else if (rc == Z_BUF_ERROR) {
+        ended_ = true;  // truncated: what there was has been read
+      }
+    }
+    return true;
+  }
+
+ private:
+  const std::string& bytes_;
+  bool gzip_ = false;
+  bool ok_ = false;
+  bool ended_ = false;
+  z_stream z_{};
+  size_t consumed_ = 0;
+  size_t raw_at_ = 0;
+};
 
 // A tensor that owns no more storage than it shows: an expanded view (a
 // stride of 0) would turn one stored element into 10^12 on conversion.
@@ -69,16 +122,13 @@ absl::Status CheckDataFile(const std::string& field, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
+absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path, InputFiles* inputs) {
   if (absl::Status s = CheckDataFile("dataset.path", path); !s.ok()) return s;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: can't open ", path));
-  }
-  struct Closer {
-    gzFile f;
-    ~Closer() { gzclose(f); }
-  } closer{f};
+  InputFiles unpinned;
+  absl::StatusOr<std::string> bytes =
+      (inputs ? inputs : &unpinned)->Read("dataset.path", path, kMaxDataFileBytes);
+  if (!bytes.ok()) return bytes.status();
+  GzBytes f(*bytes);
   const auto not_idx = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset.path: ", path, " is not a uint8 idx file"));
@@ -86,12 +136,12 @@ absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
   // Magic: two zero bytes, the type (0x08 = uint8), the number of dimensions.
   unsigned char header[4 + 4 * 4];
   uint64_t got = 0;
-  if (!ReadExactly(f, header, 4, &got) || got != 4) return not_idx();
+  if (!f.Read(header, 4, &got) || got != 4) return not_idx();
   if (header[0] != 0 || header[1] != 0 || header[2] != 0x08 || header[3] < 1 || header[3] > 4) {
     return not_idx();
   }
   const int dims = header[3];
-  if (!ReadExactly(f, header + 4, 4u * dims, &got) || got != 4u * dims) {
+  if (!f.Read(header + 4, 4u * dims, &got) || got != 4u * dims) {
     return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " is truncated"));
   }
   std::vector<int64_t> shape;
@@ -108,13 +158,13 @@ absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
     count *= size;
   }
   at::Tensor t = at::empty(shape, at::kByte);
-  if (!ReadExactly(f, t.data_ptr(), count, &got)) {
+  if (!f.Read(t.data_ptr(), count, &got)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset.path: ", path, " is not a readable gzip file"));
   }
   char extra;
   uint64_t more = 0;
-  if (got != count || !ReadExactly(f, &extra, 1, &more) || more != 0) {
+  if (got != count || !f.Read(&extra, 1, &more) || more != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset.path: ", path, " holds ", got == count ? "more" : absl::StrCat(got),
         " bytes of data, not ", count, " for shape [", absl::StrJoin(shape, ", "), "]"));

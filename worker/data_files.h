@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/input_files.h"
 
 namespace ddp {
 
@@ -32,7 +33,7 @@ absl::Status CheckDataFile(const std::string& field, const std::string& path);
 // header's dimensions are checked (with overflow checks) before the payload
 // is allocated, and the payload is read to exactly that size: trailing or
 // missing bytes are refused.
-absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path);
+absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path, InputFiles* inputs = nullptr);
 
 // Checks that a loaded (x, y) pair is usable before anything is converted:
 // x [N, ...] and integer y [N], each at most kMaxDataElements, labels in

@@ -21,14 +21,14 @@ namespace {
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
 
-absl::StatusOr<Dataset> LoadFashionMnist(const v1::DatasetSpec& spec) {
+absl::StatusOr<Dataset> LoadFashionMnist(const v1::DatasetSpec& spec, InputFiles* inputs) {
   const std::string& dir = spec.path();
   Dataset d;
   auto load = [&](const char* images, const char* labels, at::Tensor* x,
                   at::Tensor* y) -> absl::Status {
-    absl::StatusOr<at::Tensor> xi = ReadIdxFile(absl::StrCat(dir, "/", images));
+    absl::StatusOr<at::Tensor> xi = ReadIdxFile(absl::StrCat(dir, "/", images), inputs);
     if (!xi.ok()) return xi.status();
-    absl::StatusOr<at::Tensor> yi = ReadIdxFile(absl::StrCat(dir, "/", labels));
+    absl::StatusOr<at::Tensor> yi = ReadIdxFile(absl::StrCat(dir, "/", labels), inputs);
     if (!yi.ok()) return yi.status();
     if (xi->dim() != 3 || yi->dim() != 1 || xi->size(0) != yi->size(0)) {
       return absl::InvalidArgumentError(
@@ -70,12 +70,13 @@ Dataset MakeSynthetic(const v1::DatasetSpec& spec, uint64_t seed) {
   return d;
 }
 
-absl::Status LoadTensorPair(const std::string& field, const std::string& path, at::Tensor* x,
-                            at::Tensor* y) {
+absl::Status LoadTensorPair(const std::string& field, const std::string& path, InputFiles* inputs,
+                            at::Tensor* x, at::Tensor* y) {
   if (absl::Status s = CheckDataFile(field, path); !s.ok()) return s;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": can't read ", path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::string> read = inputs->Read(field, path, kMaxDataFileBytes);
+  if (!read.ok()) return read.status();
+  std::vector<char> bytes(read->begin(), read->end());
+  *read = std::string();
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
@@ -105,21 +106,23 @@ absl::Status LoadTensorPair(const std::string& field, const std::string& path, a
   return absl::OkStatus();
 }
 
-absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed) {
+absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed,
+                                             InputFiles* inputs) {
   absl::StatusOr<Dataset> d;
   if (spec.kind() == "fashion-mnist") {
-    d = LoadFashionMnist(spec);
+    d = LoadFashionMnist(spec, inputs);
   } else if (spec.kind() == "synthetic") {
     d = MakeSynthetic(spec, seed);
   } else if (spec.kind() == "tensors") {
     Dataset t;
-    if (absl::Status s = LoadTensorPair("dataset.path", spec.path(), &t.train_x, &t.train_y);
+    if (absl::Status s =
+            LoadTensorPair("dataset.path", spec.path(), inputs, &t.train_x, &t.train_y);
         !s.ok()) {
       return s;
     }
     if (!spec.test_path().empty()) {
       if (absl::Status s =
-              LoadTensorPair("dataset.test_path", spec.test_path(), &t.test_x, &t.test_y);
+              LoadTensorPair("dataset.test_path", spec.test_path(), inputs, &t.test_x, &t.test_y);
           !s.ok()) {
         return s;
       }
@@ -152,26 +155,33 @@ std::vector<int64_t> Dataset::sample_shape() const {
   return std::vector<int64_t>(sizes.begin() + 1, sizes.end());
 }
 
-absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed) {
+absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed,
+                                    InputFiles* inputs) {
+  InputFiles unpinned;
   // LibTorch reports much as exceptions (memory running out among them);
   // none may escape into a worker's thread or a check.
   try {
-    return LoadDatasetUnguarded(spec, seed);
+    return LoadDatasetUnguarded(spec, seed, inputs ? inputs : &unpinned);
   } catch (const std::exception& e) {
     return TorchErrorStatus(absl::StatusCode::kInvalidArgument, "dataset: can't load it", e);
   }
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDatasetCached(const v1::DatasetSpec& spec,
-                                                                 uint64_t seed) {
+                                                                 uint64_t seed,
+                                                                 InputFiles* inputs) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* cache ABSL_GUARDED_BY(mu) =
       new std::map<std::string, std::shared_ptr<const Dataset>>();
-  const std::string key = absl::StrCat(spec.SerializeAsString(), "/", seed);
+  // The pins too: a file rewritten between two jobs is another dataset.
+  std::string key = absl::StrCat(spec.SerializeAsString(), "/", seed);
+  if (inputs != nullptr) {
+    for (const v1::InputFile& pin : inputs->Recorded()) absl::StrAppend(&key, "/", pin.sha256());
+  }
   absl::MutexLock lock(&mu);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
-  absl::StatusOr<Dataset> d = LoadDataset(spec, seed);
+  absl::StatusOr<Dataset> d = LoadDataset(spec, seed, inputs);
   if (!d.ok()) return d.status();
   // One dataset at a time: a new job's data replaces the last one's.
   cache->clear();

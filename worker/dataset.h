@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "ddp/v1/job.pb.h"
+#include "worker/input_files.h"
 
 namespace ddp {
 
@@ -34,13 +35,16 @@ struct Dataset {
 //    each a noisy copy of a random prototype, made from `seed`;
 //  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path).
 // INVALID_ARGUMENT names the field and says what is wrong with the file;
-// files are read within the limits of data_files.h. Never throws.
-absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed);
+// files are read within the limits of data_files.h, through `inputs` (the
+// job's pins; null: unpinned). Never throws.
+absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed,
+                                    InputFiles* inputs = nullptr);
 
 // LoadDataset, remembered for the life of the process: a worker keeps its
-// data across generations and jobs. Thread-safe.
+// data across generations and jobs (keyed by the pins too). Thread-safe.
 absl::StatusOr<std::shared_ptr<const Dataset>> LoadDatasetCached(const v1::DatasetSpec& spec,
-                                                                 uint64_t seed);
+                                                                 uint64_t seed,
+                                                                 InputFiles* inputs = nullptr);
 
 }  // namespace ddp
 

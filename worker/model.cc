@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <sstream>
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -200,14 +201,17 @@ class ScriptModel final : public Model {
 
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
                                                  const std::vector<int64_t>& sample_shape,
-                                                 int64_t num_classes, uint64_t seed) {
+                                                 int64_t num_classes, uint64_t seed,
+                                                 InputFiles* inputs) {
   if (spec.kind() == "torchscript") {
-    if (!std::ifstream(spec.path()).good()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.path: can't read TorchScript file ", spec.path()));
-    }
+    InputFiles unpinned;
+    absl::StatusOr<std::string> bytes =
+        (inputs ? inputs : &unpinned)->Read("model.path", spec.path());
+    if (!bytes.ok()) return bytes.status();
     try {
-      return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(spec.path())));
+      // From the bytes read (and pinned), never the path again.
+      std::istringstream in(std::move(*bytes));
+      return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(in)));
     } catch (const std::exception& e) {
       return TorchErrorStatus(
           absl::StatusCode::kInvalidArgument,

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "ddp/v1/job.pb.h"
+#include "worker/input_files.h"
 
 namespace ddp {
 
@@ -38,10 +39,12 @@ class Model {
 // Builds the model `spec` names for samples of `sample_shape` and
 // `num_classes` classes; built-in models are initialized from `seed`.
 // INVALID_ARGUMENT names the field: a missing or corrupt TorchScript file,
-// a shape the model can't take.
+// a shape the model can't take. A TorchScript file is read through `inputs`
+// (the job's pins; null: unpinned).
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
                                                  const std::vector<int64_t>& sample_shape,
-                                                 int64_t num_classes, uint64_t seed);
+                                                 int64_t num_classes, uint64_t seed,
+                                                 InputFiles* inputs = nullptr);
 
 // Writes `model` as the job's output (output_path): to a temporary file
 // beside `path`, then renamed into place, so no one sees half a file and a

@@ -12,28 +12,37 @@ namespace ddp {
 
 namespace {
 
-absl::Status Preflight(const v1::JobSpec& spec) {
+absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
   std::vector<int64_t> shape = {1, 28, 28};
   int64_t classes = 10;
   const auto& data = spec.dataset();
   if (data.kind() == "fashion-mnist") {
     // The labels are small; reading them proves the folder is there.
     for (const char* file : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
-      absl::StatusOr<at::Tensor> labels = ReadIdxFile(absl::StrCat(data.path(), "/", file));
+      absl::StatusOr<at::Tensor> labels = ReadIdxFile(absl::StrCat(data.path(), "/", file), inputs);
       if (!labels.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(labels.status().message(),
                          " (Fashion-MNIST comes with Debian's dataset-fashion-mnist package)"));
       }
     }
+    // The images are pinned too (read and hashed), though not decoded.
+    for (const char* file : {"train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz"}) {
+      const std::string path = absl::StrCat(data.path(), "/", file);
+      if (absl::Status s = CheckDataFile("dataset.path", path); !s.ok()) return s;
+      if (absl::StatusOr<std::string> read = inputs->Read("dataset.path", path, kMaxDataFileBytes);
+          !read.ok()) {
+        return read.status();
+      }
+    }
   } else if (data.kind() == "tensors") {
-    absl::StatusOr<std::shared_ptr<const Dataset>> loaded = LoadDatasetCached(data, spec.seed());
+    absl::StatusOr<Dataset> loaded = LoadDataset(data, spec.seed(), inputs);
     if (!loaded.ok()) return loaded.status();
-    shape = (*loaded)->sample_shape();
-    classes = (*loaded)->num_classes;
+    shape = loaded->sample_shape();
+    classes = loaded->num_classes;
   }
   absl::StatusOr<std::unique_ptr<Model>> model =
-      MakeModel(spec.model(), shape, classes, spec.seed());
+      MakeModel(spec.model(), shape, classes, spec.seed(), inputs);
   if (!model.ok()) return model.status();
   // At the job's batch size, as the workers will run it: a model that
   // behaves at 2 samples may not at 64.
@@ -43,10 +52,11 @@ absl::Status Preflight(const v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::Status PreflightJob(const v1::JobSpec& spec) {
+absl::Status PreflightJob(const v1::JobSpec& spec, InputFiles* inputs) {
+  InputFiles recorded;
   // LibTorch reports much as exceptions; none may escape into the caller.
   try {
-    return Preflight(spec);
+    return Preflight(spec, inputs ? inputs : &recorded);
   } catch (const std::exception& e) {
     return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
                             "can't load the job's model or data", e);

@@ -3,6 +3,7 @@
 
 #include "absl/status/status.h"
 #include "ddp/v1/job.pb.h"
+#include "worker/input_files.h"
 
 namespace ddp {
 
@@ -12,8 +13,10 @@ namespace ddp {
 // instead of every worker later. It runs the job's own code: the
 // coordinator never calls it, but starts ddp-validate (validate_main.cc), a
 // helper process with limits, for each submission. Assumes the coordinator's
-// machine sees the same paths as the workers.
-absl::Status PreflightJob(const v1::JobSpec& spec);
+// machine sees the same paths as the workers. Every input file is read
+// through `inputs` (null: a throwaway one), which records what was read:
+// the pins the coordinator keeps with the job.
+absl::Status PreflightJob(const v1::JobSpec& spec, InputFiles* inputs = nullptr);
 
 }  // namespace ddp
 

@@ -35,11 +35,13 @@ TrainingState::~TrainingState() = default;
 
 absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::JobSpec& spec) {
   std::unique_ptr<TrainingState> state(new TrainingState(spec));
-  auto data = LoadDatasetCached(spec.dataset(), spec.seed());
+  // Every input as pinned at submission, or the job fails naming the file.
+  InputFiles inputs(spec.input_files());
+  auto data = LoadDatasetCached(spec.dataset(), spec.seed(), &inputs);
   if (!data.ok()) return data.status();
   state->data_ = *data;
   const Dataset& d = *state->data_;
-  auto model = MakeModel(spec.model(), d.sample_shape(), d.num_classes, spec.seed());
+  auto model = MakeModel(spec.model(), d.sample_shape(), d.num_classes, spec.seed(), &inputs);
   if (!model.ok()) return model.status();
   state->model_ = std::move(*model);
   if (absl::Status s =

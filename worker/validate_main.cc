@@ -7,8 +7,11 @@
 // unprivileged user, with limits on memory, CPU time, files and time
 // (coordinator/helper_process.h), and confines itself to the job's input
 // files before it loads any (worker/confinement.h): it writes nothing, reads
-// nothing else, starts no process and opens no network socket. Run by hand
-// it is a quick check of a job:
+// nothing else, starts no process and opens no network socket. When the
+// job passes, a second line carries what it read (each input file's real
+// path, size and SHA-256: a JobSpec holding only input_files, base64): the
+// coordinator pins the job to them. Run by hand it is a quick check of a
+// job:
 //   ddp-validate [--allow_unconfined] < job.json
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/status_line.h"
@@ -29,7 +33,7 @@ namespace {
 // A spec is a few kilobytes; anything near this is not one.
 constexpr size_t kMaxInput = 1 << 20;
 
-absl::Status Validate(bool allow_unconfined) {
+absl::Status Validate(bool allow_unconfined, ddp::InputFiles* inputs) {
   std::string json;
   char chunk[1 << 14];
   for (ssize_t n; (n = ::read(STDIN_FILENO, chunk, sizeof(chunk))) != 0;) {
@@ -54,7 +58,7 @@ absl::Status Validate(bool allow_unconfined) {
   // A batch of two samples: one thread is plenty, and the limits are per
   // process.
   at::set_num_threads(1);
-  return ddp::PreflightJob(*spec);
+  return ddp::PreflightJob(*spec, inputs);
 }
 
 }  // namespace
@@ -72,7 +76,14 @@ int main(int argc, char** argv) {
   // print) writes to fd 1, which now leads to stderr, so it can't forge it.
   const int answer = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   if (answer < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 1;
-  const std::string line = ddp::EncodeStatusLine(Validate(allow_unconfined));
+  ddp::InputFiles inputs;
+  const absl::Status status = Validate(allow_unconfined, &inputs);
+  std::string line = ddp::EncodeStatusLine(status);
+  if (status.ok()) {
+    ddp::v1::JobSpec pins;
+    for (const ddp::v1::InputFile& pin : inputs.Recorded()) *pins.add_input_files() = pin;
+    absl::StrAppend(&line, absl::Base64Escape(pins.SerializeAsString()), "\n");
+  }
   const bool written =
       ::write(answer, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   // No destructors: threads the job's code started must not delay the exit.

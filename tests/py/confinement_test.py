@@ -141,5 +141,55 @@ class ConfinementTest(unittest.TestCase):
             torch.zeros(2, 1, 28, 28)).shape, (2, 10))
 
 
+class PinnedInputsTest(unittest.TestCase):
+    """Item 2: what the check read is what the workers train on. A job's
+    files are changed after SubmitJob answered OK, before any worker
+    attached: a re-pointed symbolic link still trains the checked file; a
+    file rewritten in place fails the job, naming it."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ddp-pinned-", dir=TMP)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(256, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (256,), generator=g)
+        self.good = os.path.join(self.dir, "good.pt")
+        torch.save((x, y), self.good)
+        # What a swap would bring in: labels no worker accepts, so a job
+        # that read it would fail.
+        self.swapped = os.path.join(self.dir, "swapped.pt")
+        torch.save((x, y + 10 ** 6), self.swapped)
+        self.link = os.path.join(self.dir, "data.pt")
+        os.symlink(self.good, self.link)
+
+    def submit_then(self, change):
+        cluster = Cluster()
+        self.addCleanup(cluster.stop)
+        call, _, _ = cluster.client.stub("ddp.v1.Coordinator/SubmitJob")
+        spec = synthetic_job("pinned", 2, dataset={"kind": "tensors", "path": self.link})
+        call(cluster.client.message("ddp.v1.SubmitJobRequest", {"spec": spec}), timeout=60)
+        change()
+        cluster.start_worker(0)
+        cluster.start_worker(1)
+        return cluster.wait_state(["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"], timeout=120)
+
+    def test_a_link_repointed_after_the_check_still_trains_what_was_checked(self):
+        def repoint():
+            os.remove(self.link)
+            os.symlink(self.swapped, self.link)
+        status = self.submit_then(repoint)
+        self.assertEqual(status["state"], "JOB_STATE_SUCCEEDED", status)
+
+    def test_a_file_rewritten_after_the_check_fails_the_job_naming_it(self):
+        def rewrite():
+            with open(self.good, "r+b") as f:
+                f.seek(-8, os.SEEK_END)
+                f.write(b"\x01" * 8)
+        status = self.submit_then(rewrite)
+        self.assertEqual(status["state"], "JOB_STATE_FAILED", status)
+        self.assertIn("dataset.path", status["message"])
+        self.assertIn("rewritten since", status["message"])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

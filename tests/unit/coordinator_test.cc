@@ -94,7 +94,8 @@ TEST_F(CoordinatorTest, SubmitJob_InvalidSpec_NamesFieldAndLeavesRunningJobAlone
 
 TEST_F(CoordinatorTest, SubmitJob_CheckFails_RefusedWithItsMessage) {
   Coordinator::Options options;
-  options.validate_job = [](const v1::JobSpec&, std::function<void(absl::Status)> done) {
+  options.validate_job = [](const v1::JobSpec&,
+                            std::function<void(absl::StatusOr<v1::JobSpec>)> done) {
     done(absl::InvalidArgumentError("model.path: corrupt"));
   };
   Coordinator core(&clock_, options);
@@ -105,11 +106,25 @@ TEST_F(CoordinatorTest, SubmitJob_CheckFails_RefusedWithItsMessage) {
 
 // A check that answers when the test says so, as the helper process does.
 struct DeferredChecks {
-  std::vector<std::pair<std::string, std::function<void(absl::Status)>>> pending;
+  struct Check {
+    std::string name;
+    v1::JobSpec spec;
+    std::function<void(absl::StatusOr<v1::JobSpec>)> done;
+    // Passes it, as the helper does: the spec back with its pins.
+    void Pass() const {
+      v1::JobSpec checked = spec;
+      v1::InputFile* pin = checked.add_input_files();
+      pin->set_path("/data/model.pt");
+      pin->set_sha256(std::string(64, 'a'));
+      done(checked);
+    }
+  };
+  std::vector<Check> pending;
   Coordinator::Options Options() {
     Coordinator::Options options;
-    options.validate_job = [this](const v1::JobSpec& spec, std::function<void(absl::Status)> done) {
-      pending.emplace_back(spec.name(), std::move(done));
+    options.validate_job = [this](const v1::JobSpec& spec,
+                                  std::function<void(absl::StatusOr<v1::JobSpec>)> done) {
+      pending.push_back({spec.name(), spec, std::move(done)});
     };
     return options;
   }
@@ -123,10 +138,22 @@ TEST_F(CoordinatorTest, SubmitJob_CheckAnswersLater_AnsweredAndTakenOnlyThen) {
   ASSERT_EQ(checks.pending.size(), 1u);
   EXPECT_FALSE(answer.has_value());
   EXPECT_EQ(core.job_state(), v1::JOB_STATE_UNSPECIFIED);
-  checks.pending[0].second(absl::OkStatus());
+  checks.pending[0].Pass();
   ASSERT_TRUE(answer.has_value());
-  EXPECT_THAT(*answer, IsOk());
+  ASSERT_THAT(*answer, IsOk());
+  // The job runs as checked: pinned to the files the check read.
+  EXPECT_EQ((*answer)->input_files_size(), 1);
   EXPECT_NE(core.job_state(), v1::JOB_STATE_UNSPECIFIED);
+}
+
+TEST_F(CoordinatorTest, SubmitJob_WithInputFiles_RefusedUnchecked) {
+  DeferredChecks checks;
+  Coordinator core(&clock_, checks.Options());
+  v1::JobSpec spec = Job(1);
+  spec.add_input_files()->set_path("/data/model.pt");
+  EXPECT_THAT(Submit(core, spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("input_files: set by the coordinator")));
+  EXPECT_TRUE(checks.pending.empty());
 }
 
 TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_FailedPreconditionNamingIt) {
@@ -139,8 +166,8 @@ TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_FailedPreconditio
   core.SubmitJob(first, [&](absl::StatusOr<v1::JobSpec> s) { first_answer = std::move(s); });
   core.SubmitJob(second, [&](absl::StatusOr<v1::JobSpec> s) { second_answer = std::move(s); });
   ASSERT_EQ(checks.pending.size(), 2u);
-  checks.pending[1].second(absl::OkStatus());
-  checks.pending[0].second(absl::OkStatus());
+  checks.pending[1].Pass();
+  checks.pending[0].Pass();
   EXPECT_THAT(*second_answer, IsOk());
   EXPECT_THAT(*first_answer, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("second")));
 }
@@ -149,7 +176,7 @@ TEST_F(CoordinatorTest, SubmitJob_JobAlreadyHeld_NotCheckedAgain) {
   DeferredChecks checks;
   Coordinator core(&clock_, checks.Options());
   core.SubmitJob(Job(1), [](absl::StatusOr<v1::JobSpec>) {});
-  checks.pending[0].second(absl::OkStatus());
+  checks.pending[0].Pass();
   EXPECT_THAT(Submit(core, Job(1)), IsOk());
   EXPECT_EQ(checks.pending.size(), 1u);
 }

@@ -1,0 +1,61 @@
+// A job's input files (its TorchScript model, its data) read as untrusted
+// files, and pinned: what the check at submission read is what every
+// worker trains on, or the worker refuses the file, naming it.
+//
+// The check (ddp-validate) reads through a recording InputFiles: each file
+// is opened once, as a regular file through its real path, read whole and
+// hashed (SHA-256); the coordinator stores those pins in the job's spec
+// (JobSpec.input_files). A worker reads through a verifying InputFiles made
+// from the spec: it opens the pinned real path (O_NOFOLLOW: a symbolic link
+// put there since is refused), requires the pinned size before reading and
+// the pinned hash after. A path swapped, re-pointed or rewritten after the
+// submission was accepted fails the job; it never trains.
+#ifndef DDP_WORKER_INPUT_FILES_H_
+#define DDP_WORKER_INPUT_FILES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "ddp/v1/job.pb.h"
+
+namespace ddp {
+
+// Most bytes of one input file (as the data loaders' own limit).
+inline constexpr uint64_t kMaxInputFileBytes = uint64_t{8} << 30;
+
+class InputFiles {
+ public:
+  // Records every file read (the check's side).
+  InputFiles() = default;
+  // Holds every file read to `pins` (a worker's side). A job without pins
+  // (submitted to a coordinator without checks) is read unpinned: still
+  // as regular files only.
+  explicit InputFiles(const google::protobuf::RepeatedPtrField<v1::InputFile>& pins);
+
+  // `path`'s bytes, for the job's `field` ("model.path", ...). Refusals are
+  // INVALID_ARGUMENT naming the field and the file: not a regular file, a
+  // symbolic link where the pin says a file was, more than `max_bytes`, or
+  // (pinned) another size or content than at submission. Reading a path
+  // again gives what was read the first time, or a refusal.
+  absl::StatusOr<std::string> Read(absl::string_view field, const std::string& path,
+                                   uint64_t max_bytes = kMaxInputFileBytes);
+
+  // Every file read so far, in the order first read.
+  std::vector<v1::InputFile> Recorded() const;
+
+ private:
+  bool verifying_ = false;
+  std::map<std::string, v1::InputFile> pins_;
+  std::vector<std::string> order_;
+};
+
+// SHA-256 of `bytes`, lowercase hex.
+std::string Sha256Hex(absl::string_view bytes);
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_INPUT_FILES_H_
