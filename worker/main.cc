@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, metrics_tls_cert, "",
 ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics_tls_cert");
 ABSL_FLAG(std::string, metrics_tls_ca, "",
           "PEM CA certificate(s): scrapers must present a certificate they signed");
+ABSL_FLAG(bool, allow_readable_tokens, false,
+          "load a --metrics_tokens_file that other users may read (refused otherwise, as ssh "
+          "refuses such keys)");
 ABSL_FLAG(std::string, metrics_tokens_file, "",
           "a tokens file like the coordinator's --tokens_file: each scrape must then carry an "
           "operator or admin token from it (\"authorization: Bearer <token>\")");
@@ -150,7 +153,8 @@ int Run() {
   metrics_access.tls_ca = absl::GetFlag(FLAGS_metrics_tls_ca);
   metrics_access.insecure = absl::GetFlag(FLAGS_insecure);
   if (const std::string file = absl::GetFlag(FLAGS_metrics_tokens_file); !file.empty()) {
-    auto tokens = LoadTokensFile("--metrics_tokens_file", file);
+    auto tokens =
+        LoadTokensFile("--metrics_tokens_file", file, absl::GetFlag(FLAGS_allow_readable_tokens));
     if (!tokens.ok()) {
       DDP_LOG(Error) << tokens.status().message();
       return 2;
