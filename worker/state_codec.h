@@ -9,25 +9,51 @@
 //   12       8     u64 H, the length of the header
 //   20       H     v1::TrainingStateHeader, protobuf binary
 //   20+H     8     u64 P, the length of the payload
-//   28+H     P     payload: a torch::serialize::OutputArchive (the zip that
-//                  torch::save writes) holding
-//                    "param/<name>"   every Model::Parameters() tensor
-//                    "buffer/<name>"  every Model::Buffers() tensor
-//                    "meta/params", "meta/buffers"  the names, in order
-//                    "meta/optimizer" the optimizer's kind ("SGD", "Adam")
-//                    "optimizer"      Optimizer::save's nested archive
+//   28+H     P     payload, below
 //   28+H+P   4     u32 CRC-32 (zlib) of bytes [0, 28+H+P)
 //
-// The header is outside the archive so that a reader (the checkpoint
+// The payload is our own format, read by this file alone: no archive, no
+// pickle, nothing LibTorch interprets, so no TorchScript code (a class's
+// __setstate__, which torch::jit::load runs) can travel in it. Version 1
+// payloads were torch::serialize archives and are refused. (A
+// torch::pickle_save dict was the alternative: its unpickler has no class
+// resolver, but it still builds tensors from the sizes, strides and storages
+// the stream names; raw records keep every check in this file.)
+//
+//   payload  := tensors(parameters) tensors(buffers) optimizer
+//   tensors  := u64 N, then N records, in Model::Parameters() / Buffers()
+//               order
+//   record   := u32 L, L bytes of name, u8 dtype code (DtypeCode in the
+//               .cc), u8 D, D x i64 sizes, then the tensor's elements,
+//               contiguous, in the host's (little-endian) byte order:
+//               exactly numel x element size bytes, no length of its own
+//   optimizer:= u32 L, L bytes of kind ("SGD" or "Adam"), u64 K, then per
+//               parameter, in param_groups() order, u8 0 (no state yet)
+//               or 1 and its state:
+//                 SGD   record "momentum_buffer"
+//                 Adam  i64 step, u8 amsgrad, records "exp_avg",
+//                       "exp_avg_sq", and "max_exp_avg_sq" when amsgrad
+//
+// The header is outside the payload so that a reader (the checkpoint
 // finder) can check a file and say whose state it is without LibTorch
 // parsing anything. The RNG state (LibTorch's default CPU generator) travels
 // in the header's rng_state.
 //
-// Optimizer state travels by parameter position: LibTorch's Optimizer::load
-// maps the i-th parameter of each saved group onto the i-th parameter of the
-// destination's group. Both sides must build the optimizer from
+// Every length and count in the payload is untrusted: each record's name,
+// dtype and sizes are compared with this rank's own tensor before its data
+// is read, so the data's length, and every allocation, follows from this
+// rank's model, never from the bytes. An element count the bytes cannot
+// hold is "truncated", never a short or stride-0 tensor.
+//
+// Optimizer state travels by parameter position (LibTorch keys it by the
+// address of each parameter's TensorImpl, which means nothing on another
+// rank): the i-th parameter of the destination optimizer's param_groups()
+// takes the i-th entry, and must have the shape and dtype of the model's
+// i-th parameter. Both sides must build the optimizer from
 // Model::Parameters() in order; DecodeTrainingState checks that the names
-// agree in that order.
+// agree in that order. Only SGD and Adam state is understood; the
+// param_groups' options (lr, betas, ...) do not travel: the job's spec sets
+// them, and the trainer sets the learning rate after a decode.
 //
 // Not thread-safe with respect to `model` and `optimizer` (the trainer
 // thread calls these); the functions keep no state of their own.
@@ -46,7 +72,7 @@
 
 namespace ddp {
 
-inline constexpr uint32_t kStateFormatVersion = 1;
+inline constexpr uint32_t kStateFormatVersion = 2;
 
 // Whose state a reader expects: another job's bytes are refused.
 struct StateIdentity {
@@ -61,8 +87,9 @@ absl::Status CheckStateIdentity(const v1::TrainingStateHeader& header,
 
 // The parameters and buffers of `model`, the optimizer's state and the RNG
 // state, after `header`; fills in header's format_version, rng_state and
-// parameter_digest (the caller sets everything else). INTERNAL when
-// LibTorch fails to serialize.
+// parameter_digest (the caller sets everything else). FAILED_PRECONDITION
+// for an optimizer other than SGD or Adam; INTERNAL when a tensor can't be
+// encoded (a dtype the layout has no code for, LibTorch failing).
 absl::StatusOr<std::string> EncodeTrainingState(v1::TrainingStateHeader header, Model& model,
                                                 torch::optim::Optimizer& optimizer);
 
@@ -72,18 +99,22 @@ absl::StatusOr<std::string> EncodeTrainingState(v1::TrainingStateHeader header, 
 absl::StatusOr<v1::TrainingStateHeader> ReadTrainingStateHeader(absl::string_view bytes);
 
 // Checks everything first, then applies. Returns the header.
-//   DATA_LOSS           bad framing (as ReadTrainingStateHeader), an archive
-//                       LibTorch can't read, parameters whose digest differs
-//                       from the header's.
+//   DATA_LOSS           bad framing (as ReadTrainingStateHeader), a payload
+//                       that is not in the layout above (truncated, bytes
+//                       left over, an unknown dtype code, a bool that is not
+//                       0 or 1, a negative Adam step), parameters whose
+//                       digest differs from the header's.
 //   FAILED_PRECONDITION another job's state (names both ids and digests); a
 //                       model whose parameters or buffers differ in name,
 //                       order, shape or dtype (names the first); another
-//                       optimizer kind, or one over other parameters.
+//                       optimizer kind (or neither SGD nor Adam), one over
+//                       other parameters, optimizer state of another shape,
+//                       amsgrad on one side only.
 //   INTERNAL            LibTorch failed while applying (should not happen).
 // On any error before the apply step nothing is changed: not the model, the
 // optimizer nor the RNG. Tensors are copied in place under NoGradGuard, so
 // the optimizer's references and gradient views (the reducer's buckets)
-// stay valid.
+// stay valid; the optimizer's state map is replaced whole.
 absl::StatusOr<v1::TrainingStateHeader> DecodeTrainingState(absl::string_view bytes,
                                                             const StateIdentity& expected,
                                                             Model& model,

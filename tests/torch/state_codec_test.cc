@@ -2,13 +2,20 @@
 // optimizers, and refusals that leave the destination untouched.
 #include "worker/state_codec.h"
 
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -20,6 +27,129 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+
+// Corrupt, or another model's: either way nothing was applied.
+MATCHER(IsRefused, "") {
+  const absl::Status& s = GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == absl::StatusCode::kDataLoss ||
+         s.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+// The framing as state_codec.h lays it out, around any payload.
+std::string Frame(uint32_t version, const v1::TrainingStateHeader& header,
+                  absl::string_view payload) {
+  auto le = [](std::string* out, uint64_t v, int width) {
+    for (int i = 0; i < width; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  const std::string header_bytes = header.SerializeAsString();
+  std::string out = "DDPSTATE";
+  le(&out, version, 4);
+  le(&out, header_bytes.size(), 8);
+  out += header_bytes;
+  le(&out, payload.size(), 8);
+  out.append(payload.data(), payload.size());
+  le(&out, crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(out.data()), out.size()), 4);
+  return out;
+}
+
+// Payloads written by hand, as state_codec.h lays them out, to say what a
+// hostile peer could.
+class Payload {
+ public:
+  static constexpr uint8_t kFloat = 6;  // the layout's dtype code of float32
+
+  Payload& U8(uint8_t v) { return Le(v, 1); }
+  Payload& U32(uint32_t v) { return Le(v, 4); }
+  Payload& U64(uint64_t v) { return Le(v, 8); }
+  Payload& Str(absl::string_view s) {
+    U32(s.size());
+    bytes_.append(s.data(), s.size());
+    return *this;
+  }
+  // A record's name, dtype and sizes, without its data.
+  Payload& Head(absl::string_view name, uint8_t dtype, const std::vector<int64_t>& sizes) {
+    Str(name).U8(dtype).U8(sizes.size());
+    for (int64_t size : sizes) U64(static_cast<uint64_t>(size));
+    return *this;
+  }
+  // A whole float32 record.
+  Payload& Record(absl::string_view name, const at::Tensor& t) {
+    const at::Tensor c = t.detach().contiguous();
+    Head(name, kFloat, c.sizes().vec());
+    bytes_.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+    return *this;
+  }
+  Payload& Records(const std::vector<NamedTensor>& tensors) {
+    U64(tensors.size());
+    for (const auto& [name, t] : tensors) Record(name, t);
+    return *this;
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  Payload& Le(uint64_t v, int width) {
+    for (int i = 0; i < width; ++i) bytes_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    return *this;
+  }
+  std::string bytes_;
+};
+
+// LibTorch's CPU allocator, counting: the largest single request while it
+// is installed.
+class LargestAllocation final : public c10::Allocator {
+ public:
+  LargestAllocation() : base_(c10::GetCPUAllocator()) { c10::SetCPUAllocator(this, kPriority); }
+  ~LargestAllocation() override { c10::SetCPUAllocator(base_, kPriority); }
+  c10::DataPtr allocate(size_t n) const override {
+    size_t seen = largest_.load();
+    while (n > seen && !largest_.compare_exchange_weak(seen, n)) {
+    }
+    return base_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  size_t largest() const { return largest_.load(); }
+
+ private:
+  static constexpr uint8_t kPriority = 200;
+  c10::Allocator* base_;
+  mutable std::atomic<size_t> largest_{0};
+};
+
+// A TorchScript module whose __setstate__ leaves a mark, saved as
+// torch::jit::save does (what a version-1 payload was).
+std::string HostileArchive() {
+  torch::jit::Module m("Hostile");
+  m.register_attribute("x", c10::IntType::get(), int64_t{1});
+  m.define(R"(
+def forward(self, x: int) -> int:
+    return x + self.x
+
+def __getstate__(self) -> int:
+    return self.x
+
+def __setstate__(self, state: int) -> None:
+    print("ddp-test: __setstate__ ran")
+    self.x = state
+)");
+  std::ostringstream out;
+  m.save(out);
+  return out.str();
+}
+
+// What TorchScript's print wrote, while installed.
+class PrintCapture {
+ public:
+  PrintCapture() {
+    printed().clear();
+    torch::jit::setPrintHandler([](const std::string& s) { printed() += s; });
+  }
+  ~PrintCapture() { torch::jit::setPrintHandler(torch::jit::getDefaultPrintHandler()); }
+  static std::string& printed() {
+    static std::string* s = new std::string;
+    return *s;
+  }
+};
 
 void ExpectSameTensors(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
   ASSERT_EQ(a.size(), b.size());
@@ -124,6 +254,77 @@ TEST(StateCodec, Decode_Adam_StepCountAndMomentsTravel) {
     EXPECT_TRUE(torch::equal(mine.exp_avg(), theirs.exp_avg())) << dest_params[i].first;
     EXPECT_TRUE(torch::equal(mine.exp_avg_sq(), theirs.exp_avg_sq())) << dest_params[i].first;
   }
+}
+
+TEST(StateCodec, Decode_AdamAmsgrad_MaxMomentTravelsAndNextStepEqual) {
+  auto adam = [](Model& model) {
+    std::vector<at::Tensor> params;
+    for (const auto& [name, t] : model.Parameters()) params.push_back(t);
+    return std::make_unique<torch::optim::Adam>(params,
+                                                torch::optim::AdamOptions(1e-3).amsgrad(true));
+  };
+  auto source = BuildModel("mlp", 1);
+  auto source_opt = adam(*source);
+  for (int i = 0; i < 3; ++i) TrainStep(*source, *source_opt, i);
+  absl::StatusOr<std::string> bytes = EncodeTrainingState(TestHeader(), *source, *source_opt);
+  ASSERT_THAT(bytes, IsOk());
+  auto dest = BuildModel("mlp", 2);
+  auto dest_opt = adam(*dest);
+  ASSERT_THAT(DecodeTrainingState(*bytes, TestIdentity(), *dest, *dest_opt), IsOk());
+  TrainStep(*source, *source_opt, 50);
+  TrainStep(*dest, *dest_opt, 50);
+  EXPECT_EQ(ParameterDigest(*source), ParameterDigest(*dest));
+
+  // amsgrad on one side only is another optimizer.
+  auto plain = BuildModel("mlp", 3);
+  auto plain_opt = BuildOptimizer("adam", *plain);
+  const std::string before = ParameterDigest(*plain);
+  EXPECT_THAT(DecodeTrainingState(*bytes, TestIdentity(), *plain, *plain_opt),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("amsgrad")));
+  EXPECT_EQ(ParameterDigest(*plain), before);
+}
+
+TEST(StateCodec, Decode_BeforeFirstStep_DestinationOptimizerStateCleared) {
+  // No momentum buffer, no Adam moments yet: the destination's own state
+  // goes, so the next steps agree.
+  for (const std::string kind : {"sgd", "adam"}) {
+    auto source = BuildModel("mlp", 1);
+    auto source_opt = BuildOptimizer(kind, *source);
+    absl::StatusOr<std::string> bytes = EncodeTrainingState(TestHeader(), *source, *source_opt);
+    ASSERT_THAT(bytes, IsOk());
+    auto dest = BuildModel("mlp", 2);
+    auto dest_opt = BuildOptimizer(kind, *dest);
+    TrainStep(*dest, *dest_opt, 7);
+    ASSERT_FALSE(dest_opt->state().empty());
+    ASSERT_THAT(DecodeTrainingState(*bytes, TestIdentity(), *dest, *dest_opt), IsOk());
+    EXPECT_TRUE(dest_opt->state().empty()) << kind;
+    TrainStep(*source, *source_opt, 8);
+    TrainStep(*dest, *dest_opt, 8);
+    EXPECT_EQ(ParameterDigest(*source), ParameterDigest(*dest)) << kind;
+  }
+}
+
+TEST(StateCodec, EncodeDecode_OtherOptimizerKind_FailedPreconditionNamingIt) {
+  auto model = BuildModel("mlp", 1);
+  std::vector<at::Tensor> params;
+  for (const auto& [name, t] : model->Parameters()) params.push_back(t);
+  torch::optim::RMSprop rmsprop(params, torch::optim::RMSpropOptions(0.01));
+  TrainStep(*model, rmsprop, 1);
+  EXPECT_THAT(EncodeTrainingState(TestHeader(), *model, rmsprop),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("RMSprop"), HasSubstr("SGD or Adam"))));
+
+  auto source_opt = BuildOptimizer("sgd", *model);
+  absl::StatusOr<std::string> bytes = EncodeTrainingState(TestHeader(), *model, *source_opt);
+  ASSERT_THAT(bytes, IsOk());
+  auto dest = BuildModel("mlp", 2);
+  std::vector<at::Tensor> dest_params;
+  for (const auto& [name, t] : dest->Parameters()) dest_params.push_back(t);
+  torch::optim::RMSprop dest_opt(dest_params, torch::optim::RMSpropOptions(0.01));
+  const std::string before = ParameterDigest(*dest);
+  EXPECT_THAT(DecodeTrainingState(*bytes, TestIdentity(), *dest, dest_opt),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("RMSprop")));
+  EXPECT_EQ(ParameterDigest(*dest), before);
 }
 
 TEST(StateCodec, Decode_RngStateTravels) {
@@ -254,8 +455,8 @@ TEST_F(RefusalTest, Decode_OtherOptimizer_FailedPreconditionNamingBoth) {
 }
 
 TEST_F(RefusalTest, Decode_OptimizerOverOtherParameters_FailedPreconditionAndUntouched) {
-  // An optimizer over the first two parameters only: LibTorch's load
-  // refuses it, and the optimizer's own state is put back.
+  // An optimizer over the first two parameters only: refused before
+  // anything is applied, the optimizer's own state kept.
   auto params = dest_->Parameters();
   torch::optim::SGD partial({params[0].second, params[1].second},
                             torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -264,6 +465,136 @@ TEST_F(RefusalTest, Decode_OptimizerOverOtherParameters_FailedPreconditionAndUnt
   EXPECT_THAT(DecodeTrainingState(bytes_, TestIdentity(), *dest_, partial),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("optimizer")));
   EXPECT_EQ(Snapshot(*dest_, partial), before);
+}
+
+TEST_F(RefusalTest, Decode_Version1_DataLossSaysLayoutVersionAndRunsNothing) {
+  std::string v1 = bytes_;
+  v1[8] = 1;
+  EXPECT_THAT(Decode(v1), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("layout version 1")));
+  // A version-1 payload was a TorchScript archive; one that would run code
+  // is refused before anything reads it.
+  absl::StatusOr<v1::TrainingStateHeader> header = ReadTrainingStateHeader(bytes_);
+  ASSERT_THAT(header, IsOk());
+  PrintCapture capture;
+  EXPECT_THAT(Decode(Frame(1, *header, HostileArchive())),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("layout version 1")));
+  EXPECT_EQ(PrintCapture::printed(), "");
+  ExpectUntouched();
+}
+
+TEST_F(RefusalTest, Decode_TorchScriptArchiveAsPayload_RefusedWithoutRunningIt) {
+  const std::string archive = HostileArchive();
+  absl::StatusOr<v1::TrainingStateHeader> header = ReadTrainingStateHeader(bytes_);
+  ASSERT_THAT(header, IsOk());
+  PrintCapture capture;
+  {
+    // The control: LibTorch's own reader (version 1's) runs its code.
+    std::istringstream in(archive);
+    torch::jit::load(in);
+    ASSERT_THAT(PrintCapture::printed(), HasSubstr("__setstate__ ran"));
+    PrintCapture::printed().clear();
+  }
+  // Read as our layout, the zip's bytes are garbage: which check fails
+  // first depends on them.
+  EXPECT_THAT(Decode(Frame(kStateFormatVersion, *header, archive)), IsRefused());
+  // Nor as a parameter's bytes.
+  const auto params = dest_->Parameters();
+  Payload payload;
+  payload.U64(params.size()).Head(params[0].first, Payload::kFloat, params[0].second.sizes().vec());
+  std::string bytes = payload.bytes() + archive;
+  EXPECT_THAT(Decode(Frame(kStateFormatVersion, *header, bytes)),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(PrintCapture::printed(), "");
+  ExpectUntouched();
+}
+
+TEST_F(RefusalTest, Decode_HostileLengthsAndShapes_RefusedWithoutLargeAllocation) {
+  absl::StatusOr<v1::TrainingStateHeader> header = ReadTrainingStateHeader(bytes_);
+  ASSERT_THAT(header, IsOk());
+  const auto params = dest_->Parameters();
+  const auto buffers = dest_->Buffers();
+  const std::string& first = params[0].first;
+  const std::vector<int64_t> first_sizes = params[0].second.sizes().vec();
+  size_t own_largest = 0;
+  for (const auto& [name, t] : params) own_largest = std::max(own_largest, t.nbytes());
+  // Parameters and buffers as they should be, then an optimizer section.
+  auto good_tensors = [&] {
+    Payload p;
+    p.Records(params).Records(buffers);
+    return p;
+  };
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  struct Hostile {
+    std::string what;
+    std::string payload;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Hostile> cases = {
+      {"2^62 parameters", Payload().U64(uint64_t{1} << 62).bytes(), absl::StatusCode::kDataLoss,
+       "truncated"},
+      {"a first parameter of 2^80 elements",
+       Payload().U64(params.size()).Head(first, Payload::kFloat, {kHuge, kHuge}).bytes(),
+       absl::StatusCode::kFailedPrecondition, first},
+      {"a negative size", Payload().U64(params.size()).Head(first, Payload::kFloat, {-1}).bytes(),
+       absl::StatusCode::kFailedPrecondition, first},
+      {"a name of 4 GiB", Payload().U64(params.size()).U32(0xffffffffu).bytes(),
+       absl::StatusCode::kDataLoss, "truncated"},
+      {"200 dimensions",
+       Payload().U64(params.size()).Str(first).U8(Payload::kFloat).U8(200).bytes(),
+       absl::StatusCode::kDataLoss, "200 dimensions"},
+      {"an unknown dtype", Payload().U64(params.size()).Head(first, 250, first_sizes).bytes(),
+       absl::StatusCode::kDataLoss, "dtype code 250"},
+      // The right shape over fewer elements: a short (or stride-0) storage
+      // can't be expressed; the data is simply too short.
+      {"16 bytes under a full shape",
+       Payload().U64(params.size()).Head(first, Payload::kFloat, first_sizes).bytes() +
+           std::string(16, '\0'),
+       absl::StatusCode::kDataLoss, "truncated"},
+      {"2^63 optimizer entries", good_tensors().Str("SGD").U64(uint64_t{1} << 63).bytes(),
+       absl::StatusCode::kFailedPrecondition, "optimizer state for"},
+      {"a momentum buffer of 2^40 elements",
+       good_tensors()
+           .Str("SGD")
+           .U64(params.size())
+           .U8(1)
+           .Head("momentum_buffer", Payload::kFloat, {kHuge})
+           .bytes(),
+       absl::StatusCode::kFailedPrecondition, "momentum_buffer"},
+      {"a momentum buffer of another parameter's shape",
+       good_tensors()
+           .Str("SGD")
+           .U64(params.size())
+           .U8(1)
+           .Record("momentum_buffer", params[1].second)
+           .bytes(),
+       absl::StatusCode::kFailedPrecondition, first},
+      {"a state flag of 7", good_tensors().Str("SGD").U64(params.size()).U8(7).bytes(),
+       absl::StatusCode::kDataLoss, "not 0 or 1"},
+      {"an unknown optimizer", good_tensors().Str("Evil").bytes(), absl::StatusCode::kDataLoss,
+       "optimizer kind"},
+  };
+  for (const Hostile& c : cases) {
+    LargestAllocation largest;
+    EXPECT_THAT(Decode(Frame(kStateFormatVersion, *header, c.payload)),
+                StatusIs(c.code, HasSubstr(c.says)))
+        << c.what;
+    EXPECT_LE(largest.largest(), own_largest) << c.what;
+  }
+  ExpectUntouched();
+}
+
+TEST_F(RefusalTest, Decode_BytesAfterTheOptimizerState_DataLoss) {
+  absl::StatusOr<v1::TrainingStateHeader> header = ReadTrainingStateHeader(bytes_);
+  ASSERT_THAT(header, IsOk());
+  // The genuine payload, framed again with one byte more.
+  const size_t header_len = header->ByteSizeLong();
+  const std::string payload = bytes_.substr(28 + header_len, bytes_.size() - 32 - header_len);
+  EXPECT_THAT(Decode(Frame(kStateFormatVersion, *header, payload + "x")),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("1 unexpected bytes")));
+  ExpectUntouched();
+  // The control: without it, the hand-made framing decodes.
+  EXPECT_THAT(Decode(Frame(kStateFormatVersion, *header, payload)), IsOk());
 }
 
 // Not run by default (about a gigabyte of memory): the cost of moving an
