@@ -31,7 +31,8 @@ struct Confinement {
   // Files or folders (with everything under them) the code may read.
   std::vector<std::string> read;
   // Folders (with everything under them) the code may read, write, create
-  // and remove files in; created (0750) if missing.
+  // and remove files in; created (0750) if missing and possible (one that
+  // can't be made stays out of reach, for its user to report).
   std::vector<std::string> write;
   // Files the code may read and append to; created (0640) if missing.
   std::vector<std::string> write_files;

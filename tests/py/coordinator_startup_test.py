@@ -103,17 +103,19 @@ class SameJobAgainTest(unittest.TestCase):
 
 
 class UnwritableCheckpointFolderTest(unittest.TestCase):
-    """A checkpoint folder that can't be made: training goes on, and the
-    status says why there are no checkpoints, naming the folder."""
+    """A checkpoint folder that can't be made when the workers come to it
+    (one under a regular file is refused at submission; here the file
+    appears after): training goes on, and the status says why there are no
+    checkpoints, naming the folder."""
 
     def test_training_goes_on_and_status_names_the_folder(self):
         base = tempfile.mkdtemp(prefix="ddp-ckpt-")
         blocker = os.path.join(base, "a-file")
-        open(blocker, "w").close()
-        folder = os.path.join(blocker, "checkpoints")  # under a regular file
+        folder = os.path.join(blocker, "checkpoints")
         job = synthetic_job("no-ckpt", 2, epochs=1, maxSteps=30,
                             checkpoint={"dir": folder, "everySteps": 10})
         c = Cluster(job=job)
+        open(blocker, "w").close()  # the folder can't be made any more
         try:
             c.start_worker(0)
             c.start_worker(1)
