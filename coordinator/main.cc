@@ -22,6 +22,7 @@
 #include "common/credentials.h"
 #include "common/http_server.h"
 #include "common/job_spec.h"
+#include "common/local_tokens.h"
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/net_address.h"
@@ -146,6 +147,12 @@ ABSL_FLAG(int32_t, http_max_connections, 512,
 ABSL_FLAG(absl::Duration, http_header_timeout, absl::Seconds(5),
           "a connection to the status page or metrics that has not sent its whole request head "
           "this long after connecting is closed (however steadily it trickles: slowloris)");
+ABSL_FLAG(bool, allow_anonymous_loopback, false,
+          "on a loopback --listen without --tokens_file, let any local user call every RPC "
+          "(submit, cancel, attach as a worker, the store); by default a worker and an admin "
+          "token are made and written, readable by this user only, to "
+          "$XDG_RUNTIME_DIR/ddp/coordinator-PORT-{worker,admin}.token (/tmp/ddp-UID/ without "
+          "XDG_RUNTIME_DIR), where this user's workers, ddp-run and clients find them");
 ABSL_FLAG(bool, allow_readable_tokens, false,
           "start even when --tokens_file may be read by other users (as ssh refuses such "
           "keys, the coordinator otherwise refuses to start)");
@@ -169,6 +176,9 @@ constexpr char kUsage[] =
 struct Security {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   std::unique_ptr<Authorizer> authorizer;  // null: every call allowed
+  // Made at start (no --tokens_file, on loopback): written to their local
+  // files once the port is known (common/local_tokens.h).
+  std::vector<TokenEntry> local_tokens;
   // The metrics and the status page: the same certificate, CA and tokens.
   HttpAccess http;
 };
@@ -222,6 +232,20 @@ absl::StatusOr<Security> LoadSecurity() {
                   << counts[2] << " admin token(s) from " << tokens_file;
     security.http.tokens = *tokens;
     security.authorizer = std::make_unique<Authorizer>(std::move(*tokens));
+  } else if (IsLocalAddress(listen) && !absl::StartsWith(listen, "unix:") &&
+             !absl::GetFlag(FLAGS_allow_anonymous_loopback)) {
+    // No anonymous admin, even on loopback: this user's own tokens. A
+    // restart on the same port keeps the earlier ones. The pages stay
+    // open on loopback: they only show.
+    absl::StatusOr<HostPort> at = ParseHostPort(listen, /*allow_port_zero=*/true);
+    if (at.ok() && at->port != 0) security.local_tokens = ReadLocalTokens(at->port);
+    if (security.local_tokens.empty()) security.local_tokens = NewLocalTokens();
+    // A known port's files are written before it serves: a worker waiting
+    // for it finds its token as soon as it can connect.
+    if (at.ok() && at->port != 0) {
+      if (absl::Status s = WriteLocalTokens(at->port, security.local_tokens); !s.ok()) return s;
+    }
+    security.authorizer = std::make_unique<Authorizer>(security.local_tokens);
   }
   return security;
 }
@@ -371,7 +395,10 @@ int Run() {
                 << (*helper)->user_description() << "; data from " << absl::GetFlag(FLAGS_data_root)
                 << ", outputs to " << absl::GetFlag(FLAGS_output_root);
   Coordinator::Options options;
-  options.require_store_tokens = security->authorizer != nullptr;
+  // With a tokens file a worker token is not enough for a store: its
+  // generation's store token is needed too. A local coordinator's worker
+  // token is its user's alone, so that user's processes are trusted alike.
+  options.require_store_tokens = security->authorizer != nullptr && security->local_tokens.empty();
   options.registry.name_version_in_refusals = security->authorizer != nullptr;
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
@@ -502,6 +529,16 @@ int Run() {
     DDP_LOG(Error) << "--http_listen: " << page.status().message();
     server->Shutdown();
     return 2;
+  }
+  if (!security->local_tokens.empty()) {
+    if (absl::Status s = WriteLocalTokens(port, security->local_tokens); !s.ok()) {
+      DDP_LOG(Error) << s.message();
+      server->Shutdown();
+      return 2;
+    }
+    DDP_LOG(Info) << "tokens required: this user's, in " << LocalTokenPath(port, Role::kAdmin)
+                  << " and " << LocalTokenPath(port, Role::kWorker)
+                  << " (--allow_anonymous_loopback: none)";
   }
   if (const std::string file = absl::GetFlag(FLAGS_port_file); !file.empty()) {
     std::ofstream(file + ".tmp") << port << "\n";

@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/local_tokens.h"
 #include "common/logging.h"
+#include "common/tokens.h"
 #include "common/version.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/refusal.h"
@@ -123,8 +125,16 @@ CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
   // Reconnect quickly once the coordinator is back; our own backoff paces us.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  ClientSecurity security = options_.security;
+  if (security.token.empty() && options_.find_local_token) {
+    if (const std::string file = FindLocalTokenFile(options_.coordinator, Role::kWorker);
+        !file.empty()) {
+      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
+      if (token.ok()) security.token = *token;
+    }
+  }
   std::shared_ptr<v1::Coordinator::StubInterface> stub =
-      v1::Coordinator::NewStub(MakeChannel(options_.coordinator, options_.security, args));
+      v1::Coordinator::NewStub(MakeChannel(options_.coordinator, security, args));
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);

@@ -39,6 +39,10 @@ class CoordinatorLink {
     std::string coordinator = "127.0.0.1:29400";
     // TLS and the bearer token for every call to the coordinator.
     ClientSecurity security;
+    // Without a token: look for the worker token a local coordinator made
+    // (common/local_tokens.h) at every connection, since the coordinator
+    // may start after this worker.
+    bool find_local_token = false;
     absl::Duration min_backoff = absl::Milliseconds(100);
     absl::Duration max_backoff = absl::Seconds(5);
     // A register not answered within this (a silent TCP listener, an HTTP

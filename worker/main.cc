@@ -122,6 +122,8 @@ int Run() {
   WorkerAgent::Options options;
   options.link.coordinator = coordinator;
   options.link.security = std::move(*security);
+  // A coordinator of this user's on this machine makes its own tokens.
+  options.link.find_local_token = absl::GetFlag(FLAGS_token_file).empty();
   options.device = *device;
   options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
   options.name = absl::GetFlag(FLAGS_name);

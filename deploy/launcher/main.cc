@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/credentials.h"
 #include "common/job_spec.h"
+#include "common/local_tokens.h"
 #include "common/process.h"
 #include "common/tokens.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
@@ -166,7 +167,7 @@ class Watcher {
 };
 
 // What ddp-run passes to its coordinator, its workers and its own watcher
-// for TLS and tokens: nothing on plain loopback.
+// for TLS and tokens (on plain loopback, the coordinator makes its own).
 struct LaunchSecurity {
   std::vector<std::string> coordinator_flags;
   std::vector<std::string> worker_flags;
@@ -467,6 +468,15 @@ int Run(const std::vector<std::string>& program) {
   // The page is up before the gRPC port is announced.
   if (int http_port = 0; status_page && (std::ifstream(http_port_file) >> http_port)) {
     std::cout << "ddp-run: status page at http://127.0.0.1:" << http_port << "/" << std::endl;
+  }
+  // Without --tokens_file the coordinator made this user's own tokens, in
+  // files the workers and programs find by its port; the display reads the
+  // admin one.
+  if (security->watcher.token.empty()) {
+    if (const std::string file = FindLocalTokenFile(target, Role::kAdmin); !file.empty()) {
+      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's admin token", file);
+      if (token.ok()) security->watcher.token = *token;
+    }
   }
   Watcher watcher(target, security->watcher);
   const int exit_code = program.empty()

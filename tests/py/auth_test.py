@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
 from cluster import Cluster, synthetic_job  # noqa: E402
 from harness import BIN, wait_for, wait_port_file  # noqa: E402
-from grpc_reflect import ReflectionClient  # noqa: E402
+from grpc_reflect import ReflectionClient, local_token_file  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
 UNARY = ["GetStatus", "ListWorkers", "SubmitJob", "CancelJob", "StoreSet", "StoreGet", "StoreAdd"]
@@ -534,7 +534,7 @@ class ListenPolicyTest(unittest.TestCase):
         self.assertIn("the connection caps must be at least 1", result.stderr)
 
     def test_anonymous_caller_of_another_version_is_not_told_ours(self):
-        _, port, _ = self.serve("--listen=127.0.0.1:0")
+        _, port, _ = self.serve("--listen=127.0.0.1:0", "--allow_anonymous_loopback")
         client = ReflectionClient("127.0.0.1:%d" % port)
         self.addCleanup(client.close)
         attach, _, _ = client.stub(C + "Attach")
@@ -574,6 +574,45 @@ class ListenPolicyTest(unittest.TestCase):
             self.assertEqual(result.returncode, 2, "%s: %s" % (flags, result.stderr))
             self.assertIn(message, result.stderr, flags)
             self.assertNotIn("0123456789abcdef0124", result.stderr)  # no token quoted
+
+
+class LocalTokensTest(unittest.TestCase):
+    """No anonymous admin, even on loopback (issue 20, item 5): without
+    --tokens_file the coordinator makes a worker and an admin token, in
+    files only its user may read; that user's workers and clients find them
+    by port; anyone else is UNAUTHENTICATED. --allow_anonymous_loopback
+    restores anonymous calls, explicitly."""
+
+    def test_anonymous_callers_refused_and_the_users_own_workers_train(self):
+        cluster = Cluster()
+        self.addCleanup(cluster.stop)
+        anonymous = ReflectionClient(cluster.target, local_token=False)
+        self.addCleanup(anonymous.close)
+        for method in ("GetStatus", "SubmitJob", "CancelJob", "StoreSet"):
+            code, details = code_of(lambda: anonymous.call(C + method))
+            self.assertEqual(code, grpc.StatusCode.UNAUTHENTICATED, (method, details))
+        admin = local_token_file(cluster.target, "admin")
+        worker = local_token_file(cluster.target, "worker")
+        for path in (admin, worker):
+            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600, path)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(admin)).st_mode), 0o700)
+        # The user's own: a client with the admin token, workers that
+        # found theirs.
+        call, _, _ = cluster.client.stub(C + "SubmitJob")
+        call(cluster.client.message("ddp.v1.SubmitJobRequest",
+                                    {"spec": synthetic_job("local", 2, maxSteps=20)}), timeout=60)
+        cluster.start_worker(0)
+        cluster.start_worker(1)
+        done = cluster.wait_state(["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"], timeout=120)
+        self.assertEqual(done["state"], "JOB_STATE_SUCCEEDED", done.get("message"))
+
+    def test_allow_anonymous_loopback_restores_anonymous_calls(self):
+        cluster = Cluster(extra_flags=["--allow_anonymous_loopback"])
+        self.addCleanup(cluster.stop)
+        self.assertIsNone(local_token_file(cluster.target, "admin"))
+        anonymous = ReflectionClient(cluster.target, local_token=False)
+        self.addCleanup(anonymous.close)
+        self.assertIsInstance(anonymous.call(C + "GetStatus"), dict)  # answered
 
 
 class LauncherTest(unittest.TestCase):

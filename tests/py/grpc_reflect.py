@@ -16,12 +16,15 @@ Over TLS, and with a bearer token, as grpcurl's -cacert/-cert/-key/-H:
 """
 import argparse
 import json
+import os
 import sys
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
 _REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+# What only a worker token may call (coordinator/authorizer.h).
+_WORKER_METHODS = {"Attach", "StoreSet", "StoreGet", "StoreAdd"}
 
 
 def _reflection_messages():
@@ -67,13 +70,18 @@ class _Metadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercep
     clients do; plaintext loopback included, where gRPC's call credentials
     would refuse to send it."""
 
-    def __init__(self, pairs):
+    def __init__(self, pairs, token_for=None):
+        """`token_for`: method name -> the bearer token to send with it."""
         self.pairs = list(pairs)
+        self.token_for = token_for
 
     def _with(self, details):
         fields = ["method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"]
         values = {f: getattr(details, f, None) for f in fields}
-        values["metadata"] = list(values["metadata"] or []) + self.pairs
+        pairs = self.pairs
+        if self.token_for is not None:
+            pairs = pairs + [("authorization", "Bearer " + self.token_for(details.method))]
+        values["metadata"] = list(values["metadata"] or []) + pairs
         return _CallDetails(**values)
 
     def intercept_unary_unary(self, continuation, details, request):
@@ -104,10 +112,37 @@ def _read(path):
         return f.read()
 
 
+def local_token_file(target, role="admin"):
+    """The token a coordinator of this user's serving on `target` (a loopback
+    HOST:PORT) made for `role`, as common/local_tokens.h writes it; None
+    when there is none."""
+    host, _, port = target.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "[::1]") or not port.isdigit():
+        return None
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    folder = runtime + "/ddp" if runtime.startswith("/") else "/tmp/ddp-%d" % os.geteuid()
+    path = "%s/coordinator-%s-%s.token" % (folder, port, role)
+    return path if os.path.exists(path) else None
+
+
 class ReflectionClient:
-    def __init__(self, target, cacert=None, cert=None, key=None, token=None):
+    def __init__(self, target, cacert=None, cert=None, key=None, token=None, local_token=True):
         """`cacert`, `cert`, `key`: PEM file paths for TLS (any one turns it
-        on); `token`: sent as "authorization: Bearer <token>" on every call."""
+        on); `token`: sent as "authorization: Bearer <token>" on every call;
+        without one, the admin token of a local coordinator of this user's
+        (unless `local_token` is false: an anonymous caller)."""
+        by_method = None
+        if token is None and local_token:
+            # A local coordinator's own tokens: the worker's for what only
+            # a worker may call, the admin's for the rest.
+            paths = {role: local_token_file(target, role) for role in ("admin", "worker")}
+            if all(paths.values()):
+                tokens = {}
+                for role, path in paths.items():
+                    with open(path) as f:
+                        tokens[role] = f.read().strip()
+                by_method = lambda method: tokens[  # noqa: E731
+                    "worker" if method.rsplit("/", 1)[-1] in _WORKER_METHODS else "admin"]
         # Reconnect quickly: tests restart servers and watch them come back.
         options = [("grpc.initial_reconnect_backoff_ms", 100),
                    ("grpc.min_reconnect_backoff_ms", 100),
@@ -123,6 +158,8 @@ class ReflectionClient:
         if token is not None:
             self.channel = grpc.intercept_channel(
                 self.channel, _Metadata([("authorization", "Bearer " + token)]))
+        elif by_method is not None:
+            self.channel = grpc.intercept_channel(self.channel, _Metadata([], by_method))
         self._request, self._response = _reflection_messages()
         self._info = self.channel.stream_stream(
             _REFLECTION, request_serializer=self._request.SerializeToString,

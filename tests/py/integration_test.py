@@ -207,7 +207,9 @@ class WorkerBeforeCoordinatorTest(unittest.TestCase):
             coordinator = subprocess.Popen(
                 [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            from grpc_reflect import ReflectionClient
+            from grpc_reflect import ReflectionClient, local_token_file
+            # Its own tokens, written before it serves.
+            wait_for(lambda: local_token_file("127.0.0.1:%d" % port), 20, "the coordinator's tokens")
             client = ReflectionClient("127.0.0.1:%d" % port)
             wait_for(lambda: client.call("ddp.v1.Coordinator/ListWorkers").get("workers"), 20,
                      "the early worker to attach")

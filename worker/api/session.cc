@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/credentials.h"
+#include "common/local_tokens.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "common/store_client.h"
@@ -132,7 +133,12 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
   tls.ca = options.tls_ca;
   tls.cert = options.tls_cert;
   tls.key = options.tls_key;
-  absl::StatusOr<ClientSecurity> security = LoadClientSecurity(tls, options.token_file);
+  // Without a token file, a coordinator of this user's on this machine
+  // made its own tokens (common/local_tokens.h).
+  const std::string token_file = options.token_file.empty()
+                                     ? FindLocalTokenFile(options.coordinator, Role::kWorker)
+                                     : options.token_file;
+  absl::StatusOr<ClientSecurity> security = LoadClientSecurity(tls, token_file);
   Check(security.status(), "ddp::Session");
   const auto [host, port] = SplitHostPort(options.coordinator);
   CoordinatorSession::Options joined;
