@@ -80,8 +80,8 @@ ABSL_FLAG(std::string, status_file, "",
 ABSL_FLAG(std::string, data_root, "/usr/share/datasets,/var/lib/ddp/data",
           "comma-separated folders a job's model and data files may come from (every symlink "
           "resolved); others are refused at submission");
-ABSL_FLAG(std::string, output_root, "/var/lib/ddp/output",
-          "comma-separated folders a job's output_path may be in");
+ABSL_FLAG(std::string, output_root, "/var/lib/ddp/output,/var/lib/ddp/checkpoints",
+          "comma-separated folders a job's output_path and checkpoint.dir may be in");
 ABSL_FLAG(uint64_t, max_input_size, uint64_t{1} << 30,
           "largest model or data file a job may name, in bytes");
 ABSL_FLAG(std::string, validate_helper, "",

@@ -523,6 +523,8 @@ class UnitUserTest(unittest.TestCase):
             coordinator = subprocess.Popen(wrapper + [
                 os.path.join(os.path.abspath(BIN), "ddp-coordinator"), "--listen=127.0.0.1:0",
                 "--port_file=" + port_file, "--validate_user=nobody",
+                # The test, not the coordinator's user, submits: anonymously.
+                "--allow_anonymous_loopback",
                 "--data_root=" + self.dir, "--output_root=" + self.dir],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
