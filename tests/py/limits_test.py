@@ -25,6 +25,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster import Cluster, synthetic_job  # noqa: E402
 from harness import BIN, wait_for  # noqa: E402
+from grpc_reflect import _Metadata, local_token_file  # noqa: E402
 
 ATTACH = "/ddp.v1.Coordinator/Attach"
 MAX_ATTACH_STREAMS = 12
@@ -377,6 +378,10 @@ class LimitsTest(unittest.TestCase):
         # not in this client's buffers (which grow to megabytes otherwise).
         channel = grpc.insecure_channel(self.cluster.target,
                                         options=[("grpc.http2.bdp_probe", 0)])
+        # With the worker token the coordinator made for this user.
+        with open(local_token_file(self.cluster.target, "worker")) as f:
+            channel = grpc.intercept_channel(
+                channel, _Metadata([("authorization", "Bearer " + f.read().strip())]))
         slow = Stream(self.cluster, read=False, channel=channel)
         slow.send(self.register(name="slow"))
         wait_for(lambda: any(w["worker_id"] == "slow" for w in self.cluster.status()["workers"]),
