@@ -82,7 +82,10 @@ class ChaosRun(RunFiles):
             "--job=" + os.path.join(self.dir, "job.json"),
             "--state_dir=" + os.path.join(self.dir, "state"),
             "--heartbeat_interval=0.5s", "--heartbeat_timeout=" + heartbeat_timeout,
-            "--adopt_grace=10s"] + list(extra_coordinator)
+            "--adopt_grace=10s",
+            # Checkpoint folders are temporary ones, and must lie under an
+            # output root.
+            "--output_root=" + os.path.realpath(tempfile.gettempdir())] + list(extra_coordinator)
         if net is not None:
             # The namespaces' veth network is the test's own; what is
             # under test here is faults, not authentication (auth_test).
