@@ -34,7 +34,8 @@ uint64_t Fnv(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
-// Names, shapes and dtypes of every parameter and buffer.
+}  // namespace
+
 uint64_t ModelSignature(Model& model) {
   uint64_t h = kFnvOffset;
   auto add = [&h](const std::vector<NamedTensor>& tensors) {
@@ -49,6 +50,8 @@ uint64_t ModelSignature(Model& model) {
   add(model.Buffers());
   return h;
 }
+
+namespace {
 
 class GenerationTrainer {
  public:

@@ -21,6 +21,7 @@
 namespace ddp {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kFashion[] = "/usr/share/datasets/fashion-mnist";
@@ -176,6 +177,40 @@ TEST(Trainer, Aborted_ReturnsAbortedAndStateStaysAtStepZero) {
   EXPECT_THAT(ends[0], StatusIs(absl::StatusCode::kAborted));
   EXPECT_TRUE(recorders[0].steps.empty());
   EXPECT_EQ(states[0]->progress().step, 0u);
+}
+
+// A peer's word is not believed (issue 20, item 4): rank 0, the source,
+// lies about the size of the state it will send; the receiver refuses it
+// before allocating anything, naming the rank, and its own state is intact.
+TEST(Trainer, SourceAnnouncesMoreStateThanTheModelHolds_RefusedBeforeAllocating) {
+  const v1::Assignment receiver = SyntheticJob(1, 2);
+  std::unique_ptr<TrainingState> liar = NewState(SyntheticJob(0, 2));
+  std::unique_ptr<TrainingState> state = NewState(receiver);
+  const std::vector<float> before = Flat(*state);
+  Recorder recorder;
+  std::atomic<bool> abort{false};
+  absl::StatusOr<GenerationEnd> end = absl::UnknownError("not run");
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    if (rank == 0) {
+      // What SyncState's source sends first: its model's signature (the
+      // same model), then the state's length: 2^60 bytes.
+      uint64_t signature = ModelSignature(liar->model());
+      ASSERT_THAT(comm->Broadcast(&signature, sizeof(signature), 0), IsOk());
+      uint64_t size = uint64_t{1} << 60;
+      ASSERT_THAT(comm->Broadcast(&size, sizeof(size), 0), IsOk());
+      return;
+    }
+    GenerationControl control;
+    control.abort = &abort;
+    control.leave = &recorder.leave;
+    end = TrainGeneration(receiver, state.get(), comm, &recorder, control);
+  });
+  EXPECT_THAT(end, StatusIs(absl::StatusCode::kDataLoss,
+                            AllOf(HasSubstr("rank 0 announced a state of 1152921504606846976"),
+                                  HasSubstr("refused before allocating"))));
+  EXPECT_LT(state->MaxStateBytes(), uint64_t{1} << 30);
+  EXPECT_EQ(Flat(*state), before);
+  EXPECT_TRUE(recorder.started.empty());
 }
 
 TEST(Trainer, LeaveAskedByOneRank_EveryRankLeavesAtTheSameStep) {
