@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
+#include "worker/input_files.h"
 
 namespace ddp {
 namespace {
@@ -143,49 +144,32 @@ void Prune(const std::string& dir, uint32_t keep, absl::string_view just_written
   }
 }
 
-// Reads a checkpoint as the untrusted file it is: never through a symbolic
-// link, never blocking on a FIFO or device, a regular file of at most
-// `max_bytes` (checked before anything is allocated, and again while
-// reading, should it grow).
+// Reads a checkpoint as the untrusted file it is (ReadRegularFile): never
+// through a symbolic link, never blocking on a FIFO or device, a regular
+// file of at most `max_bytes`, checked before anything is allocated.
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    return absl::FailedPreconditionError(
-        e == ELOOP ? "is a symbolic link (checkpoints are read only as regular files)"
-                   : absl::StrCat("can't open: ", OsError(e)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::FailedPreconditionError("is not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "is ", st.st_size, " bytes, more than this job's state can be (", max_bytes, ")"));
-  }
-  std::string bytes;
-  bytes.reserve(static_cast<size_t>(st.st_size));
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      close(fd);
-      return absl::InternalError(absl::StrCat("can't read: ", OsError(e)));
-    }
-    if (bytes.size() + static_cast<size_t>(n) > max_bytes) {
-      close(fd);
+  RegularFileRead read = ReadRegularFile(path, max_bytes);
+  using R = RegularFileRead::Refusal;
+  switch (read.refusal) {
+    case R::kNone:
+      return std::move(read.bytes);
+    case R::kLink:
       return absl::FailedPreconditionError(
-          absl::StrCat("grew past ", max_bytes, " bytes while being read"));
-    }
-    bytes.append(buf, static_cast<size_t>(n));
+          "is a symbolic link (checkpoints are read only as regular files)");
+    case R::kCantOpen:
+      return absl::FailedPreconditionError(absl::StrCat("can't open: ", OsError(read.error)));
+    case R::kNotRegular:
+      return absl::FailedPreconditionError("is not a regular file");
+    case R::kTooLarge:
+    case R::kWrongSize:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "is ", read.size, " bytes, more than this job's state can be (", max_bytes, ")"));
+    case R::kCantRead:
+      return absl::InternalError(absl::StrCat("can't read: ", OsError(read.error)));
+    case R::kChanged:
+      return absl::FailedPreconditionError("changed size while being read");
   }
-  close(fd);
-  return bytes;
+  return absl::InternalError("unreachable");
 }
 
 }  // namespace

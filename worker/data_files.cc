@@ -14,14 +14,6 @@
 namespace ddp {
 namespace {
 
-const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a plain file";
-}
-
 uint32_t BigEndian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
@@ -71,13 +63,12 @@ class GzBytes {
       z_.avail_out = chunk;
       const int rc = inflate(&z_, Z_NO_FLUSH);
       *got += chunk - z_.avail_out;
-      if (rc == Z_STREAM_END) {
+      // With room to write and every input byte offered, no progress
+      // (Z_BUF_ERROR) means the input ran out: truncated, the rest is short.
+      if (rc == Z_STREAM_END || rc == Z_BUF_ERROR) {
         ended_ = true;
-      } else if (rc != Z_OK &&
-                 !(rc == Z_BUF_ERROR && z_.avail_in == 0 && consumed_ == bytes_.size())) {
+      } else if (rc != Z_OK) {
         return false;
-      } else if (rc == Z_BUF_ERROR) {
-        ended_ = true;  // truncated: what there was has been read
       }
     }
     return true;

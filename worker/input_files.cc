@@ -16,7 +16,46 @@
 namespace ddp {
 namespace {
 
-const char* KindOf(mode_t mode) {
+absl::Status Refuse(absl::string_view field, absl::string_view path, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " ", why));
+}
+
+// `real`'s bytes as an input, refusals in the loaders' words.
+absl::StatusOr<std::string> ReadRegular(absl::string_view field, const std::string& shown,
+                                        const std::string& real, uint64_t max_bytes,
+                                        std::optional<uint64_t> expected_size) {
+  RegularFileRead read = ReadRegularFile(real, max_bytes, expected_size);
+  using R = RegularFileRead::Refusal;
+  switch (read.refusal) {
+    case R::kNone:
+      return std::move(read.bytes);
+    case R::kLink:
+      return Refuse(field, shown,
+                    absl::StrCat("(", real,
+                                 ") is now a symbolic link; it was a file when the job "
+                                 "was checked"));
+    case R::kCantOpen:
+      return Refuse(field, shown, absl::StrCat("can't be opened: ", std::strerror(read.error)));
+    case R::kNotRegular:
+      return Refuse(field, shown, absl::StrCat("is ", FileKind(read.mode), ", not a regular file"));
+    case R::kTooLarge:
+      return Refuse(field, shown,
+                    absl::StrCat("has ", read.size, " bytes; the limit is ", max_bytes));
+    case R::kWrongSize:
+      return Refuse(field, shown,
+                    absl::StrCat("has ", read.size, " bytes, not the ", *expected_size,
+                                 " it had when the job was checked: it changed since"));
+    case R::kCantRead:
+      return Refuse(field, shown, absl::StrCat("can't be read: ", std::strerror(read.error)));
+    case R::kChanged:
+      return Refuse(field, shown, "changed size while being read");
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace
+
+const char* FileKind(mode_t mode) {
   if (S_ISDIR(mode)) return "a folder";
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
@@ -25,26 +64,15 @@ const char* KindOf(mode_t mode) {
   return "not a regular file";
 }
 
-absl::Status Refuse(absl::string_view field, absl::string_view path, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " ", why));
-}
-
-// Opens `real` without following a last symbolic link or blocking on a
-// FIFO, and reads it whole if it is a regular file of at most `max_bytes`
-// (and, when `expected_size` is set, exactly that size).
-absl::StatusOr<std::string> ReadRegular(absl::string_view field, const std::string& shown,
-                                        const std::string& real, uint64_t max_bytes,
-                                        const uint64_t* expected_size) {
-  const int fd = ::open(real.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+RegularFileRead ReadRegularFile(const std::string& path, uint64_t max_bytes,
+                                std::optional<uint64_t> exact_size) {
+  using R = RegularFileRead::Refusal;
+  RegularFileRead read;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    const int e = errno;
-    if (e == ELOOP) {
-      return Refuse(field, shown,
-                    absl::StrCat("(", real,
-                                 ") is now a symbolic link; it was a file when the job "
-                                 "was checked"));
-    }
-    return Refuse(field, shown, absl::StrCat("can't be opened: ", std::strerror(e)));
+    read.error = errno;
+    read.refusal = read.error == ELOOP ? R::kLink : R::kCantOpen;
+    return read;
   }
   struct Closer {
     int fd;
@@ -52,37 +80,38 @@ absl::StatusOr<std::string> ReadRegular(absl::string_view field, const std::stri
   } closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    return Refuse(field, shown, absl::StrCat("can't be examined: ", std::strerror(errno)));
+    read.error = errno;
+    read.refusal = R::kCantOpen;
+    return read;
   }
+  read.mode = st.st_mode;
+  read.size = static_cast<uint64_t>(st.st_size);
   if (!S_ISREG(st.st_mode)) {
-    return Refuse(field, shown, absl::StrCat("is ", KindOf(st.st_mode), ", not a regular file"));
+    read.refusal = R::kNotRegular;
+  } else if (read.size > max_bytes) {
+    read.refusal = R::kTooLarge;
+  } else if (exact_size.has_value() && read.size != *exact_size) {
+    read.refusal = R::kWrongSize;
   }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size > max_bytes) {
-    return Refuse(field, shown, absl::StrCat("has ", size, " bytes; the limit is ", max_bytes));
-  }
-  if (expected_size != nullptr && size != *expected_size) {
-    return Refuse(field, shown,
-                  absl::StrCat("has ", size, " bytes, not the ", *expected_size,
-                               " it had when the job was checked: it changed since"));
-  }
-  std::string bytes(size, '\0');
+  if (read.refusal != R::kNone) return read;
+  read.bytes.resize(read.size);
   uint64_t got = 0;
-  while (got < size) {
-    const ssize_t n = ::read(fd, bytes.data() + got, size - got);
+  while (got < read.size) {
+    const ssize_t n = ::read(fd, read.bytes.data() + got, read.size - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Refuse(field, shown, absl::StrCat("can't be read: ", std::strerror(errno)));
+    if (n < 0) {
+      read.error = errno;
+      read.refusal = R::kCantRead;
+      return read;
+    }
     if (n == 0) break;
     got += static_cast<uint64_t>(n);
   }
   char extra;
-  if (got != size || ::read(fd, &extra, 1) > 0) {
-    return Refuse(field, shown, "changed size while being read");
-  }
-  return bytes;
+  if (got != read.size || ::read(fd, &extra, 1) > 0) read.refusal = R::kChanged;
+  if (read.refusal != R::kNone) read.bytes.clear();
+  return read;
 }
-
-}  // namespace
 
 std::string Sha256Hex(absl::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -109,7 +138,8 @@ absl::StatusOr<std::string> InputFiles::Read(absl::string_view field, const std:
     // First read (the check, or an unpinned job): where the path leads now.
     std::unique_ptr<char, decltype(&::free)> real(::realpath(path.c_str(), nullptr), &::free);
     if (!real) return Refuse(field, path, absl::StrCat("can't be read: ", std::strerror(errno)));
-    absl::StatusOr<std::string> bytes = ReadRegular(field, path, real.get(), max_bytes, nullptr);
+    absl::StatusOr<std::string> bytes =
+        ReadRegular(field, path, real.get(), max_bytes, std::nullopt);
     if (!bytes.ok()) return bytes.status();
     v1::InputFile pin;
     pin.set_path(path);
@@ -121,8 +151,8 @@ absl::StatusOr<std::string> InputFiles::Read(absl::string_view field, const std:
     return bytes;
   }
   const v1::InputFile& pin = pinned->second;
-  const uint64_t size = pin.size();
-  absl::StatusOr<std::string> bytes = ReadRegular(field, path, pin.real_path(), max_bytes, &size);
+  absl::StatusOr<std::string> bytes =
+      ReadRegular(field, path, pin.real_path(), max_bytes, pin.size());
   if (!bytes.ok()) return bytes.status();
   if (Sha256Hex(*bytes) != pin.sha256()) {
     return Refuse(field, path,

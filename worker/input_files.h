@@ -13,8 +13,11 @@
 #ifndef DDP_WORKER_INPUT_FILES_H_
 #define DDP_WORKER_INPUT_FILES_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,34 @@ namespace ddp {
 
 // Most bytes of one input file (as the data loaders' own limit).
 inline constexpr uint64_t kMaxInputFileBytes = uint64_t{8} << 30;
+
+// "a folder", "a FIFO", "a device", "a socket", "a symbolic link" or "not a
+// regular file": what a file of `mode` is, for a refusal.
+const char* FileKind(mode_t mode);
+
+// One untrusted file read whole (an input, a checkpoint): opened without
+// following a last symbolic link or blocking on a FIFO, and only when it is
+// a regular file of at most `max_bytes` (and of `exact_size` when set),
+// checked before anything is allocated. Callers say why in their own words.
+struct RegularFileRead {
+  enum class Refusal {
+    kNone,
+    kCantOpen,    // `error`
+    kLink,        // the last component is a symbolic link
+    kNotRegular,  // `mode`
+    kTooLarge,    // `size` > max_bytes
+    kWrongSize,   // `size` != exact_size
+    kCantRead,    // `error`
+    kChanged,     // it grew or shrank while being read
+  };
+  Refusal refusal = Refusal::kNone;
+  int error = 0;
+  mode_t mode = 0;
+  uint64_t size = 0;
+  std::string bytes;
+};
+RegularFileRead ReadRegularFile(const std::string& path, uint64_t max_bytes,
+                                std::optional<uint64_t> exact_size = std::nullopt);
 
 class InputFiles {
  public:

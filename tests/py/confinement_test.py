@@ -26,14 +26,18 @@ from cluster import TMP, Cluster, synthetic_job  # noqa: E402
 from harness import wait_for  # noqa: E402
 
 
-class WritesWhenTraining(nn.Module):
-    """Overwrites `path` once in training mode (the check runs eval)."""
+class TouchesAFile(nn.Module):
+    """A linear model that knows a file's path and size."""
 
     def __init__(self, path: str, size: int):
         super().__init__()
         self.fc = nn.Linear(784, 10)
         self.path = path
         self.size = size
+
+
+class WritesWhenTraining(TouchesAFile):
+    """Overwrites `path` once in training mode (the check runs eval)."""
 
     def forward(self, x):
         out = self.fc(x.flatten(1))
@@ -44,14 +48,8 @@ class WritesWhenTraining(nn.Module):
         return out
 
 
-class ReadsWhenTraining(nn.Module):
+class ReadsWhenTraining(TouchesAFile):
     """Reads `path` once in training mode and mixes it into the loss."""
-
-    def __init__(self, path: str, size: int):
-        super().__init__()
-        self.fc = nn.Linear(784, 10)
-        self.path = path
-        self.size = size
 
     def forward(self, x):
         out = self.fc(x.flatten(1))

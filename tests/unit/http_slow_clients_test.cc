@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,24 +116,35 @@ struct Sockets {
   }
 };
 
-TEST(HttpSlowClients, TwoHundredTricklingHeads_ATokenHolderIsAnsweredWithinASecond) {
-  // The defaults, as the coordinator serves its pages; tokens required.
+// A page served as the coordinator serves it: loopback, tokens required.
+HttpServer::Options WithTokens() {
   HttpServer::Options options;
   options.listen = "127.0.0.1:0";
   options.access.tokens = kTokens;
-  auto server = HttpServer::Start(options, Hello);
-  ASSERT_THAT(server, IsOk());
-  const int port = (*server)->port();
+  return options;
+}
 
-  // 200 connections, each sends its request line and one header line and
-  // then trickles: 16 (the per-address cap) from each of 127.0.0.2..14.
-  Sockets slow;
+// 200 connections that send a request line and one header line, then
+// trickle; connection i comes from `address(i)`.
+void OpenSlowHeads(int port, const std::function<std::string(int)>& address, Sockets* slow) {
   for (int i = 0; i < 200; ++i) {
     // (A burst of connects may overrun the accept queue for a moment: the
     // kernel then retries the handshake a second later.)
-    const int fd = ConnectFrom("127.0.0." + std::to_string(2 + i / 16), port, absl::Seconds(5));
-    if (fd >= 0 && SendAll(fd, "GET /hello HTTP/1.1\r\nX-Slow-0: a\r\n")) slow.fds.push_back(fd);
+    const int fd = ConnectFrom(address(i), port, absl::Seconds(5));
+    if (fd >= 0 && SendAll(fd, "GET /hello HTTP/1.1\r\nX-Slow-0: a\r\n")) slow->fds.push_back(fd);
   }
+}
+
+TEST(HttpSlowClients, TwoHundredTricklingHeads_ATokenHolderIsAnsweredWithinASecond) {
+  // The defaults, as the coordinator serves its pages; tokens required.
+  auto server = HttpServer::Start(WithTokens(), Hello);
+  ASSERT_THAT(server, IsOk());
+  const int port = (*server)->port();
+
+  // 16 (the per-address cap) from each of 127.0.0.2..14.
+  Sockets slow;
+  OpenSlowHeads(
+      port, [](int i) { return "127.0.0." + std::to_string(2 + i / 16); }, &slow);
   for (int round = 1; round <= 2; ++round) {
     for (int fd : slow.fds) SendAll(fd, "X-Slow-" + std::to_string(round) + ": a\r\n");
     absl::Duration took;
@@ -162,18 +174,13 @@ bool Answered(int fd, const std::string& request) {
 }
 
 TEST(HttpSlowClients, TwoHundredTricklingFromTheReadersOwnAddress_ReaderStillAnswered) {
-  HttpServer::Options options;
-  options.listen = "127.0.0.1:0";
-  options.access.tokens = kTokens;
-  auto server = HttpServer::Start(options, Hello);
+  auto server = HttpServer::Start(WithTokens(), Hello);
   ASSERT_THAT(server, IsOk());
   const int port = (*server)->port();
   // Another local user: 200 slow heads from 127.0.0.1, as the reader's.
   Sockets slow;
-  for (int i = 0; i < 200; ++i) {
-    const int fd = ConnectFrom("127.0.0.1", port, absl::Seconds(5));
-    if (fd >= 0 && SendAll(fd, "GET /hello HTTP/1.1\r\nX-Slow-0: a\r\n")) slow.fds.push_back(fd);
-  }
+  OpenSlowHeads(
+      port, [](int) { return std::string("127.0.0.1"); }, &slow);
   EXPECT_EQ(slow.fds.size(), 200u);
   for (int i = 0; i < 200 && (*server)->HeadsPending() > 16; ++i) {
     absl::SleepFor(absl::Milliseconds(10));  // until the oldest are ended
@@ -189,9 +196,7 @@ TEST(HttpSlowClients, TwoHundredTricklingFromTheReadersOwnAddress_ReaderStillAns
 }
 
 TEST(HttpSlowClients, OneAddressPastItsCap_TheOldestHeadEnded_TheNewcomerServed) {
-  HttpServer::Options options;
-  options.listen = "127.0.0.1:0";
-  options.access.tokens = kTokens;
+  HttpServer::Options options = WithTokens();
   options.access.max_connections_per_address = 4;
   auto server = HttpServer::Start(options, Hello);
   ASSERT_THAT(server, IsOk());
@@ -224,9 +229,7 @@ TEST(HttpSlowClients, OneAddressPastItsCap_TheOldestHeadEnded_TheNewcomerServed)
 }
 
 TEST(HttpSlowClients, ManyAddressesPastTheOverallCap_OldestEnded_AReaderServed) {
-  HttpServer::Options options;
-  options.listen = "127.0.0.1:0";
-  options.access.tokens = kTokens;
+  HttpServer::Options options = WithTokens();
   options.access.max_connections = 16;  // 14 unfinished heads, 2 kept for answers
   auto server = HttpServer::Start(options, Hello);
   ASSERT_THAT(server, IsOk());
