@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -92,6 +93,11 @@ BuildCapabilities ThisBuild() {
 
 bool IsProgramJob(const v1::JobSpec& spec) { return spec.model().kind() == "program"; }
 
+int64_t EvaluationBatchSize(const v1::JobSpec& spec) {
+  return std::max<int64_t>(
+      1, spec.eval_batch_size() > 0 ? spec.eval_batch_size() : spec.batch_size());
+}
+
 namespace {
 
 // A program's job: the program owns model, data, optimizer, checkpoints and
@@ -146,6 +152,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (!opt->has_eps()) opt->set_eps(1e-8);
   if (spec.loss().empty()) spec.set_loss("cross_entropy");
   if (spec.batch_size() == 0) spec.set_batch_size(64);
+  if (spec.eval_batch_size() == 0) spec.set_eval_batch_size(spec.batch_size());
   if (spec.epochs() == 0) spec.set_epochs(1);
   if (!spec.has_shuffle()) spec.set_shuffle(true);
   if (!spec.has_bucket_cap_mb()) spec.set_bucket_cap_mb(25);
@@ -272,6 +279,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (spec.batch_size() > 65536) {
     return FieldError("batch_size",
                       absl::StrCat("must be at most 65536 (got ", spec.batch_size(), ")"));
+  }
+  if (spec.eval_batch_size() > 65536) {
+    return FieldError("eval_batch_size",
+                      absl::StrCat("must be at most 65536 (got ", spec.eval_batch_size(), ")"));
   }
   if (spec.epochs() > 100000) {
     return FieldError("epochs", absl::StrCat("must be at most 100000 (got ", spec.epochs(), ")"));

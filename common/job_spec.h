@@ -40,6 +40,10 @@ v1::JobSpec WithDefaults(v1::JobSpec spec);
 // coordinator checks no model or data and assigns only such programs.
 bool IsProgramJob(const v1::JobSpec& spec);
 
+// Samples per evaluation forward, at least 1: eval_batch_size, else (a spec
+// from before the field) batch_size. The job's check runs this size too.
+int64_t EvaluationBatchSize(const v1::JobSpec& spec);
+
 // Checks a spec that already has its defaults. INVALID_ARGUMENT names the
 // field: "job.batch_size: must be at least 1 (got 0)". Every number is
 // bounded (NaN and infinities refused), every string a client can make

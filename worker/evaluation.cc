@@ -5,17 +5,11 @@
 
 #include <torch/torch.h>
 
+#include "common/job_spec.h"
 #include "worker/model.h"
 #include "worker/torch_error.h"
 
 namespace ddp {
-namespace {
-
-// Samples per forward: large enough to keep the cores busy, small enough to
-// bound memory whatever the test set.
-constexpr int64_t kChunk = 1000;
-
-}  // namespace
 
 at::Tensor JobLoss(const v1::JobSpec& spec, const at::Tensor& out, const at::Tensor& y, bool sum) {
   const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
@@ -53,14 +47,15 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
     torch::NoGradGuard no_grad;
     const auto [begin, end] = EvaluationShare(in.test_x.size(0), comm->rank(), comm->world_size());
     in.model->SetTraining(false);
+    const int64_t chunk = EvaluationBatchSize(*in.spec);
     int64_t correct = 0;
     double loss = 0;
-    for (int64_t at = begin; at < end; at += kChunk) {
+    for (int64_t at = begin; at < end; at += chunk) {
       if (in.aborted && in.aborted()) {
         in.model->SetTraining(true);
         return absl::AbortedError("aborted");
       }
-      const int64_t len = std::min(kChunk, end - at);
+      const int64_t len = std::min(chunk, end - at);
       at::Tensor out = in.model->Forward(in.test_x.narrow(0, at, len));
       at::Tensor y = in.test_y.narrow(0, at, len);
       correct += out.argmax(1).eq(y).sum().item<int64_t>();

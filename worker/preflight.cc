@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/data_files.h"
+#include "common/job_spec.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 #include "worker/torch_error.h"
@@ -44,10 +45,16 @@ absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       MakeModel(spec.model(), shape, classes, spec.seed(), inputs);
   if (!model.ok()) return model.status();
-  // At the job's batch size, as the workers will run it: a model that
-  // behaves at 2 samples may not at 64.
-  return CheckModelFits(**model, spec.model(), shape, classes,
-                        std::max<int64_t>(2, spec.batch_size()));
+  // At the job's batch sizes, as the workers will run it: a model that
+  // behaves at 2 samples may not at 64. (Other sizes, such as an epoch's
+  // last partial batch, are left to the confinement.)
+  const int64_t train_batch = std::max<int64_t>(2, spec.batch_size());
+  const int64_t eval_batch = std::max<int64_t>(2, EvaluationBatchSize(spec));
+  absl::Status fits = CheckModelFits(**model, spec.model(), shape, classes, train_batch);
+  if (fits.ok() && eval_batch != train_batch) {
+    fits = CheckModelFits(**model, spec.model(), shape, classes, eval_batch);
+  }
+  return fits;
 }
 
 }  // namespace

@@ -115,6 +115,20 @@ class WrongBatch(nn.Module):
         return torch.zeros([83, 69]) + self.fc(x.flatten(1)).sum()
 
 
+class LargeBatchOnly(nn.Module):
+    """Behaves below 100 samples, as at the training batch; not at the
+    evaluation batch of 100."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+
+    def forward(self, x):
+        if x.size(0) >= 100:
+            return self.fc(x.flatten(1))[:1]
+        return self.fc(x.flatten(1))
+
+
 class Good(nn.Module):
     def __init__(self):
         super().__init__()
@@ -219,6 +233,7 @@ class SandboxTest(unittest.TestCase):
             "good": save(cls.dir, "good", Good()),
             "shaped": save(cls.dir, "shaped", Shaped()),
             "wrong_batch": save(cls.dir, "wrong_batch", WrongBatch()),
+            "large_batch_only": save(cls.dir, "large_batch_only", LargeBatchOnly()),
         }
         cls.fifo = os.path.join(cls.dir, "fifo")
         os.mkfifo(cls.fifo)
@@ -288,6 +303,10 @@ class SandboxTest(unittest.TestCase):
                                "a different number of samples", "[32, C]")
         for leaked in ("83", "69"):
             self.assertNotIn(leaked, message)
+        # The evaluation's batch is checked too, not only training's.
+        self.refused(job("eval-batch", self.models["large_batch_only"], evalBatchSize=100),
+                     grpc.StatusCode.INVALID_ARGUMENT, "model.path",
+                     "a different number of samples", "[100, C]")
 
     def test_4_fifo_refused_at_once(self):
         start = time.time()

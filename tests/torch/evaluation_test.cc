@@ -1,6 +1,8 @@
 // Evaluation after an epoch: every rank evaluates its share, the result is
 // the whole test set's, it has a bound of its own, and one lost with a rank
 // is evaluated again by the next generation from the committed weights.
+#include <map>
+
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
@@ -72,6 +74,56 @@ absl::StatusOr<EvaluationTotals> EvaluateAlone(TrainingState& state,
     totals = EvaluateTogether(in, comm);
   });
   return totals;
+}
+
+// A model that records the batch of every forward, the rest from `inner`.
+class BatchRecorder : public Model {
+ public:
+  explicit BatchRecorder(Model& inner) : inner_(inner) {}
+  at::Tensor Forward(const at::Tensor& x) override {
+    batches.push_back(x.size(0));
+    return inner_.Forward(x);
+  }
+  std::vector<NamedTensor> Parameters() override { return inner_.Parameters(); }
+  std::vector<NamedTensor> Buffers() override { return inner_.Buffers(); }
+  void SetTraining(bool training) override { inner_.SetTraining(training); }
+  absl::Status Save(const std::string& path) override { return inner_.Save(path); }
+  std::vector<int64_t> batches;
+
+ private:
+  Model& inner_;
+};
+
+// The job's check runs the model at eval_batch_size: evaluation forwards no
+// more at once, and the result does not depend on it.
+TEST(Evaluation, ForwardsInEvalBatchSizeChunks_SameResultAsOneChunk) {
+  v1::JobSpec spec = SyntheticJob(0, 1).spec();
+  absl::StatusOr<std::unique_ptr<TrainingState>> state =
+      TrainingState::Create(spec);
+  ASSERT_THAT(state, IsOk());
+  const int64_t n = (*state)->data().test_x.size(0);
+  ASSERT_GT(n, 100);
+  std::map<int64_t, EvaluationTotals> by_chunk;
+  for (const int64_t chunk : {int64_t{48}, n}) {
+    spec.set_eval_batch_size(static_cast<uint32_t>(chunk));
+    BatchRecorder recorder((*state)->model());
+    RunRanks(1, [&](int, Communicator* comm) {
+      EvaluationInput in;
+      in.spec = &spec;
+      in.model = &recorder;
+      in.test_x = (*state)->data().test_x;
+      in.test_y = (*state)->data().test_y;
+      absl::StatusOr<EvaluationTotals> totals = EvaluateTogether(in, comm);
+      ASSERT_THAT(totals, IsOk());
+      by_chunk[chunk] = *totals;
+    });
+    ASSERT_FALSE(recorder.batches.empty());
+    EXPECT_EQ(recorder.batches.front(), chunk);
+    EXPECT_EQ(recorder.batches.size(), static_cast<size_t>((n + chunk - 1) / chunk));
+    for (const int64_t b : recorder.batches) EXPECT_LE(b, chunk);
+  }
+  EXPECT_DOUBLE_EQ(by_chunk[48].test_accuracy, by_chunk[n].test_accuracy);
+  EXPECT_NEAR(by_chunk[48].test_loss, by_chunk[n].test_loss, 1e-5);
 }
 
 TEST(Evaluation, SharedByThreeRanks_SameResultAsOneRankAlone) {

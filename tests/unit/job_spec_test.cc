@@ -109,6 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpecCase{R"({"hangTimeoutSeconds": "NaN"})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"hangTimeoutSeconds": "Infinity"})", "job.hang_timeout_seconds"},
         BadSpecCase{R"({"evalTimeoutSeconds": 0})", "job.eval_timeout_seconds"},
+        BadSpecCase{R"({"evalBatchSize": 65537})", "job.eval_batch_size"},
         BadSpecCase{R"({"evalTimeoutSeconds": 86401})", "job.eval_timeout_seconds"},
         BadSpecCase{R"({"evalTimeoutSeconds": "NaN"})", "job.eval_timeout_seconds"},
         BadSpecCase{R"({"faultBudget": 2000000})", "job.fault_budget"},
