@@ -94,8 +94,8 @@ BuildCapabilities ThisBuild() {
 bool IsProgramJob(const v1::JobSpec& spec) { return spec.model().kind() == "program"; }
 
 int64_t EvaluationBatchSize(const v1::JobSpec& spec) {
-  return std::max<int64_t>(
-      1, spec.eval_batch_size() > 0 ? spec.eval_batch_size() : spec.batch_size());
+  return std::max<int64_t>(1,
+                           spec.eval_batch_size() > 0 ? spec.eval_batch_size() : spec.batch_size());
 }
 
 namespace {

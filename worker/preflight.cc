@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data_files.h"
 #include "common/job_spec.h"
+#include "worker/data_files.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 #include "worker/torch_error.h"

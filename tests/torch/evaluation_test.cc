@@ -98,8 +98,7 @@ class BatchRecorder : public Model {
 // more at once, and the result does not depend on it.
 TEST(Evaluation, ForwardsInEvalBatchSizeChunks_SameResultAsOneChunk) {
   v1::JobSpec spec = SyntheticJob(0, 1).spec();
-  absl::StatusOr<std::unique_ptr<TrainingState>> state =
-      TrainingState::Create(spec);
+  absl::StatusOr<std::unique_ptr<TrainingState>> state = TrainingState::Create(spec);
   ASSERT_THAT(state, IsOk());
   const int64_t n = (*state)->data().test_x.size(0);
   ASSERT_GT(n, 100);
