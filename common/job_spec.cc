@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/fnv1a.h"
 #include "common/json_keys.h"
 #include "common/quote.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -438,9 +439,7 @@ std::string SpecDigest(const v1::JobSpec& spec) {
   coded.SetSerializationDeterministic(true);
   shaping.SerializeToCodedStream(&coded);
   coded.Trim();
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return absl::StrFormat("%016x", h);
+  return absl::StrFormat("%016x", Fnv1a(kFnv1aOffset, bytes.data(), bytes.size()));
 }
 
 v1::JobSpec DefaultJobSpec(uint32_t workers) {

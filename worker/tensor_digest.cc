@@ -8,18 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fnv1a.h"
 
 namespace ddp {
 namespace {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-
 uint64_t Fold(uint64_t h, const at::Tensor& t) {
   at::Tensor c = t.to(at::kCPU).contiguous();
-  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-  for (size_t i = 0, n = c.nbytes(); i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
+  return Fnv1a(h, c.data_ptr(), c.nbytes());
 }
 
 // Tensors per entry when `n` share at most `max_entries`.
@@ -30,7 +26,7 @@ size_t PerEntry(size_t n, size_t max_entries) {
 }  // namespace
 
 std::string TensorDigest(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = kFnvOffset;
+  uint64_t h = kFnv1aOffset;
   for (const at::Tensor& t : tensors) h = Fold(h, t);
   return absl::StrFormat("%016x", h);
 }
@@ -39,7 +35,7 @@ std::vector<uint64_t> TensorDigests(const std::vector<at::Tensor>& tensors, size
   const size_t per = PerEntry(tensors.size(), max_entries);
   std::vector<uint64_t> out;
   for (size_t i = 0; i < tensors.size(); i += per) {
-    uint64_t h = kFnvOffset;
+    uint64_t h = kFnv1aOffset;
     for (size_t j = i; j < std::min(tensors.size(), i + per); ++j) h = Fold(h, tensors[j]);
     out.push_back(h);
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/fnv1a.h"
 #include "common/logging.h"
 #include "common/sampler.h"
 #include "worker/api/library_internals.h"
@@ -19,31 +20,20 @@
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
+#include "worker/state_transfer.h"
 #include "worker/torch_error.h"
 #include "worker/training_state.h"
 
 namespace ddp {
-namespace {
-
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-
-uint64_t Fnv(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
-
-}  // namespace
 
 uint64_t ModelSignature(Model& model) {
-  uint64_t h = kFnvOffset;
+  uint64_t h = kFnv1aOffset;
   auto add = [&h](const std::vector<NamedTensor>& tensors) {
     for (const auto& [name, t] : tensors) {
-      h = Fnv(h, name.data(), name.size());
-      for (int64_t d : t.sizes()) h = Fnv(h, &d, sizeof(d));
+      h = Fnv1a(h, name.data(), name.size());
+      for (int64_t d : t.sizes()) h = Fnv1a(h, &d, sizeof(d));
       const int8_t type = static_cast<int8_t>(t.scalar_type());
-      h = Fnv(h, &type, 1);
+      h = Fnv1a(h, &type, 1);
     }
   };
   add(model.Parameters());
@@ -173,33 +163,16 @@ absl::Status GenerationTrainer::SyncState() {
   std::string detail;
   absl::Status prepared = absl::OkStatus();
   if (static_cast<int>(a_.rank()) == source) prepared = PrepareSource(&detail);
-  // The source says whether it has a state to send (and how big) before
-  // anything else moves: a failure there must reach every rank.
-  std::string bytes;
-  uint64_t size = 0;
-  if (static_cast<int>(a_.rank()) == source && prepared.ok()) {
-    absl::StatusOr<std::string> encoded = state_.Encode(a_.generation(), a_.world_size());
-    if (!encoded.ok()) prepared = encoded.status();
-    if (encoded.ok()) bytes = std::move(*encoded);
-    size = bytes.size();
+  absl::StatusOr<std::string> mine = absl::UnavailableError("not the source");
+  if (static_cast<int>(a_.rank()) == source) {
+    mine = prepared.ok() ? state_.Encode(a_.generation(), a_.world_size())
+                         : absl::StatusOr<std::string>(prepared);
   }
-  if (absl::Status s = comm_->Broadcast(&size, sizeof(size), source); !s.ok()) return s;
-  if (!prepared.ok()) return prepared;
-  if (size == 0) {
-    return absl::UnavailableError(absl::StrCat("rank ", source, " could not provide the state"));
-  }
-  // A peer's word is not believed before anything is allocated on it; the
-  // same rank sends the bytes, so every rank refuses together.
-  if (size > state_.MaxStateBytes()) {
-    return absl::DataLossError(absl::StrCat("rank ", source, " announced a state of ", size,
-                                            " bytes, more than this job's model can hold (",
-                                            state_.MaxStateBytes(),
-                                            "): refused before allocating"));
-  }
-  if (static_cast<int>(a_.rank()) != source) bytes.resize(size);
-  if (absl::Status s = comm_->Broadcast(bytes.data(), size, source); !s.ok()) return s;
+  absl::StatusOr<std::string> bytes =
+      BroadcastState(*comm_, source, std::move(mine), state_.MaxStateBytes());
+  if (!bytes.ok()) return bytes.status();
   if (static_cast<int>(a_.rank()) != source) {
-    absl::StatusOr<v1::TrainingStateHeader> header = state_.Decode(bytes);
+    absl::StatusOr<v1::TrainingStateHeader> header = state_.Decode(*bytes);
     if (!header.ok()) {
       return absl::Status(
           header.status().code(),

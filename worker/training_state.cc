@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
@@ -51,21 +50,9 @@ absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::J
   }
   state->model_->SetTraining(true);
   std::vector<at::Tensor> params;
-  uint64_t param_bytes = 0;
-  uint64_t names = 0;
-  for (auto& [name, t] : state->model_->Parameters()) {
-    params.push_back(t);
-    param_bytes += t.nbytes();
-    names += name.size();
-  }
-  uint64_t buffer_bytes = 0;
-  for (auto& [name, t] : state->model_->Buffers()) {
-    buffer_bytes += t.nbytes();
-    names += name.size();
-  }
-  constexpr uint64_t kSlack = uint64_t{64} << 20;
-  state->max_state_bytes_ = 4 * param_bytes + 2 * buffer_bytes + 16 * names + kSlack;
+  for (auto& [name, t] : state->model_->Parameters()) params.push_back(t);
   state->optimizer_ = MakeOptimizer(spec.optimizer(), std::move(params));
+  state->max_state_bytes_ = MaxEncodedStateBytes(PartsOf(*state->model_, *state->optimizer_));
   return state;
 }
 
@@ -104,16 +91,8 @@ v1::HeldState TrainingState::Held() const {
 }
 
 absl::StatusOr<std::string> TrainingState::Encode(uint64_t generation, uint32_t world_size) {
-  v1::TrainingStateHeader header;
-  header.set_job_id(identity_.job_id);
-  header.set_spec_digest(identity_.spec_digest);
-  header.set_step(progress_.step);
-  header.set_epoch(progress_.epoch);
-  header.set_cursor(progress_.cursor);
-  header.set_world_size(world_size);
-  header.set_generation(generation);
-  header.set_created_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-  return EncodeTrainingState(std::move(header), *model_, *optimizer_);
+  return EncodeTrainingState(StateHeader(identity_, progress_, generation, world_size), *model_,
+                             *optimizer_);
 }
 
 absl::StatusOr<v1::TrainingStateHeader> TrainingState::Decode(absl::string_view bytes) {
@@ -126,7 +105,7 @@ absl::StatusOr<v1::TrainingStateHeader> TrainingState::Decode(absl::string_view 
     if (absl::IsInternal(header.status())) usable_ = false;
     return header.status();
   }
-  progress_ = TrainingProgress{header->step(), header->epoch(), header->cursor()};
+  progress_ = ProgressOf(*header);
   return header;
 }
 

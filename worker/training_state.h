@@ -35,15 +35,6 @@ class CheckpointWriter;
 struct Dataset;
 class Model;
 
-struct TrainingProgress {
-  // Optimizer steps committed.
-  uint64_t step = 0;
-  // The epoch the next step belongs to, and the samples of its permutation
-  // already trained.
-  uint64_t epoch = 0;
-  uint64_t cursor = 0;
-};
-
 class TrainingState {
  public:
   // Loads the data (cached for the process), builds the model (built-in
@@ -83,10 +74,9 @@ class TrainingState {
   // dropped: see usable().
   absl::StatusOr<v1::TrainingStateHeader> Decode(absl::string_view bytes);
   bool usable() const { return usable_; }
-  // The most bytes an encoded state of this model can take: its parameters
-  // and buffers, an optimizer's state of up to three times the parameters,
-  // and room for names and framing. A peer's or a checkpoint's length over
-  // it is refused before anything is allocated.
+  // The most bytes an encoded state of this model and optimizer can take
+  // (MaxEncodedStateBytes). A peer's or a checkpoint's length over it is
+  // refused before anything is allocated.
   uint64_t MaxStateBytes() const { return max_state_bytes_; }
 
   // The checkpoint writer, created on first use with the job's checkpoint

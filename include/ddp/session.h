@@ -46,10 +46,6 @@ class Module;
 namespace torch::optim {
 class Optimizer;
 }
-namespace torch::serialize {
-class InputArchive;
-class OutputArchive;
-}  // namespace torch::serialize
 
 namespace ddp {
 
@@ -148,12 +144,14 @@ class Session {
   struct ElasticState {
     // Its parameters and buffers (the DistributedDataParallel's module).
     std::shared_ptr<torch::nn::Module> module;
-    // Its state (momentum, Adam's moments); may be null.
+    // Its state: SGD's momentum, Adam's or AdamW's moments (another kind
+    // is a ddp::Error); may be null.
     torch::optim::Optimizer* optimizer = nullptr;
-    // The program's own (a scheduler's step, counters): written and read
-    // back in the same order; may be empty.
-    std::function<void(torch::serialize::OutputArchive&)> save;
-    std::function<void(torch::serialize::InputArchive&)> load;
+    // The program's own (a scheduler's step, counters), as bytes it writes
+    // and reads back itself (at most 64 MiB; the library never interprets
+    // them); may be empty.
+    std::function<std::string()> save;
+    std::function<void(const std::string&)> load;
     // Or, instead of `module`, a TorchScript module's parameters and
     // buffers (the caller's: it outlives the session).
     torch::jit::Module* script_module = nullptr;

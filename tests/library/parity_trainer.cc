@@ -209,6 +209,11 @@ int main(int argc, char** argv) {
     if (elastic) {
       ddp::Session::ElasticState state;
       state.optimizer = &optimizer;
+      // The program's own extras: its step count, as bytes it reads back.
+      state.save = [&step] { return "program step " + std::to_string(step); };
+      state.load = [](const std::string& bytes) {
+        std::cout << "took up the program's own state: " << bytes << std::endl;
+      };
       if (scripted) {
         state.script_module = &script;
       } else {

@@ -383,6 +383,7 @@ class LibraryParityTest(unittest.TestCase):
             logs = [cluster.log("program-%d" % i) for i in range(2)]
             self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(logs))
             self.assertRegex(logs[1], r"took up rank 0's state at step \d+")
+            self.assertRegex(logs[1], r"took up the program's own state: program step \d+")
             digests = [re.search(r"parameter digest (\w+)", log).group(1) for log in logs]
             self.assertEqual(digests[0], digests[1])
             cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)

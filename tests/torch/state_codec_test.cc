@@ -312,7 +312,7 @@ TEST(StateCodec, EncodeDecode_OtherOptimizerKind_FailedPreconditionNamingIt) {
   TrainStep(*model, rmsprop, 1);
   EXPECT_THAT(EncodeTrainingState(TestHeader(), *model, rmsprop),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       AllOf(HasSubstr("RMSprop"), HasSubstr("SGD or Adam"))));
+                       AllOf(HasSubstr("RMSprop"), HasSubstr("SGD, Adam or AdamW"))));
 
   auto source_opt = BuildOptimizer("sgd", *model);
   absl::StatusOr<std::string> bytes = EncodeTrainingState(TestHeader(), *model, *source_opt);

@@ -336,7 +336,7 @@ uint64_t Session::sampler_seed() const {
   return impl_->joined ? impl_->joined->assignment().sampler_seed() : 0;
 }
 uint64_t Session::start_epoch() const {
-  if (impl_->elastic) return impl_->committed_epoch;
+  if (impl_->elastic) return impl_->committed.epoch;
   return impl_->joined ? impl_->joined->assignment().start_epoch() : 0;
 }
 

@@ -4,7 +4,6 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/script.h>
-#include <torch/serialize/archive.h>
 
 #include <string>
 #include <tuple>
@@ -12,16 +11,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 #include "ddp/error.h"
 #include "worker/api/session_impl.h"
+#include "worker/optimizer_state.h"
+#include "worker/state_transfer.h"
 
 namespace ddp {
 
 void Session::Impl::OnCommitted() {
-  ++committed_step;
-  if (sampler) std::tie(committed_epoch, committed_cursor) = sampler->position();
-  if (joined) joined->SetCommitted(committed_step, committed_epoch, committed_cursor);
+  ++committed.step;
+  if (sampler) std::tie(committed.epoch, committed.cursor) = sampler->position();
+  if (joined) joined->SetCommitted(committed.step, committed.epoch, committed.cursor);
 }
 
 bool Session::Impl::VoidStep(const absl::Status& failure) {
@@ -30,9 +32,9 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   // Nothing has moved since the last committed step yet: keep it, to undo
   // what the optimizer is about to do with these gradients.
-  offered = Serialize(committed_step, committed_epoch, committed_cursor);
+  offered = EncodeState();
   if (ddp) ddp->zero_grads();
-  DDP_LOG(Warning) << "step " << committed_step + 1 << " dropped: " << joined->ended_reason();
+  DDP_LOG(Warning) << "step " << committed.step + 1 << " dropped: " << joined->ended_reason();
   return true;
 }
 
@@ -41,7 +43,7 @@ void Session::Impl::AtStepBoundary() {
   const std::string why = joined->ended_reason();
   // What this rank offers, frozen now: a failed attempt below may have
   // overwritten some parameters from another rank.
-  if (!offered) offered = Serialize(committed_step, committed_epoch, committed_cursor);
+  if (!offered) offered = EncodeState();
   const absl::Time deadline = absl::Now() + absl::Seconds(options.timeout_seconds);
   while (true) {
     if (ddp) ddp->release();
@@ -73,39 +75,44 @@ void Session::Impl::AtStepBoundary() {
     }
   }
   DDP_LOG(Info) << "re-formed into generation " << joined->assignment().generation() << " as rank "
-                << rank << " of " << world_size << " at step " << committed_step << " (epoch "
-                << committed_epoch << ", cursor " << committed_cursor << ") after: " << why;
+                << rank << " of " << world_size << " at step " << committed.step << " (epoch "
+                << committed.epoch << ", cursor " << committed.cursor << ") after: " << why;
 }
 
 void Session::Impl::TakeUpState(int source) {
-  std::string bytes;
-  if (rank == source) {
-    bytes = offered ? *offered : Serialize(committed_step, committed_epoch, committed_cursor);
+  const StateParts parts = ElasticParts();
+  absl::StatusOr<std::string> mine = absl::UnavailableError("not the source");
+  if (rank == source) mine = offered ? *offered : EncodeState();
+  absl::StatusOr<std::string> bytes = absl::UnknownError("not moved");
+  if (absl::Status s = check->Agree(Collective{CollectiveKind::kState, 0, 0, source}); !s.ok()) {
+    bytes = s;
+  } else {
+    bytes = BroadcastState(*comm, source, std::move(mine), MaxEncodedStateBytes(parts));
   }
-  uint64_t size = bytes.size();
-  absl::Status s = check->Agree(Collective{CollectiveKind::kState, 0, 0, source});
-  if (s.ok()) s = comm->Broadcast(&size, sizeof(size), source);
-  if (s.ok()) {
-    bytes.resize(size);
-    s = comm->Broadcast(bytes.data(), size, source);
+  if (!bytes.ok()) {
+    throw Error(Explain(bytes.status(), absl::StrCat("taking up rank ", source, "'s state")));
   }
-  if (!s.ok()) throw Error(Explain(s, absl::StrCat("taking up rank ", source, "'s state")));
   // The source too: it undoes what its optimizer did with a dropped step.
-  std::tie(committed_step, committed_epoch, committed_cursor) = Deserialize(bytes);
+  absl::StatusOr<v1::TrainingStateHeader> header =
+      DecodeTrainingState(*bytes, ElasticIdentity(), parts);
+  if (!header.ok()) {
+    throw Error(
+        absl::StrCat("can't take up rank ", source, "'s state: ", header.status().message()));
+  }
+  if (elastic->load) elastic->load(header->program_state());
+  committed = ProgressOf(*header);
   offered.reset();
-  reported_steps = committed_step;
-  if (sampler) sampler->reposition(committed_epoch, committed_cursor, rank, world_size);
-  joined->SetCommitted(committed_step, committed_epoch, committed_cursor);
+  reported_steps = committed.step;
+  if (sampler) sampler->reposition(committed.epoch, committed.cursor, rank, world_size);
+  joined->SetCommitted(committed.step, committed.epoch, committed.cursor);
   if (ddp) ddp->zero_grads();
 }
 
 namespace {
 
-using Named = std::vector<std::pair<std::string, torch::Tensor>>;
-
 // The elastic module's parameters or buffers, whichever kind it is.
-Named ElasticTensors(const Session::ElasticState& state, bool buffers) {
-  Named out;
+std::vector<NamedTensor> ElasticTensors(const Session::ElasticState& state, bool buffers) {
+  std::vector<NamedTensor> out;
   if (state.module) {
     for (const auto& t :
          buffers ? state.module->named_buffers() : state.module->named_parameters()) {
@@ -121,63 +128,25 @@ Named ElasticTensors(const Session::ElasticState& state, bool buffers) {
 
 }  // namespace
 
-std::string Session::Impl::Serialize(uint64_t step, uint64_t epoch, uint64_t cursor) {
-  torch::serialize::OutputArchive archive;
-  // Values only: Module::load would set_() the parameters, and a parameter
-  // set_() that way no longer runs the reducer's gradient hooks.
-  for (const auto& [name, t] : ElasticTensors(*elastic, false)) archive.write("p." + name, t);
-  for (const auto& [name, t] : ElasticTensors(*elastic, true)) archive.write("b." + name, t);
-  if (elastic->optimizer != nullptr) {
-    torch::serialize::OutputArchive optimizer;
-    elastic->optimizer->save(optimizer);
-    archive.write("ddp.optimizer", optimizer);
-  }
-  if (elastic->save) {
-    torch::serialize::OutputArchive extra;
-    elastic->save(extra);
-    archive.write("ddp.extra", extra);
-  }
-  archive.write("ddp.progress",
-                torch::tensor({static_cast<int64_t>(step), static_cast<int64_t>(epoch),
-                               static_cast<int64_t>(cursor)}));
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t n) {
-    bytes.append(static_cast<const char*>(data), n);
-    return n;
-  });
-  return bytes;
+StateIdentity Session::Impl::ElasticIdentity() const {
+  const v1::Assignment& a = joined->assignment();
+  return StateIdentity{a.job_id(), SpecDigest(a.spec())};
 }
 
-std::tuple<uint64_t, uint64_t, uint64_t> Session::Impl::Deserialize(const std::string& bytes) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, t] : ElasticTensors(*elastic, false)) {
-      torch::Tensor value;
-      archive.read("p." + name, value);
-      t.copy_(value);
-    }
-    for (auto& [name, t] : ElasticTensors(*elastic, true)) {
-      torch::Tensor value;
-      archive.read("b." + name, value);
-      t.copy_(value);
-    }
-  }
-  if (elastic->optimizer != nullptr) {
-    torch::serialize::InputArchive optimizer;
-    archive.read("ddp.optimizer", optimizer);
-    elastic->optimizer->load(optimizer);
-  }
-  if (elastic->load) {
-    torch::serialize::InputArchive extra;
-    archive.read("ddp.extra", extra);
-    elastic->load(extra);
-  }
-  torch::Tensor progress;
-  archive.read("ddp.progress", progress);
-  auto p = progress.accessor<int64_t, 1>();
-  return {static_cast<uint64_t>(p[0]), static_cast<uint64_t>(p[1]), static_cast<uint64_t>(p[2])};
+StateParts Session::Impl::ElasticParts() const {
+  // Values only, copied in place: a parameter replaced (as Module::load
+  // would set_() it) would no longer run the reducer's gradient hooks. The
+  // RNG is the program's own.
+  return StateParts{ElasticTensors(*elastic, false), ElasticTensors(*elastic, true),
+                    elastic->optimizer, /*rng=*/false};
+}
+
+absl::StatusOr<std::string> Session::Impl::EncodeState() {
+  const v1::Assignment& a = joined->assignment();
+  v1::TrainingStateHeader header =
+      StateHeader(ElasticIdentity(), committed, a.generation(), a.world_size());
+  if (elastic->save) header.set_program_state(elastic->save());
+  return EncodeTrainingState(std::move(header), ElasticParts());
 }
 
 void Session::set_elastic_state(ElasticState state) {
@@ -185,6 +154,9 @@ void Session::set_elastic_state(ElasticState state) {
     throw Error("set_elastic_state: give the module, or a TorchScript script_module (one of them)");
   }
   if (impl_->elastic) throw Error("set_elastic_state: call it once");
+  if (absl::Status s = state_records::CheckOptimizerCarried(state.optimizer); !s.ok()) {
+    throw Error(absl::StrCat("set_elastic_state: ", s.message()));
+  }
   if (!impl_->joined) return;  // nothing re-forms without a coordinator
   impl_->elastic = std::move(state);
   impl_->joined->set_elastic(true);
@@ -193,7 +165,7 @@ void Session::set_elastic_state(ElasticState state) {
   if (a.state_source() != v1::STATE_SOURCE_FRESH) {
     impl_->TakeUpState(static_cast<int>(a.source_rank()));
     DDP_LOG(Info) << "took up rank " << a.source_rank() << "'s state at step "
-                  << impl_->committed_step << " (epoch " << impl_->committed_epoch << ")";
+                  << impl_->committed.step << " (epoch " << impl_->committed.epoch << ")";
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddp/session.h"
 #include "ddp/v1/worker.pb.h"
@@ -23,6 +24,7 @@
 #include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
+#include "worker/state_codec.h"
 
 namespace ddp {
 
@@ -135,21 +137,19 @@ struct Session::Impl {
   // Elastic (joined only).
   std::optional<ElasticState> elastic;
   // The last step every rank completed, and where the data stood after it.
-  uint64_t committed_step = 0;
-  uint64_t committed_epoch = 0;
-  uint64_t committed_cursor = 0;
-  // The state this rank offers the next generation, frozen when the step
-  // in flight failed or the re-formation began.
-  std::optional<std::string> offered;
+  TrainingProgress committed;
+  // The state this rank offers the next generation (state_codec.h), frozen
+  // when the step in flight failed or the re-formation began.
+  std::optional<absl::StatusOr<std::string>> offered;
 
-  // Every rank takes the state of rank `source`; then the sampler goes on
-  // from where it stood there.
+  // Every rank takes the state of rank `source` (state_transfer.h); then
+  // the sampler goes on from where it stood there.
   void TakeUpState(int source);
 
  private:
-  std::string Serialize(uint64_t step, uint64_t epoch, uint64_t cursor);
-  // Takes up `bytes`; returns (step, epoch, cursor).
-  std::tuple<uint64_t, uint64_t, uint64_t> Deserialize(const std::string& bytes);
+  absl::StatusOr<std::string> EncodeState();
+  StateParts ElasticParts() const;
+  StateIdentity ElasticIdentity() const;
 };
 
 }  // namespace ddp
