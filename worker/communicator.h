@@ -1,5 +1,7 @@
-// Collectives among the ranks of one generation. Two real implementations:
-// Gloo (CPU memory, TCP) and NCCL (CUDA memory).
+// Collectives among the ranks of one generation. Four implementations:
+// shared memory (ranks on one machine), Gloo (CPU memory, TCP), the
+// hierarchical one over both (several machines of several ranks), and NCCL
+// (CUDA memory; compiled where CUDA is, never yet run: README's "Limits").
 //
 // Collectives are called from one thread at a time, in the same order on
 // every rank. Abort may be called from any thread.

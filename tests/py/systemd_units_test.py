@@ -63,11 +63,16 @@ class SystemdUnitsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stderr.strip(), "")
 
-    def test_worker_instance_owns_its_gpu(self):
-        with open(os.path.join(self.dir, "ddp-worker@.service")) as f:
-            text = f.read()
-        self.assertIn("--device=cuda:%i", text)
-        self.assertIn("Restart=always", text)
+    def test_worker_instance_owns_its_slot_on_the_device_its_environment_names(self):
+        # cpu:%i by default: --device=cuda:N exits 2 on a CPU-only build, so
+        # the shipped default must be what the shipped build trains on.
+        unit = settings(os.path.join(self.dir, "ddp-worker@.service"))
+        self.assertIn("DDP_DEVICE_KIND=cpu", unit.get("Environment", []))
+        exec_start = unit["ExecStart"][0]
+        self.assertIn("--device=${DDP_DEVICE_KIND}:%i", exec_start)
+        self.assertIn("always", unit.get("Restart", []))
+        env = settings(os.path.join(UNITS, "ddp-worker.env"))
+        self.assertEqual(env.get("DDP_DEVICE_KIND"), ["cpu"])
 
     def test_both_run_as_ddp_in_a_sandbox(self):
         for name in ("ddp-coordinator.service", "ddp-worker@.service"):

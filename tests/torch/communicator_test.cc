@@ -109,14 +109,21 @@ TEST_P(CommunicatorTest, Abort_CollectiveInFlight_FailsPromptlyWithAborted) {
       while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
       return;
     }
+    std::atomic<bool> entered{false};
     std::atomic<bool> returned{false};
     std::thread aborter([&] {
+      // Only once the all-reduce was called and has not returned (its peer
+      // never joins, so it can't): the abort lands on a collective in
+      // flight, not before one.
+      for (int i = 0; i < 1000 && !entered; ++i) absl::SleepFor(absl::Milliseconds(10));
       absl::SleepFor(absl::Milliseconds(200));  // let the all-reduce block
+      EXPECT_TRUE(entered);
       EXPECT_FALSE(returned);
       comm->Abort();
     });
     float x = 1;
     const absl::Time start = absl::Now();
+    entered = true;
     EXPECT_THAT(comm->AllReduceSum(&x, 1), StatusIs(absl::StatusCode::kAborted));
     returned = true;
     EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the 30 s timeout
@@ -343,7 +350,8 @@ TEST(GlooCommunicator, Create_PeerNeverComes_UnavailableAfterTimeout) {
 TEST(NcclCommunicator, Create_WithoutUsableGpu_FailedPreconditionSaysSo) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
-    GTEST_SKIP() << "a CUDA device is present; the device check covers NCCL there";
+    GTEST_SKIP() << "a CUDA device is present: this test proves the refusal without one (no "
+                    "test runs an NCCL collective yet)";
   }
   NcclCommunicator::Options options;
   options.device = 0;
