@@ -36,7 +36,7 @@
 #include "coordinator/change_log.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/job_progress.h"
-#include "coordinator/kv_store.h"
+#include "common/kv_store.h"
 #include "coordinator/reform_policy.h"
 #include "coordinator/stall_watch.h"
 #include "coordinator/state_store.h"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, AddressSanitizer and UBSan) and runs
 # each for a bounded time on its corpus in tests/fuzz/corpus (new inputs go
-# to a temporary folder, not into the repository).
+# to a temporary folder, not into the repository). The build is configured
+# without LibTorch (-DDDP_WORKER=OFF, Torch hidden) and also builds
+# ddp-coordinator: CI's proof that the coordinator needs no LibTorch.
 #   tests/analysis/fuzz.sh SOURCE_DIR BUILD_ROOT [SECONDS_EACH]
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -11,8 +13,8 @@ cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DDDP_ANALYSIS=ON -DDDP_FUZZ=ON >/dev/null
-cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer
+  -DDDP_ANALYSIS=ON -DDDP_FUZZ=ON -DDDP_WORKER=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
+cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer ddp-coordinator
 for name in job_spec_fuzzer coordinator_fuzzer; do
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT

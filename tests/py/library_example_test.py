@@ -23,6 +23,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../chaos"))
+import coverage  # noqa: E402
 from cluster import Cluster, rank_of_ddp_run, synthetic_job  # noqa: E402
 from harness import BIN, free_port, read_text, thread_env, wait_for  # noqa: E402
 
@@ -142,16 +144,51 @@ class OutOfTreeExampleTest(unittest.TestCase):
         self.assertIn("job program SUCCEEDED", out)
         self.check_trained(out)
 
+    def test_under_ddp_run_a_killed_and_restarted_rank_loses_no_sample(self):
+        # The library's re-formations held to the daemon's coverage rule
+        # (tests/chaos/coverage.py over DDP_INDEX_LOG, as over ddp-worker's
+        # --index_log): through a kill -9 of rank 1 mid-epoch and its
+        # restart, every epoch trains every sample once (up to the sampler's
+        # padding) in committed steps.
+        index_log = os.path.join(self.dir, "coverage.idx.jsonl")
+        epochs = 40
+        proc = subprocess.Popen(
+            [os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--max_restarts=1", "--",
+             self.program, "--data", os.path.join(self.dir, "data-coverage"), "--epochs",
+             str(epochs)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=thread_env(DDP_INDEX_LOG=index_log))
+        try:
+            def mid_epoch_three():
+                if (read_text(index_log) or "").count('"epoch": 3,') < 20:
+                    return None
+                return rank_of_ddp_run(proc.pid, 1, "custom_loop")
+            os.kill(wait_for(mid_epoch_three, 120, "epoch 3 to be under way"), signal.SIGKILL)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("rank 1 exited with code 137; restarting it", err)
+        lines = coverage.read_lines(index_log)
+        # Both ranks are needed (no --min_nproc): generation 2 forms once the
+        # restarted copy is back, from the survivor's state.
+        self.assertGreaterEqual(len({l["generation"] for l in lines}), 2, "it re-formed")
+        coverage.check(lines, 4096, epochs)
+
     def test_under_ddp_run_min_nproc_survivors_train_on(self):
         # --min_nproc 1 of 2, no restarts: both copies start together, the
         # killed one is not replaced, and the survivor trains on alone to the
         # job's end.
         logs = os.path.join(self.dir, "logs-min-nproc")
+        index_log = os.path.join(self.dir, "min-nproc.idx.jsonl")
         proc = subprocess.Popen(
             [os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--min_nproc=1",
              "--max_restarts=0", "--log_dir=" + logs, "--", self.program, "--data",
              os.path.join(self.dir, "data-min-nproc"), "--epochs", "400"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=thread_env())
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=thread_env(DDP_INDEX_LOG=index_log))
         try:
             # Killed once both ranks have trained an epoch: a program loses a
             # peer gracefully only after set_elastic_state (a rank lost while
@@ -174,6 +211,8 @@ class OutOfTreeExampleTest(unittest.TestCase):
         self.assertRegex(survivor, r"re-formed into generation \d+ as rank 0 of 1 ")
         self.assertIn("job program SUCCEEDED", out)
         self.check_trained(survivor)
+        # From two ranks to one, every sample of every epoch once.
+        coverage.check(coverage.read_lines(index_log), 4096, 400)
 
     def test_joins_a_coordinator_started_by_hand(self):
         # The program job file the README and the example give.

@@ -127,6 +127,7 @@ torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size)
   const size_t n = std::min(batch_size, s.indices.size() - s.position);
   std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);
   s.position += n;
+  if (s.gate && s.gate->impl) s.gate->impl->LogBatch(batch, s.sampler.epoch);
   return batch;
 }
 

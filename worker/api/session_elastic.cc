@@ -5,12 +5,15 @@
 #include <torch/optim/optimizer.h>
 #include <torch/script.h>
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "ddp/error.h"
@@ -77,6 +80,27 @@ void Session::Impl::AtStepBoundary() {
   DDP_LOG(Info) << "re-formed into generation " << joined->assignment().generation() << " as rank "
                 << rank << " of " << world_size << " at step " << committed.step << " (epoch "
                 << committed.epoch << ", cursor " << committed.cursor << ") after: " << why;
+}
+
+void Session::Impl::LogBatch(const std::vector<size_t>& batch, uint64_t epoch) {
+  if (!index_log) {
+    const char* path = std::getenv("DDP_INDEX_LOG");
+    index_log.emplace();
+    if (path != nullptr && *path != '\0') {
+      absl::StatusOr<LineFile> file = LineFile::Open(path);
+      if (file.ok()) index_log->emplace(std::move(*file));
+      if (!file.ok()) DDP_LOG(Warning) << file.status().message();
+    }
+  }
+  if (!index_log->has_value()) return;
+  const uint64_t generation = joined ? joined->assignment().generation() : 0;
+  const std::string job = joined ? joined->assignment().job_id() : "";
+  // The step this batch belongs to: the next one to commit.
+  (*index_log)
+      ->Append(absl::StrFormat(
+          "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, \"step\": %d, "
+          "\"epoch\": %d, \"indices\": [%s]}",
+          job, generation, rank, world_size, committed.step + 1, epoch, absl::StrJoin(batch, ",")));
 }
 
 void Session::Impl::TakeUpState(int source) {

@@ -23,6 +23,7 @@
 #include "worker/api/store_server.h"
 #include "worker/collective_check.h"
 #include "worker/communicator.h"
+#include "worker/line_file.h"
 #include "worker/reducer.h"
 #include "worker/state_codec.h"
 
@@ -141,6 +142,12 @@ struct Session::Impl {
   // The state this rank offers the next generation (state_codec.h), frozen
   // when the step in flight failed or the re-formation began.
   std::optional<absl::StatusOr<std::string>> offered;
+
+  // DDP_INDEX_LOG (a path): one JSON line per batch the sampler hands out,
+  // written before the batch trains, as ddp-worker --index_log writes them
+  // (tests/chaos/coverage.py checks every sample is trained once).
+  void LogBatch(const std::vector<size_t>& batch, uint64_t epoch);
+  std::optional<std::optional<LineFile>> index_log;  // outer: looked up yet
 
   // Every rank takes the state of rank `source` (state_transfer.h); then
   // the sampler goes on from where it stood there.

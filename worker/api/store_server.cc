@@ -9,7 +9,7 @@
 #include "common/credentials.h"
 #include "common/grpc_status.h"
 #include "common/tokens.h"
-#include "coordinator/kv_store.h"
+#include "common/kv_store.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 

@@ -8,8 +8,8 @@
 //
 // Thread-safe. Callbacks run on the calling thread of Set/Add/Get/Cancel/
 // ExpireWaiters/DropNamespaces, never under the store's lock.
-#ifndef DDP_COORDINATOR_KV_STORE_H_
-#define DDP_COORDINATOR_KV_STORE_H_
+#ifndef DDP_COMMON_KV_STORE_H_
+#define DDP_COMMON_KV_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -136,4 +136,4 @@ class KvStore {
 
 }  // namespace ddp
 
-#endif  // DDP_COORDINATOR_KV_STORE_H_
+#endif  // DDP_COMMON_KV_STORE_H_

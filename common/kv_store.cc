@@ -1,4 +1,4 @@
-#include "coordinator/kv_store.h"
+#include "common/kv_store.h"
 
 #include <limits>
 
