@@ -8,8 +8,8 @@
 #include "common/clock.h"
 #include "common/credentials.h"
 #include "common/grpc_status.h"
-#include "common/tokens.h"
 #include "common/kv_store.h"
+#include "common/tokens.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
