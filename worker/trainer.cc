@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/fnv1a.h"
 #include "common/logging.h"
 #include "common/sampler.h"
 #include "worker/api/library_internals.h"
@@ -20,27 +19,12 @@
 #include "worker/loader.h"
 #include "worker/model.h"
 #include "worker/reducer.h"
+#include "worker/replica_check.h"
 #include "worker/state_transfer.h"
 #include "worker/torch_error.h"
 #include "worker/training_state.h"
 
 namespace ddp {
-
-uint64_t ModelSignature(Model& model) {
-  uint64_t h = kFnv1aOffset;
-  auto add = [&h](const std::vector<NamedTensor>& tensors) {
-    for (const auto& [name, t] : tensors) {
-      h = Fnv1a(h, name.data(), name.size());
-      for (int64_t d : t.sizes()) h = Fnv1a(h, &d, sizeof(d));
-      const int8_t type = static_cast<int8_t>(t.scalar_type());
-      h = Fnv1a(h, &type, 1);
-    }
-  };
-  add(model.Parameters());
-  add(model.Buffers());
-  return h;
-}
-
 namespace {
 
 class GenerationTrainer {
@@ -147,17 +131,10 @@ absl::Status GenerationTrainer::PrepareSource(std::string* detail) {
 absl::Status GenerationTrainer::SyncState() {
   const int source = static_cast<int>(a_.source_rank());
   // Every rank must hold the same architecture before state moves.
-  const uint64_t signature = ModelSignature(state_.model());
-  uint64_t source_signature = signature;
-  if (absl::Status s = comm_->Broadcast(&source_signature, sizeof(source_signature), source);
+  if (absl::Status s =
+          CheckSameModel(*comm_, state_.model().Parameters(), state_.model().Buffers(), source);
       !s.ok()) {
     return s;
-  }
-  if (source_signature != signature) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "this rank's model (%d parameters, signature %016x) differs from rank %d's (signature "
-        "%016x): every rank must load the same model file",
-        state_.model().Parameters().size(), signature, source, source_signature));
   }
   observer_->OnPhase(v1::STEP_PHASE_SYNC, state_.progress().step);
   std::string detail;

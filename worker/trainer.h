@@ -68,11 +68,6 @@ enum class GenerationEnd {
   kLeft,
 };
 
-// Names, shapes and dtypes of every parameter and buffer, hashed: the first
-// thing a generation's ranks compare (the source broadcasts its own) before
-// any state moves.
-uint64_t ModelSignature(Model& model);
-
 // Trains the assignment on `state` over `comm` until the job is done, the
 // ranks agree to leave, or something fails. INVALID_ARGUMENT for a model
 // that differs from the source rank's, FAILED_PRECONDITION when the source

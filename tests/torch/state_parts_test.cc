@@ -1,7 +1,8 @@
 // A training state of the library's shape (state_codec.h's StateParts):
 // AdamW's moments, no optimizer, the program's own bytes, the RNG left to
 // the program; and the one transfer that moves any state between ranks
-// (state_transfer.h), against a source that lies about its size.
+// (state_transfer.h), against a source that lies about its size; and the
+// one replica check before it (replica_check.h).
 #include <torch/torch.h>
 
 #include <memory>
@@ -13,12 +14,14 @@
 #include "tests/torch/ranks.h"
 #include "tests/torch/state_util.h"
 #include "worker/digest.h"
+#include "worker/replica_check.h"
 #include "worker/state_codec.h"
 #include "worker/state_transfer.h"
 
 namespace ddp {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::unique_ptr<torch::optim::AdamW> AdamW(Model& model) {
@@ -119,6 +122,42 @@ TEST(StateTransfer, AnnouncedSizeOverTheBound_EveryRankRefusesBeforeAllocating) 
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kDataLoss,
                             HasSubstr("rank 0 announced a state of 101 bytes")));
   }
+}
+
+TEST(ReplicaCheck, ModelsDiffer_EveryRankFailsNamingWhereEachDiffers) {
+  auto mlp = BuildModel("mlp", 1);
+  auto wide = BuildModel("mlp", 1, /*classes=*/12);
+  std::vector<absl::Status> got(3);
+  RunRanks(3, [&](int rank, Communicator* comm) {
+    Model& m = rank == 2 ? *wide : *mlp;
+    got[rank] = CheckSameModel(*comm, m.Parameters(), m.Buffers(), 0);
+  });
+  for (const absl::Status& s : got) {
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                            AllOf(HasSubstr("the ranks' models differ: rank 2 at parameter #"),
+                                  HasSubstr("Every rank must build the same model"))));
+  }
+  EXPECT_THAT(got[2], StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("This rank (2)")));
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    got[rank] = CheckSameModel(*comm, mlp->Parameters(), mlp->Buffers(), 1);
+  });
+  EXPECT_THAT(got[0], IsOk());
+  EXPECT_THAT(got[1], IsOk());
+}
+
+TEST(ReplicaCheck, RootAnnouncesAHugeList_RefusedBeforeAllocating) {
+  auto mlp = BuildModel("mlp", 1);
+  absl::Status got;
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    if (rank == 0) {
+      uint64_t size = uint64_t{1} << 60;
+      ASSERT_THAT(comm->Broadcast(&size, sizeof(size), 0), IsOk());
+      return;
+    }
+    got = CheckSameModel(*comm, mlp->Parameters(), mlp->Buffers(), 0);
+  });
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kDataLoss,
+                            HasSubstr("announced a parameter list of 1152921504606846976")));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "worker/dataset.h"
 #include "worker/loader.h"
 #include "worker/model.h"
+#include "worker/replica_check.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
 
@@ -192,10 +193,10 @@ TEST(Trainer, SourceAnnouncesMoreStateThanTheModelHolds_RefusedBeforeAllocating)
   absl::StatusOr<GenerationEnd> end = absl::UnknownError("not run");
   RunRanks(2, [&](int rank, Communicator* comm) {
     if (rank == 0) {
-      // What SyncState's source sends first: its model's signature (the
-      // same model), then the state's length: 2^60 bytes.
-      uint64_t signature = ModelSignature(liar->model());
-      ASSERT_THAT(comm->Broadcast(&signature, sizeof(signature), 0), IsOk());
+      // What SyncState's source does first: the replica check (the same
+      // model), then it announces the state's length: 2^60 bytes.
+      ASSERT_THAT(CheckSameModel(*comm, liar->model().Parameters(), liar->model().Buffers(), 0),
+                  IsOk());
       uint64_t size = uint64_t{1} << 60;
       ASSERT_THAT(comm->Broadcast(&size, sizeof(size), 0), IsOk());
       return;

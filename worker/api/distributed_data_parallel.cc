@@ -19,6 +19,7 @@
 #include "worker/collective_check.h"
 #include "worker/communicator.h"
 #include "worker/reducer.h"
+#include "worker/replica_check.h"
 #include "worker/tensor_digest.h"
 
 namespace ddp {
@@ -28,55 +29,6 @@ using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 
 void Check(const absl::Status& s, const std::string& what) {
   if (!s.ok()) throw StatusError(s, what);
-}
-
-std::string Describe(const std::string& name, const torch::Tensor& t) {
-  return absl::StrCat(name, " [", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
-// Every rank must train the same parameters (and hold the same buffers,
-// which are copied in one piece). Rank `root`'s list (name and shape of
-// each) reaches every rank, which compares it with its own; then every rank
-// learns where each rank first differs, so they all fail at once and each
-// names the parameter.
-void CheckSameParameters(Communicator& comm, const Named& params, const Named& buffers, int root) {
-  std::vector<std::string> mine;
-  for (const auto& [name, t] : params) mine.push_back(Describe(name, t));
-  for (const auto& [name, t] : buffers) {
-    mine.push_back(absl::StrCat("buffer ", Describe(name, t), " ", std::string(t.dtype().name())));
-  }
-  std::string text = absl::StrJoin(mine, "\n");
-  uint64_t size = text.size();
-  Check(comm.Broadcast(&size, sizeof(size), root), "comparing the ranks' parameters");
-  std::string theirs = comm.rank() == root ? text : std::string(size, '\0');
-  Check(comm.Broadcast(theirs.data(), size, root), "comparing the ranks' parameters");
-  std::vector<std::string> reference =
-      theirs.empty() ? std::vector<std::string>{} : absl::StrSplit(theirs, '\n');
-  size_t first = 0;  // 0: same; i + 1: differs at position i
-  for (size_t i = 0; i < std::max(mine.size(), reference.size()); ++i) {
-    if (i >= mine.size() || i >= reference.size() || mine[i] != reference[i]) {
-      first = i + 1;
-      break;
-    }
-  }
-  std::vector<float> differs(comm.world_size(), 0.0f);
-  differs[comm.rank()] = static_cast<float>(first);
-  Check(comm.AllReduceSum(differs.data(), differs.size()), "comparing the ranks' parameters");
-  std::vector<std::string> ranks;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    if (differs[r] == 0) continue;
-    const size_t at = static_cast<size_t>(std::lround(differs[r])) - 1;
-    ranks.push_back(absl::StrCat("rank ", r, " at parameter #", at, " (rank ", root, " has ",
-                                 at < reference.size() ? reference[at] : "no more parameters",
-                                 ")"));
-  }
-  if (ranks.empty()) return;
-  const std::string here = first == 0                ? "same as rank " + std::to_string(root)
-                           : first - 1 < mine.size() ? mine[first - 1]
-                                                     : "no more parameters";
-  throw Error(absl::StrCat("the ranks' models differ: ", absl::StrJoin(ranks, "; "),
-                           ". This rank (", comm.rank(), ") has ", here,
-                           ". Every rank must build the same model"));
 }
 
 // Copies `tensors` from rank `root` to every rank in one broadcast, packed
@@ -162,7 +114,14 @@ struct DistributedDataParallel::Impl {
     root = from;
     Check(s.check->Agree(Collective{CollectiveKind::kModel, 0, 0, root}),
           "constructing the DistributedDataParallel");
-    CheckSameParameters(comm, params, buffers, root);
+    // Every rank must train the same parameters (and hold the same
+    // buffers, which are copied in one piece).
+    if (absl::Status same = CheckSameModel(comm, params, buffers, root);
+        absl::IsInvalidArgument(same)) {
+      throw Error(std::string(same.message()));
+    } else {
+      Check(same, "comparing the ranks' parameters");
+    }
     std::vector<char> bytes;  // once: not kept, unlike the buffers' scratch
     Check(BroadcastPacked(comm, params, root, bytes),
           "copying the parameters from rank " + std::to_string(root));
