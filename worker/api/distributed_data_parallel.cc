@@ -127,6 +127,7 @@ struct DistributedDataParallel::Impl {
           "copying the parameters from rank " + std::to_string(root));
     Check(BroadcastPacked(comm, buffers, root, scratch),
           "copying the buffers from rank " + std::to_string(root));
+    AlignGradients(comm);
     // Every step of a program is agreed on first, with the buffers that
     // follow it: a program's ranks may go different ways between steps.
     // The worker daemon's trainer runs one loop alike on every rank and
@@ -154,6 +155,26 @@ struct DistributedDataParallel::Impl {
       Finished(sync, std::move(stats));
     };
     reducer->EnableImplicit(std::move(hooks));
+  }
+
+  // Whether a parameter has a gradient tensor is state too: an optimizer
+  // skips a parameter without one, but SGD's momentum (or weight decay)
+  // moves one whose gradient is zero, as after zero_grad(). A rank that
+  // joins has none where the others, having used the parameter, keep zeros;
+  // at a step that leaves the parameter unused on every rank the replicas
+  // would part. Every rank takes rank `root`'s pattern: zeros, or none.
+  void AlignGradients(Communicator& comm) {
+    if (trainable.empty()) return;
+    std::vector<uint8_t> has(trainable.size());
+    for (size_t i = 0; i < trainable.size(); ++i) has[i] = trainable[i].second.grad().defined();
+    Check(comm.Broadcast(has.data(), has.size(), root),
+          "agreeing on the gradients with rank " + std::to_string(root));
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      torch::Tensor& t = trainable[i].second;
+      if (has[i] && !t.grad().defined()) t.mutable_grad() = torch::zeros_like(t);
+      if (!has[i] && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+    }
   }
 
   void ZeroGrads() {
