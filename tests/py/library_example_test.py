@@ -32,6 +32,19 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
 BUILD = os.environ.get("DDP_BUILD_DIR", os.path.join(REPO, "build"))
 
 
+def kill_when_found(proc, find_victim, what, timeout):
+    """SIGKILLs the pid find_victim returns (polled for up to 120 s), then
+    waits for `proc`; returns its (stdout, stderr). `proc` is killed if it
+    outlives the test."""
+    try:
+        os.kill(wait_for(find_victim, 120, what), signal.SIGKILL)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def run(cmd, timeout, **kwargs):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     if done.returncode != 0:
@@ -158,17 +171,11 @@ class OutOfTreeExampleTest(unittest.TestCase):
              str(epochs)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=thread_env(DDP_INDEX_LOG=index_log))
-        try:
-            def mid_epoch_three():
-                if (read_text(index_log) or "").count('"epoch": 3,') < 20:
-                    return None
-                return rank_of_ddp_run(proc.pid, 1, "custom_loop")
-            os.kill(wait_for(mid_epoch_three, 120, "epoch 3 to be under way"), signal.SIGKILL)
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        def mid_epoch_three():
+            if (read_text(index_log) or "").count('"epoch": 3,') < 20:
+                return None
+            return rank_of_ddp_run(proc.pid, 1, "custom_loop")
+        out, err = kill_when_found(proc, mid_epoch_three, "epoch 3 to be under way", 300)
         self.assertEqual(proc.returncode, 0, out + err)
         self.assertIn("rank 1 exited with code 137; restarting it", err)
         lines = coverage.read_lines(index_log)
@@ -189,21 +196,15 @@ class OutOfTreeExampleTest(unittest.TestCase):
              os.path.join(self.dir, "data-min-nproc"), "--epochs", "400"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=thread_env(DDP_INDEX_LOG=index_log))
-        try:
-            # Killed once both ranks have trained an epoch: a program loses a
-            # peer gracefully only after set_elastic_state (a rank lost while
-            # the survivor still constructs its DistributedDataParallel ends
-            # the job, as the README says).
-            def rank_one_training():
-                if "epoch 0 loss" not in (read_text(os.path.join(logs, "rank-0.log")) or ""):
-                    return None
-                return rank_of_ddp_run(proc.pid, 1, "custom_loop")
-            os.kill(wait_for(rank_one_training, 60, "rank 1 to train"), signal.SIGKILL)
-            out, err = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        # Killed once both ranks have trained an epoch: a program loses a
+        # peer gracefully only after set_elastic_state (a rank lost while the
+        # survivor still constructs its DistributedDataParallel ends the job,
+        # as the README says).
+        def rank_one_training():
+            if "epoch 0 loss" not in (read_text(os.path.join(logs, "rank-0.log")) or ""):
+                return None
+            return rank_of_ddp_run(proc.pid, 1, "custom_loop")
+        out, err = kill_when_found(proc, rank_one_training, "rank 1 to train", 600)
         survivor = read_text(os.path.join(logs, "rank-0.log")) or ""  # its output and log
         self.assertEqual(proc.returncode, 0, out + err + survivor[-3000:])
         self.assertRegex(survivor, r"joined generation 1 of job program as rank \d of 2")
