@@ -272,6 +272,11 @@ TEST(DistributedDataParallel, TorchScriptModuleWithoutOptions_TrainsAndIsElastic
   EXPECT_TRUE(torch::allclose(module.attr("w").toTensor().grad(), torch::full({2}, 3.0f)));
   ddp::Session::ElasticState state;
   state.script_module = &module;
+  // An optimizer a state can't carry is fine without a coordinator: nothing
+  // re-forms, so nothing travels.
+  std::vector<torch::Tensor> params{module.attr("w").toTensor()};
+  torch::optim::RMSprop rmsprop(params, torch::optim::RMSpropOptions(0.01));
+  state.optimizer = &rmsprop;
   session->set_elastic_state(state);  // accepted (nothing re-forms without a coordinator)
   ddp::Session::ElasticState neither;
   EXPECT_THAT(ErrorOf([&] { session->set_elastic_state(neither); }), HasSubstr("one of them"));

@@ -83,24 +83,23 @@ void Session::Impl::AtStepBoundary() {
 }
 
 void Session::Impl::LogBatch(const std::vector<size_t>& batch, uint64_t epoch) {
-  if (!index_log) {
+  if (!index_log_looked_up) {
+    index_log_looked_up = true;
     const char* path = std::getenv("DDP_INDEX_LOG");
-    index_log.emplace();
     if (path != nullptr && *path != '\0') {
       absl::StatusOr<LineFile> file = LineFile::Open(path);
-      if (file.ok()) index_log->emplace(std::move(*file));
+      if (file.ok()) index_log.emplace(std::move(*file));
       if (!file.ok()) DDP_LOG(Warning) << file.status().message();
     }
   }
-  if (!index_log->has_value()) return;
+  if (!index_log) return;
   const uint64_t generation = joined ? joined->assignment().generation() : 0;
   const std::string job = joined ? joined->assignment().job_id() : "";
   // The step this batch belongs to: the next one to commit.
-  (*index_log)
-      ->Append(absl::StrFormat(
-          "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, \"step\": %d, "
-          "\"epoch\": %d, \"indices\": [%s]}",
-          job, generation, rank, world_size, committed.step + 1, epoch, absl::StrJoin(batch, ",")));
+  index_log->Append(absl::StrFormat(
+      "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, \"step\": %d, "
+      "\"epoch\": %d, \"indices\": [%s]}",
+      job, generation, rank, world_size, committed.step + 1, epoch, absl::StrJoin(batch, ",")));
 }
 
 void Session::Impl::TakeUpState(int source) {
@@ -178,10 +177,12 @@ void Session::set_elastic_state(ElasticState state) {
     throw Error("set_elastic_state: give the module, or a TorchScript script_module (one of them)");
   }
   if (impl_->elastic) throw Error("set_elastic_state: call it once");
+  if (!impl_->joined) return;  // nothing re-forms without a coordinator
+  // Only with a coordinator: a torchrun-started program's optimizer never
+  // travels, whatever its kind.
   if (absl::Status s = state_records::CheckOptimizerCarried(state.optimizer); !s.ok()) {
     throw Error(absl::StrCat("set_elastic_state: ", s.message()));
   }
-  if (!impl_->joined) return;  // nothing re-forms without a coordinator
   impl_->elastic = std::move(state);
   impl_->joined->set_elastic(true);
   const v1::Assignment& a = impl_->joined->assignment();

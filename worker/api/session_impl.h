@@ -147,7 +147,8 @@ struct Session::Impl {
   // written before the batch trains, as ddp-worker --index_log writes them
   // (tests/chaos/coverage.py checks every sample is trained once).
   void LogBatch(const std::vector<size_t>& batch, uint64_t epoch);
-  std::optional<std::optional<LineFile>> index_log;  // outer: looked up yet
+  std::optional<LineFile> index_log;
+  bool index_log_looked_up = false;
 
   // Every rank takes the state of rank `source` (state_transfer.h); then
   // the sampler goes on from where it stood there.
