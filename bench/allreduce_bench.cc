@@ -19,8 +19,8 @@
 #include "gloo/math.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
-#include "worker/gloo_communicator.h"
-#include "worker/shm_communicator.h"
+#include "worker/collective/gloo_communicator.h"
+#include "worker/collective/shm_communicator.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this process's rank");
 ABSL_FLAG(int32_t, world, 2, "number of ranks");

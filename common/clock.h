@@ -15,12 +15,22 @@ class Clock {
   virtual ~Clock() = default;
   // Thread-safe.
   virtual absl::Time Now() const = 0;
+  // With `mu` held: waits until `condition` holds or this clock reaches
+  // `deadline`, and returns whether the condition holds. What a thread that
+  // waits for a time (a heartbeat, a backoff, a timeout) calls, so that a
+  // test moves it with the clock.
+  virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& condition,
+                                 absl::Time deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 };
 
 // The system's wall clock.
 class RealClock final : public Clock {
  public:
   absl::Time Now() const override { return absl::Now(); }
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& condition,
+                         absl::Time deadline) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return mu.AwaitWithDeadline(condition, deadline);
+  }
   // A process-wide instance; never destroyed.
   static Clock* Get() {
     static RealClock* clock = new RealClock();
@@ -39,6 +49,16 @@ class FakeClock final : public Clock {
   void Advance(absl::Duration d) {
     absl::MutexLock lock(&mu_);
     now_ += d;
+  }
+  // Wakes within a millisecond of the condition holding or of Advance
+  // passing the deadline (the waiter's mutex is not this clock's, so it
+  // looks again at that pace rather than being signalled).
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& condition,
+                         absl::Time deadline) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!mu.AwaitWithTimeout(condition, absl::Milliseconds(1))) {
+      if (Now() >= deadline) return condition.Eval();
+    }
+    return true;
   }
 
  private:

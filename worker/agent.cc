@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "worker/link/worker_metrics.h"
 #include "worker/training_state.h"
-#include "worker/worker_metrics.h"
 
 namespace ddp {
 
@@ -14,7 +14,7 @@ WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
       preparer_(&slot_, &outbox_, Confinement()),
-      link_(options_.link, this, &outbox_, &board_) {
+      link_(RealClock::Get(), options_.link, this, &outbox_, &board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
 }
 

@@ -16,10 +16,10 @@
 #include "absl/time/time.h"
 #include "common/device.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
-#include "worker/coordinator_link.h"
 #include "worker/generation_run.h"
-#include "worker/outbox.h"
-#include "worker/progress_board.h"
+#include "worker/link/coordinator_link.h"
+#include "worker/link/outbox.h"
+#include "worker/link/progress_board.h"
 #include "worker/state_preparer.h"
 
 namespace ddp {

@@ -25,7 +25,7 @@
 #include "common/clock.h"
 #include "ddp/v1/checkpoint.pb.h"
 #include "ddp/v1/worker.pb.h"
-#include "worker/state_codec.h"
+#include "worker/elastic/state_codec.h"
 
 namespace ddp {
 

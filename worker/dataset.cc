@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/data_files.h"
-#include "worker/torch_error.h"
+#include "worker/elastic/torch_error.h"
 
 namespace ddp {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "worker/elastic/tensor_digest.h"
 #include "worker/model.h"
-#include "worker/tensor_digest.h"
 
 namespace ddp {
 

@@ -6,8 +6,8 @@
 #include <torch/torch.h>
 
 #include "common/job_spec.h"
+#include "worker/elastic/torch_error.h"
 #include "worker/model.h"
-#include "worker/torch_error.h"
 
 namespace ddp {
 

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddp/v1/job.pb.h"
-#include "worker/communicator.h"
+#include "worker/collective/communicator.h"
 
 namespace ddp {
 

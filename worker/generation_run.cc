@@ -10,14 +10,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "common/line_file.h"
 #include "common/logging.h"
 #include "common/store_client.h"
 #include "google/protobuf/util/json_util.h"
-#include "worker/connect.h"
-#include "worker/line_file.h"
+#include "worker/collective/connect.h"
+#include "worker/link/worker_metrics.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
-#include "worker/worker_metrics.h"
 
 namespace ddp {
 namespace {

@@ -15,10 +15,10 @@
 #include "common/device.h"
 #include "common/store_client.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
-#include "worker/communicator.h"
+#include "worker/collective/communicator.h"
 #include "worker/confinement.h"
-#include "worker/outbox.h"
-#include "worker/progress_board.h"
+#include "worker/link/outbox.h"
+#include "worker/link/progress_board.h"
 
 namespace ddp {
 

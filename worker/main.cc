@@ -18,8 +18,8 @@
 #include "common/tokens.h"
 #include "worker/agent.h"
 #include "worker/confinement.h"
+#include "worker/link/worker_metrics.h"
 #include "worker/threads.h"
-#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400", "the coordinator's HOST:PORT");
 ABSL_FLAG(std::string, device, "cpu", "device this worker owns: cpu, cpu:N or cuda:N");
@@ -86,115 +86,149 @@ std::string HostName() {
   return name;
 }
 
-int Run() {
-  auto device = ParseDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) {
-    DDP_LOG(Error) << "--device: " << device.status().message();
-    return 2;
+// The daemon's composition root: each Init reads its flags and builds one
+// part, failing with a message for the operator; Run then attaches and
+// trains until a Stop or a termination signal.
+class WorkerDaemon {
+ public:
+  absl::Status Init() {
+    if (absl::Status s = InitDevice(); !s.ok()) return s;
+    if (absl::Status s = InitLink(); !s.ok()) return s;
+    InitTraining();
+    return InitMetrics();
   }
-  if (device->is_cuda() && !ThisBuild().nccl) {
-    DDP_LOG(Error) << "--device " << device->ToString()
-                   << ": this build has no CUDA-enabled LibTorch with NCCL; use --device cpu";
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_threads) < 0) {
-    DDP_LOG(Error) << "--threads must be >= 0";
-    return 2;
-  }
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (!absl::StartsWith(coordinator, "unix:")) {
-    if (auto parsed = ParseHostPort(coordinator); !parsed.ok()) {
-      DDP_LOG(Error) << "--coordinator: " << parsed.status().message();
-      return 2;
-    }
-  }
-  const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-                     absl::GetFlag(FLAGS_tls_ca)};
-  auto security = LoadClientSecurity(tls, absl::GetFlag(FLAGS_token_file));
-  if (!security.ok()) {
-    DDP_LOG(Error) << security.status().message();
-    return 2;
-  }
-  if (!security->tls && !security->token.empty() && !IsLocalAddress(coordinator)) {
-    DDP_LOG(Warning) << "--token_file without TLS: the token crosses the network in clear text; "
-                        "set --tls_ca (and --tls_cert/--tls_key for mutual TLS)";
-  }
-  WorkerAgent::Options options;
-  options.link.coordinator = coordinator;
-  options.link.security = std::move(*security);
-  // A coordinator of this user's on this machine makes its own tokens.
-  options.link.find_local_token = absl::GetFlag(FLAGS_token_file).empty();
-  options.device = *device;
-  options.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
-  options.name = absl::GetFlag(FLAGS_name);
-  options.metrics_file = absl::GetFlag(FLAGS_metrics_file);
-  options.index_log = absl::GetFlag(FLAGS_index_log);
-  options.debug_hang_file = absl::GetFlag(FLAGS_debug_hang_file);
-  options.send_reports = absl::GetFlag(FLAGS_send_reports);
-  options.allow_unconfined = absl::GetFlag(FLAGS_allow_unconfined);
-  if (absl::StatusOr<int> abi = LandlockAbi(); !abi.ok()) {
-    DDP_LOG(Warning) << abi.status().message()
-                     << (options.allow_unconfined
-                             ? ": job code will run unconfined (--allow_unconfined)"
-                             : ": every job will be refused (start with --allow_unconfined to "
-                               "run job code unconfined)");
-  }
-  options.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  SetLogIdentity(options.name.empty() ? "worker" : "worker " + options.name);
-  DDP_LOG(Info) << "device " << device->ToString() << ", " << options.threads
-                << " compute thread(s), peers reach it at " << options.host;
 
-  std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  const bool metrics_auto = metrics_listen == "auto";
-  // One port per device, so the workers of one machine don't collide.
-  if (metrics_auto)
-    metrics_listen = absl::StrCat("127.0.0.1:", kWorkerMetricsBasePort + device->index);
-  HttpAccess metrics_access;
-  metrics_access.tls_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
-  metrics_access.tls_key = absl::GetFlag(FLAGS_metrics_tls_key);
-  metrics_access.tls_ca = absl::GetFlag(FLAGS_metrics_tls_ca);
-  metrics_access.insecure = absl::GetFlag(FLAGS_insecure);
-  if (const std::string file = absl::GetFlag(FLAGS_metrics_tokens_file); !file.empty()) {
-    auto tokens =
-        LoadTokensFile("--metrics_tokens_file", file, absl::GetFlag(FLAGS_allow_readable_tokens));
-    if (!tokens.ok()) {
-      DDP_LOG(Error) << tokens.status().message();
+  int Run() {
+    WorkerAgent agent(options_);
+    // Made after the agent, so it stops serving before the agent goes.
+    auto metrics_server = StartMetricsServer(metrics_listen_, metrics_access_, !metrics_auto_);
+    if (!metrics_server.ok()) {
+      DDP_LOG(Error) << metrics_server.status().message();
       return 2;
     }
-    metrics_access.tokens = std::move(*tokens);
+    if (*metrics_server) (*metrics_server)->Register(metrics_);
+    std::atomic<bool> done{false};
+    std::thread signals([&] {
+      while (!done) {
+        if (WaitForTermination(absl::Milliseconds(200)) != 0) {
+          DDP_LOG(Info) << "shutting down";
+          agent.Shutdown();
+          return;
+        }
+      }
+    });
+    const int code = agent.Run();
+    done = true;
+    signals.join();
+    return code;
   }
-  if (!metrics_listen.empty()) {
-    if (absl::Status s =
-            CheckHttpListen("--metrics_listen", "metrics", metrics_listen, metrics_access);
-        !s.ok()) {
-      DDP_LOG(Error) << s.message();
-      return 2;
+
+ private:
+  absl::Status InitDevice() {
+    absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
+    if (!device.ok()) return Prefixed("--device: ", device.status());
+    if (device->is_cuda() && !ThisBuild().nccl) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device ", device->ToString(),
+                       ": this build has no CUDA-enabled LibTorch with NCCL; use --device cpu"));
     }
+    if (absl::GetFlag(FLAGS_threads) < 0) {
+      return absl::InvalidArgumentError("--threads must be >= 0");
+    }
+    options_.device = *device;
+    return absl::OkStatus();
   }
-  auto metrics = std::make_shared<WorkerMetrics>();
-  options.metrics = metrics.get();
-  WorkerAgent agent(options);
-  // Declared after the agent, so it stops serving before the agent goes.
-  auto metrics_server = StartMetricsServer(metrics_listen, metrics_access, !metrics_auto);
-  if (!metrics_server.ok()) {
-    DDP_LOG(Error) << metrics_server.status().message();
-    return 2;
-  }
-  if (*metrics_server) (*metrics_server)->Register(metrics);
-  std::atomic<bool> done{false};
-  std::thread signals([&] {
-    while (!done) {
-      if (WaitForTermination(absl::Milliseconds(200)) != 0) {
-        DDP_LOG(Info) << "shutting down";
-        agent.Shutdown();
-        return;
+
+  absl::Status InitLink() {
+    const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+    if (!absl::StartsWith(coordinator, "unix:")) {
+      if (auto parsed = ParseHostPort(coordinator); !parsed.ok()) {
+        return Prefixed("--coordinator: ", parsed.status());
       }
     }
-  });
-  const int code = agent.Run();
-  done = true;
-  signals.join();
-  return code;
+    const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                       absl::GetFlag(FLAGS_tls_ca)};
+    auto security = LoadClientSecurity(tls, absl::GetFlag(FLAGS_token_file));
+    if (!security.ok()) return security.status();
+    if (!security->tls && !security->token.empty() && !IsLocalAddress(coordinator)) {
+      DDP_LOG(Warning) << "--token_file without TLS: the token crosses the network in clear "
+                          "text; set --tls_ca (and --tls_cert/--tls_key for mutual TLS)";
+    }
+    options_.link.coordinator = coordinator;
+    options_.link.security = std::move(*security);
+    // A coordinator of this user's on this machine makes its own tokens.
+    options_.link.find_local_token = absl::GetFlag(FLAGS_token_file).empty();
+    return absl::OkStatus();
+  }
+
+  void InitTraining() {
+    options_.host = absl::GetFlag(FLAGS_host).empty() ? HostName() : absl::GetFlag(FLAGS_host);
+    options_.name = absl::GetFlag(FLAGS_name);
+    options_.metrics_file = absl::GetFlag(FLAGS_metrics_file);
+    options_.index_log = absl::GetFlag(FLAGS_index_log);
+    options_.debug_hang_file = absl::GetFlag(FLAGS_debug_hang_file);
+    options_.send_reports = absl::GetFlag(FLAGS_send_reports);
+    options_.allow_unconfined = absl::GetFlag(FLAGS_allow_unconfined);
+    if (absl::StatusOr<int> abi = LandlockAbi(); !abi.ok()) {
+      DDP_LOG(Warning) << abi.status().message()
+                       << (options_.allow_unconfined
+                               ? ": job code will run unconfined (--allow_unconfined)"
+                               : ": every job will be refused (start with --allow_unconfined to "
+                                 "run job code unconfined)");
+    }
+    options_.threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
+    SetLogIdentity(options_.name.empty() ? "worker" : "worker " + options_.name);
+    DDP_LOG(Info) << "device " << options_.device.ToString() << ", " << options_.threads
+                  << " compute thread(s), peers reach it at " << options_.host;
+  }
+
+  absl::Status InitMetrics() {
+    metrics_listen_ = absl::GetFlag(FLAGS_metrics_listen);
+    metrics_auto_ = metrics_listen_ == "auto";
+    // One port per device, so the workers of one machine don't collide.
+    if (metrics_auto_) {
+      metrics_listen_ = absl::StrCat("127.0.0.1:", kWorkerMetricsBasePort + options_.device.index);
+    }
+    metrics_access_.tls_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
+    metrics_access_.tls_key = absl::GetFlag(FLAGS_metrics_tls_key);
+    metrics_access_.tls_ca = absl::GetFlag(FLAGS_metrics_tls_ca);
+    metrics_access_.insecure = absl::GetFlag(FLAGS_insecure);
+    if (const std::string file = absl::GetFlag(FLAGS_metrics_tokens_file); !file.empty()) {
+      auto tokens =
+          LoadTokensFile("--metrics_tokens_file", file, absl::GetFlag(FLAGS_allow_readable_tokens));
+      if (!tokens.ok()) return tokens.status();
+      metrics_access_.tokens = std::move(*tokens);
+    }
+    if (!metrics_listen_.empty()) {
+      if (absl::Status s =
+              CheckHttpListen("--metrics_listen", "metrics", metrics_listen_, metrics_access_);
+          !s.ok()) {
+        return s;
+      }
+    }
+    metrics_ = std::make_shared<WorkerMetrics>();
+    options_.metrics = metrics_.get();
+    return absl::OkStatus();
+  }
+
+  static absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+  }
+
+  WorkerAgent::Options options_;
+  std::string metrics_listen_;
+  bool metrics_auto_ = false;
+  HttpAccess metrics_access_;
+  std::shared_ptr<WorkerMetrics> metrics_;
+};
+
+int Run() {
+  WorkerDaemon daemon;
+  if (absl::Status s = daemon.Init(); !s.ok()) {
+    DDP_LOG(Error) << s.message();
+    return 2;
+  }
+  return daemon.Run();
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/torch_error.h"
+#include "worker/elastic/torch_error.h"
 
 namespace ddp {
 namespace {

@@ -13,11 +13,10 @@
 
 #include "absl/status/statusor.h"
 #include "ddp/v1/job.pb.h"
+#include "worker/collective/named_tensor.h"
 #include "worker/input_files.h"
 
 namespace ddp {
-
-using NamedTensor = std::pair<std::string, at::Tensor>;
 
 // Not thread-safe: owned and used by one trainer thread.
 class Model {

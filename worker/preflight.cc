@@ -6,8 +6,8 @@
 #include "common/job_spec.h"
 #include "worker/data_files.h"
 #include "worker/dataset.h"
+#include "worker/elastic/torch_error.h"
 #include "worker/model.h"
-#include "worker/torch_error.h"
 
 namespace ddp {
 

@@ -15,7 +15,7 @@
 #include "ddp/v1/worker.pb.h"
 #include "worker/confinement.h"
 #include "worker/generation_run.h"
-#include "worker/outbox.h"
+#include "worker/link/outbox.h"
 
 namespace ddp {
 

@@ -14,74 +14,18 @@
 #include "common/sampler.h"
 #include "worker/api/library_internals.h"
 #include "worker/checkpoint.h"
+#include "worker/collective/reducer.h"
 #include "worker/dataset.h"
+#include "worker/elastic/replica_check.h"
+#include "worker/elastic/state_transfer.h"
+#include "worker/elastic/torch_error.h"
 #include "worker/evaluation.h"
+#include "worker/generation_trainer.h"
 #include "worker/loader.h"
 #include "worker/model.h"
-#include "worker/reducer.h"
-#include "worker/replica_check.h"
-#include "worker/state_transfer.h"
-#include "worker/torch_error.h"
 #include "worker/training_state.h"
 
 namespace ddp {
-namespace {
-
-class GenerationTrainer {
- public:
-  GenerationTrainer(const v1::Assignment& a, TrainingState* state, Communicator* comm,
-                    TrainingObserver* observer, const GenerationControl& control)
-      : a_(a),
-        spec_(a.spec()),
-        state_(*state),
-        comm_(comm),
-        observer_(observer),
-        control_(control) {}
-
-  absl::StatusOr<GenerationEnd> Run();
-
- private:
-  // Brings every rank to the source rank's state.
-  absl::Status SyncState();
-  // The source's own state: in memory, from a checkpoint, or fresh.
-  absl::Status PrepareSource(std::string* detail);
-  // Trains what is left of the state's current epoch. Sets *left when the
-  // ranks agreed to leave.
-  absl::Status RunEpoch(bool* left);
-  absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync,
-                                         v1::StepTimings* timings);
-  void MaybeCheckpoint();
-  bool ShouldEvaluate() const { return spec_.evaluate() && state_.data().test_x.defined(); }
-  // Every rank evaluates its share of the test set on the weights after
-  // `epoch`; rank 0 reports the result.
-  absl::Status EvaluateEpoch(uint64_t epoch, double seconds);
-  bool aborted() const { return control_.abort != nullptr && control_.abort->load(); }
-
-  const v1::Assignment& a_;
-  const v1::JobSpec& spec_;
-  TrainingState& state_;
-  Communicator* comm_;
-  TrainingObserver* observer_;
-  const GenerationControl& control_;
-
-  // The library's, over `comm_`: the same reduction a program gets. The
-  // session goes last.
-  std::unique_ptr<Session> session_;
-  std::unique_ptr<DistributedDataParallel> ddp_;
-  // The step's control words, and what its synchronized backward reduced.
-  ControlWords control_words_;
-  std::optional<absl::StatusOr<ReductionStats>> reduced_;
-  uint64_t steps_per_epoch_ = 0;
-  bool first_step_ = true;
-  absl::Time last_checkpoint_ = absl::Now();
-  bool checkpoints_failed_ = false;
-  // Loss of this rank's steps in the current epoch (this generation's part).
-  double epoch_loss_sum_ = 0;
-  uint64_t epoch_loss_steps_ = 0;
-  // Forward time per training sample, smoothed over recent steps (0 before
-  // the first): what an evaluation's bound is derived from.
-  double forward_seconds_per_sample_ = 0;
-};
 
 absl::Status GenerationTrainer::PrepareSource(std::string* detail) {
   switch (a_.state_source()) {
@@ -162,26 +106,6 @@ absl::Status GenerationTrainer::SyncState() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> GenerationTrainer::TrainMicroBatch(const Batch& batch, double scale,
-                                                          bool sync, v1::StepTimings* timings) {
-  const uint64_t step = state_.progress().step;
-  // Earlier micro-batches of the group only accumulate.
-  std::optional<DistributedDataParallel::NoSync> accumulate;
-  if (!sync) accumulate.emplace(ddp_->no_sync());
-  observer_->OnPhase(v1::STEP_PHASE_FORWARD, step);
-  const absl::Time start = absl::Now();
-  at::Tensor loss = JobLoss(spec_, state_.model().Forward(batch.x), batch.y);
-  const absl::Time forward_done = absl::Now();
-  observer_->OnPhase(v1::STEP_PHASE_BACKWARD, step);
-  // A synchronized backward returns with the gradients averaged (or the
-  // reduction's error in reduced_); its wait for them is told apart below.
-  (scale == 1.0 ? loss : loss * scale).backward();
-  timings->set_forward_ms(timings->forward_ms() + absl::ToDoubleMilliseconds(forward_done - start));
-  timings->set_backward_ms(timings->backward_ms() +
-                           absl::ToDoubleMilliseconds(absl::Now() - forward_done));
-  return loss.item<double>();
-}
-
 void GenerationTrainer::MaybeCheckpoint() {
   const auto& c = spec_.checkpoint();
   if (a_.rank() != 0 || c.dir().empty()) return;
@@ -214,140 +138,6 @@ void GenerationTrainer::MaybeCheckpoint() {
     DDP_LOG(Warning) << "checkpoint of step " << step
                      << " skipped: the previous one is still being written";
   }
-}
-
-absl::Status GenerationTrainer::RunEpoch(bool* left) {
-  const absl::Time epoch_start = absl::Now();
-  const TrainingProgress begin = state_.progress();
-  const uint64_t n = static_cast<uint64_t>(state_.data().train_size());
-  const uint32_t world = a_.world_size();
-  const uint64_t b = spec_.batch_size();
-  const bool drop_last = spec_.drop_last();
-  SamplerOptions sampler;
-  sampler.dataset_size = n;
-  sampler.seed = a_.sampler_seed();
-  sampler.epoch = begin.epoch;
-  sampler.rank = a_.rank();
-  sampler.world_size = world;
-  sampler.shuffle = spec_.shuffle();
-  sampler.drop_last = drop_last;
-  const std::vector<int64_t> indices = ElasticSamplerIndices(sampler, begin.cursor);
-  const uint64_t batches = NumBatchesFrom(n, begin.cursor, world, b, drop_last);
-  const uint64_t k = spec_.gradient_accumulation_steps();
-  if (begin.cursor == 0) {
-    epoch_loss_sum_ = 0;
-    epoch_loss_steps_ = 0;
-  }
-  BatchLoader loader(state_.data().train_x, state_.data().train_y, indices, static_cast<int64_t>(b),
-                     drop_last, 0);
-  for (uint64_t done = 0; done < batches;) {
-    if (aborted()) return absl::AbortedError("aborted");
-    const absl::Time step_start = absl::Now();
-    const uint64_t group = std::min(k, batches - done);
-    const TrainingProgress before = state_.progress();
-    {
-      const size_t first = done * b;
-      const size_t last = std::min<size_t>(indices.size(), (done + group) * b);
-      observer_->OnStepIndices(before.step + 1, before.epoch,
-                               absl::MakeConstSpan(indices.data() + first, last - first));
-    }
-    // The group's gradients start from zero; its last backward carries
-    // this step's token and this rank's leave vote.
-    state_.optimizer().zero_grad();
-    control_words_ = ControlWords{StepToken(before.step + 1), control_.leave};
-    reduced_.reset();
-    double step_loss = 0;
-    uint64_t samples = 0;
-    v1::StepTimings timings;
-    for (uint64_t m = 0; m < group; ++m) {
-      observer_->OnPhase(v1::STEP_PHASE_DATA, before.step);
-      const absl::Time data_start = absl::Now();
-      std::optional<Batch> batch = loader.Next();
-      timings.set_data_ms(timings.data_ms() + absl::ToDoubleMilliseconds(absl::Now() - data_start));
-      samples += batch->x.size(0);
-      absl::StatusOr<double> loss =
-          TrainMicroBatch(*batch, 1.0 / static_cast<double>(group), m + 1 == group, &timings);
-      if (!loss.ok()) return loss.status();
-      step_loss += *loss / static_cast<double>(group);
-    }
-    if (!reduced_.has_value()) {
-      return absl::InternalError(
-          "the step's backward reached no parameter, so nothing was reduced");
-    }
-    absl::StatusOr<ReductionStats> stats = std::move(*reduced_);
-    if (!stats.ok()) return stats.status();
-    timings.set_backward_ms(std::max(0.0, timings.backward_ms() - stats->wait_ms));
-    const uint64_t token = StepToken(before.step + 1);
-    if (stats->token_sum != token * world) {
-      return absl::DataLossError(absl::StrFormat(
-          "the ranks did not all complete step %d (step tokens sum to %d, not %d x %d): the step "
-          "was torn, and is not applied",
-          before.step + 1, stats->token_sum, token, world));
-    }
-    timings.set_allreduce_wait_ms(stats->wait_ms);
-    // Told to leave at once while the step completed: the others discard it.
-    if (aborted()) return absl::AbortedError("aborted");
-    observer_->OnPhase(v1::STEP_PHASE_OPTIMIZER, before.step);
-    const absl::Time optimizer_start = absl::Now();
-    state_.optimizer().step();
-    timings.set_optimizer_ms(absl::ToDoubleMilliseconds(absl::Now() - optimizer_start));
-    done += group;
-    const uint64_t cursor = CursorAfterBatches(n, begin.cursor, world, b, drop_last, done);
-    const bool epoch_over = cursor >= n;
-    state_.Commit(TrainingProgress{before.step + 1, epoch_over ? before.epoch + 1 : before.epoch,
-                                   epoch_over ? 0 : cursor});
-    const uint64_t step = before.step + 1;
-    epoch_loss_sum_ += step_loss;
-    ++epoch_loss_steps_;
-    if (samples > 0) {
-      const double per_sample = timings.forward_ms() / 1000.0 / static_cast<double>(samples);
-      forward_seconds_per_sample_ = forward_seconds_per_sample_ == 0
-                                        ? per_sample
-                                        : 0.9 * forward_seconds_per_sample_ + 0.1 * per_sample;
-    }
-
-    uint64_t remaining = (batches - done + k - 1) / k;
-    if (before.epoch + 1 < spec_.epochs()) {
-      remaining += (spec_.epochs() - before.epoch - 1) * steps_per_epoch_;
-    }
-    uint64_t total = step + remaining;
-    if (spec_.max_steps() > 0) total = std::min<uint64_t>(total, spec_.max_steps());
-    v1::StepReport report;
-    report.set_generation(a_.generation());
-    report.set_epoch(before.epoch);
-    report.set_step(step);
-    report.set_step_in_epoch(done / k + (done % k ? 1 : 0));
-    report.set_steps_per_epoch(steps_per_epoch_);
-    report.set_loss(step_loss);
-    report.set_samples(samples);
-    report.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - step_start));
-    report.set_cursor(cursor);
-    report.set_dataset_size(n);
-    report.set_lr(state_.learning_rate());
-    report.set_world_size(world);
-    report.set_total_steps(total);
-    v1::ReductionStatus* r = report.mutable_reduction();
-    AddReduction(*stats, r);
-    r->set_phase(v1::STEP_PHASE_OPTIMIZER);
-    // Digests on the first step of a generation (a joiner took up the state
-    // correctly) and at each epoch's end (replicas still agree).
-    if (first_step_ || epoch_over || state_.finished()) {
-      report.set_parameter_digest(ParameterDigest(state_.model()));
-    }
-    first_step_ = false;
-    *report.mutable_timings() = timings;
-    observer_->OnStep(report, state_.progress().epoch, state_.progress().cursor);
-    MaybeCheckpoint();
-    if (state_.finished()) break;  // max_steps (or the last epoch's end)
-    if (stats->leave_votes > 0) {
-      *left = true;
-      if (!epoch_over) return absl::OkStatus();
-      break;  // evaluate the epoch that just ended first
-    }
-  }
-  if (batches == 0) state_.Commit(TrainingProgress{begin.step, begin.epoch + 1, 0});
-  if (!ShouldEvaluate()) return absl::OkStatus();
-  return EvaluateEpoch(begin.epoch, absl::ToDoubleSeconds(absl::Now() - epoch_start));
 }
 
 absl::Status GenerationTrainer::EvaluateEpoch(uint64_t epoch, double seconds) {
@@ -449,8 +239,6 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   }
   return GenerationEnd::kFinished;
 }
-
-}  // namespace
 
 absl::StatusOr<GenerationEnd> TrainGeneration(const v1::Assignment& assignment,
                                               TrainingState* state, Communicator* comm,

@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "ddp/v1/worker.pb.h"
-#include "worker/communicator.h"
+#include "worker/collective/communicator.h"
 #include "worker/digest.h"
 
 namespace ddp {

@@ -7,6 +7,7 @@
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
+#include "worker/model_state.h"
 
 namespace ddp {
 namespace {

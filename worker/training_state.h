@@ -23,7 +23,7 @@
 #include "ddp/v1/checkpoint.pb.h"
 #include "ddp/v1/job.pb.h"
 #include "ddp/v1/worker.pb.h"
-#include "worker/state_codec.h"
+#include "worker/elastic/state_codec.h"
 
 namespace torch::optim {
 class Optimizer;

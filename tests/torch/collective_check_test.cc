@@ -1,7 +1,7 @@
 // The ranks' announcements before each collective: ranks that agree go on,
 // ranks that don't all fail together, each naming what every rank was
 // doing. Ranks as threads over both CPU transports.
-#include "worker/collective_check.h"
+#include "worker/collective/collective_check.h"
 
 #include <mutex>
 

@@ -14,7 +14,7 @@
 #ifdef DDP_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
-#include "worker/nccl_communicator.h"
+#include "worker/collective/nccl_communicator.h"
 #endif
 
 namespace ddp {
@@ -302,7 +302,7 @@ TEST(ShmCommunicator, Create_SegmentOfADeadCreator_RemovedOthersKept) {
 // while their first collective is failing on its own, and the coordinator's
 // Abort arriving at the same moment: every rank ends with an error status,
 // none crashes (Gloo alone would raise SIGPIPE, or throw on its event-loop
-// thread: see worker/gloo_workarounds.cc). Repeated to give the races room.
+// thread: see worker/collective/gloo_workarounds.cc). Repeated to give the races room.
 TEST(GlooCommunicator, PeerAbortsWhileOthersConnectOrReduce_ErrorsNeverCrashes) {
   for (int round = 0; round < 30; ++round) {
     const int world = 2 + round % 2;
@@ -334,6 +334,28 @@ TEST(GlooCommunicator, PeerAbortsWhileOthersConnectOrReduce_ErrorsNeverCrashes) 
     }
     for (auto& t : ranks) t.join();
   }
+}
+
+// A peer that stays connected but never joins: the wait gives up at the
+// communicator's timeout and says so (DEADLINE_EXCEEDED), where a peer that
+// left is UNAVAILABLE (PeerAborts_OthersFailPromptly).
+TEST(GlooCommunicator, PeerHangs_DeadlineExceededAtTheTimeout) {
+  std::atomic<bool> rank0_done{false};
+  RunRanks(
+      2,
+      [&](int rank, Communicator* comm) {
+        if (rank != 0) {
+          for (int i = 0; i < 1000 && !rank0_done; ++i) absl::SleepFor(absl::Milliseconds(10));
+          return;
+        }
+        float x = 1;
+        const absl::Time start = absl::Now();
+        EXPECT_THAT(comm->AllReduceSum(&x, 1),
+                    StatusIs(absl::StatusCode::kDeadlineExceeded, testing::HasSubstr("timed out")));
+        EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+        rank0_done = true;
+      },
+      absl::Milliseconds(500));
 }
 
 TEST(GlooCommunicator, Create_PeerNeverComes_UnavailableAfterTimeout) {

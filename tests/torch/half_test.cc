@@ -1,7 +1,7 @@
-// The communicators' 16-bit conversions (worker/half.h) round as LibTorch's
+// The communicators' 16-bit conversions (worker/collective/half.h) round as LibTorch's
 // c10::Half and c10::BFloat16 do, so a compressed all-reduce sums the
 // values PyTorch's compress hooks would.
-#include "worker/half.h"
+#include "worker/collective/half.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

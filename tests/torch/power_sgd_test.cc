@@ -1,11 +1,11 @@
 // PowerSGD's parts that PyTorch parity rests on (tests/py/ddp_parity_test.py
 // compares whole runs with powerSGD_hook): numpy's seeds, the
 // orthogonalization, and what an all-reduce through it leaves on 2 ranks.
-#include "worker/power_sgd.h"
+#include "worker/collective/power_sgd.h"
 
 #include <torch/torch.h>
 
-#include "worker/reducer.h"
+#include "worker/collective/reducer.h"
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"

@@ -11,9 +11,9 @@
 
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
-#include "worker/gloo_communicator.h"
-#include "worker/hierarchical_communicator.h"
-#include "worker/shm_communicator.h"
+#include "worker/collective/gloo_communicator.h"
+#include "worker/collective/hierarchical_communicator.h"
+#include "worker/collective/shm_communicator.h"
 
 namespace ddp {
 

@@ -1,7 +1,7 @@
 // The reducer against a hand-computed DDP average: N ranks as threads,
 // real Gloo pairs, gradients compared with the mean of per-rank gradients
 // computed without any communication.
-#include "worker/reducer.h"
+#include "worker/collective/reducer.h"
 
 #include <torch/torch.h>
 

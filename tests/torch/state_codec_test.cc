@@ -1,6 +1,7 @@
 // Training state as bytes: roundtrips onto separately built models and
 // optimizers, and refusals that leave the destination untouched.
-#include "worker/state_codec.h"
+#include "worker/elastic/state_codec.h"
+#include "worker/model_state.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/jit/runtime/print_handler.h>

@@ -14,9 +14,10 @@
 #include "tests/torch/ranks.h"
 #include "tests/torch/state_util.h"
 #include "worker/digest.h"
-#include "worker/replica_check.h"
-#include "worker/state_codec.h"
-#include "worker/state_transfer.h"
+#include "worker/elastic/replica_check.h"
+#include "worker/elastic/state_codec.h"
+#include "worker/elastic/state_transfer.h"
+#include "worker/model_state.h"
 
 namespace ddp {
 namespace {

@@ -13,8 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
+#include "worker/elastic/state_codec.h"
 #include "worker/model.h"
-#include "worker/state_codec.h"
+#include "worker/model_state.h"
 
 namespace ddp {
 

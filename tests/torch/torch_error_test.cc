@@ -1,6 +1,6 @@
 // LibTorch's errors as people read them: a TorchScript interpreter error's
 // cause is its last line, any other error's its first.
-#include "worker/torch_error.h"
+#include "worker/elastic/torch_error.h"
 
 #include <torch/script.h>
 #include <torch/torch.h>

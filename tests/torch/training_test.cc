@@ -13,9 +13,9 @@
 #include "tests/torch/ranks.h"
 #include "tests/torch/trainer_harness.h"
 #include "worker/dataset.h"
+#include "worker/elastic/replica_check.h"
 #include "worker/loader.h"
 #include "worker/model.h"
-#include "worker/replica_check.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
 

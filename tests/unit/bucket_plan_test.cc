@@ -1,4 +1,4 @@
-#include "worker/bucket_plan.h"
+#include "worker/collective/bucket_plan.h"
 
 #include "gtest/gtest.h"
 

@@ -1,5 +1,5 @@
 // Metrics and index logs hold whole lines whatever happens to the writer.
-#include "worker/line_file.h"
+#include "common/line_file.h"
 
 #include <fcntl.h>
 #include <signal.h>

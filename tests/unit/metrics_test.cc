@@ -15,8 +15,8 @@
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
 #include "tests/test_util.h"
-#include "worker/outbox.h"
-#include "worker/worker_metrics.h"
+#include "worker/link/outbox.h"
+#include "worker/link/worker_metrics.h"
 
 namespace ddp {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/outbox.h"
+#include "worker/link/outbox.h"
 
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 // What a worker does with each answer to its register, and the log limiter
 // that keeps a long outage from flooding its log.
-#include "worker/refusal.h"
+#include "worker/link/refusal.h"
 
 #include "common/log_limiter.h"
 #include "tests/test_util.h"

@@ -7,15 +7,15 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/store_client.h"
-#include "worker/connect.h"
+#include "worker/collective/connect.h"
 
 namespace ddp {
 
 CoordinatorSession::CoordinatorSession(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      link_(CoordinatorLink::Options{options_.coordinator, options_.security}, this, &outbox_,
-            &board_) {
+      link_(RealClock::Get(), CoordinatorLink::Options{options_.coordinator, options_.security},
+            this, &outbox_, &board_) {
   link_thread_ = std::thread([this] {
     const int result = link_.Run();
     absl::MutexLock lock(&mu_);

@@ -26,10 +26,10 @@
 #include "absl/time/time.h"
 #include "common/credentials.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
-#include "worker/communicator.h"
-#include "worker/coordinator_link.h"
-#include "worker/outbox.h"
-#include "worker/progress_board.h"
+#include "worker/collective/communicator.h"
+#include "worker/link/coordinator_link.h"
+#include "worker/link/outbox.h"
+#include "worker/link/progress_board.h"
 
 namespace ddp {
 

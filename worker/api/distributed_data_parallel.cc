@@ -15,12 +15,12 @@
 #include "ddp/session.h"
 #include "worker/api/library_internals.h"
 #include "worker/api/session_impl.h"
-#include "worker/bucket_plan.h"
-#include "worker/collective_check.h"
-#include "worker/communicator.h"
-#include "worker/reducer.h"
-#include "worker/replica_check.h"
-#include "worker/tensor_digest.h"
+#include "worker/collective/bucket_plan.h"
+#include "worker/collective/collective_check.h"
+#include "worker/collective/communicator.h"
+#include "worker/collective/reducer.h"
+#include "worker/elastic/replica_check.h"
+#include "worker/elastic/tensor_digest.h"
 
 namespace ddp {
 namespace {

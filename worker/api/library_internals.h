@@ -18,7 +18,7 @@
 #include "ddp/error.h"
 #include "ddp/session.h"
 #include "worker/api/session_impl.h"
-#include "worker/communicator.h"
+#include "worker/collective/communicator.h"
 
 namespace ddp {
 

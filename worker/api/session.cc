@@ -23,9 +23,9 @@
 #include "worker/api/coordinator_session.h"
 #include "worker/api/session_impl.h"
 #include "worker/api/store_server.h"
-#include "worker/gloo_communicator.h"
-#include "worker/gloo_store.h"
-#include "worker/shm_communicator.h"
+#include "worker/collective/gloo_communicator.h"
+#include "worker/collective/gloo_store.h"
+#include "worker/collective/shm_communicator.h"
 
 namespace ddp {
 namespace {
@@ -238,9 +238,10 @@ std::unique_ptr<Session> Session::FromEnvironment() {
   return Start(options);
 }
 
-std::unique_ptr<Session> Session::Start(const Options& options) {
-  if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
-  if (!options.coordinator.empty()) return std::unique_ptr<Session>(new Session(Join(options)));
+namespace {
+
+// A torchrun-style start's environment, refused with what to set.
+void CheckRendezvousOptions(const Session::Options& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw Error(absl::StrCat("RANK=", options.rank, " with WORLD_SIZE=", options.world_size,
                              ": the rank must be in [0, WORLD_SIZE)"));
@@ -264,6 +265,14 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
                              " characters; use at least ", kMinTokenLength,
                              " random ones (openssl rand -hex 16)"));
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Session> Session::Start(const Options& options) {
+  if (options.timeout_seconds <= 0) throw Error("the session timeout must be positive");
+  if (!options.coordinator.empty()) return std::unique_ptr<Session>(new Session(Join(options)));
+  CheckRendezvousOptions(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->rank = options.rank;

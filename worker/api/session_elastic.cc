@@ -18,8 +18,8 @@
 #include "common/logging.h"
 #include "ddp/error.h"
 #include "worker/api/session_impl.h"
-#include "worker/optimizer_state.h"
-#include "worker/state_transfer.h"
+#include "worker/elastic/optimizer_state.h"
+#include "worker/elastic/state_transfer.h"
 
 namespace ddp {
 

@@ -17,15 +17,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/line_file.h"
 #include "ddp/session.h"
 #include "ddp/v1/worker.pb.h"
 #include "worker/api/coordinator_session.h"
 #include "worker/api/store_server.h"
-#include "worker/collective_check.h"
-#include "worker/communicator.h"
-#include "worker/line_file.h"
-#include "worker/reducer.h"
-#include "worker/state_codec.h"
+#include "worker/collective/collective_check.h"
+#include "worker/collective/communicator.h"
+#include "worker/collective/reducer.h"
+#include "worker/elastic/state_codec.h"
 
 namespace ddp {
 

@@ -1,0 +1,56 @@
+# Layers that say what they must not link. A folder's CMakeLists.txt calls
+# ddp_must_not_link(TARGET FORBIDDEN...) for its targets; the top level calls
+# ddp_check_layers() once every target exists, and the configure fails when
+# a target reaches a forbidden one directly or through anything it links.
+function(ddp_must_not_link target)
+  set_property(GLOBAL APPEND PROPERTY DDP_LAYERED_TARGETS ${target})
+  set_property(GLOBAL PROPERTY DDP_FORBIDDEN_${target} ${ARGN})
+endfunction()
+
+# Every target `target` links, directly or not (itself included), in `out`.
+function(_ddp_link_closure target out)
+  set(seen "")
+  set(queue ${target})
+  while(queue)
+    list(POP_FRONT queue name)
+    if(NOT TARGET ${name})
+      continue()
+    endif()
+    get_target_property(aliased ${name} ALIASED_TARGET)
+    if(aliased)
+      set(name ${aliased})
+    endif()
+    if(name IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${name})
+    get_target_property(links ${name} LINK_LIBRARIES)
+    get_target_property(interface_links ${name} INTERFACE_LINK_LIBRARIES)
+    foreach(link IN LISTS links interface_links)
+      # $<LINK_ONLY:x> is how a static library's private links reach its
+      # users; other generator expressions name no target of ours.
+      string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" link "${link}")
+      if(link AND NOT link MATCHES "NOTFOUND$" AND NOT link MATCHES "^\\$<" AND TARGET ${link})
+        list(APPEND queue ${link})
+      endif()
+    endforeach()
+  endwhile()
+  set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+
+function(ddp_check_layers)
+  get_property(targets GLOBAL PROPERTY DDP_LAYERED_TARGETS)
+  foreach(target IN LISTS targets)
+    if(NOT TARGET ${target})
+      continue()
+    endif()
+    get_property(forbidden GLOBAL PROPERTY DDP_FORBIDDEN_${target})
+    _ddp_link_closure(${target} reached)
+    foreach(name IN LISTS forbidden)
+      if(name IN_LIST reached)
+        message(FATAL_ERROR "${target} links ${name}, which its layer must not "
+                            "(docs/ARCHITECTURE.md says what each layer may use)")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()

@@ -1,0 +1,352 @@
+// CoordinatorLink against a scripted coordinator: a real grpc::Server on a
+// loopback port inside the test, whose Attach does what each test says
+// (accept, refuse, stay silent, close the stream, send a Stop). Heartbeats,
+// backoff and the register's timeout run on a FakeClock, so the tests move
+// time by hand and wait only for real events (bounded). Every interval is a
+// minute or more, which real time never reaches within a test's waits: a
+// link that read the real clock would fail them.
+#include "worker/link/coordinator_link.h"
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "worker/link/outbox.h"
+#include "worker/link/progress_board.h"
+
+namespace ddp {
+namespace {
+
+using ::testing::HasSubstr;
+
+// How one Attach call is answered.
+struct Answer {
+  enum Kind { kAccept, kRefuse, kSilent } kind = kAccept;
+  grpc::Status refusal;  // kRefuse
+};
+
+// What the test tells an accepted stream to do next.
+struct Command {
+  enum Kind { kClose, kStop } kind;
+  grpc::Status close;  // kClose
+  std::string reason;  // kStop
+};
+
+class ScriptedCoordinator final : public v1::Coordinator::Service {
+ public:
+  // Answers for the coming Attach calls, in order; the last one repeats.
+  void Script(std::vector<Answer> answers) {
+    absl::MutexLock lock(&mu_);
+    answers_.assign(answers.begin(), answers.end());
+  }
+  // The accepted stream now open does `command`.
+  void Tell(Command command) {
+    absl::MutexLock lock(&mu_);
+    commands_.push_back(std::move(command));
+  }
+
+  int attaches() const {
+    absl::MutexLock lock(&mu_);
+    return attaches_;
+  }
+  int heartbeats() const {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+  std::vector<v1::WorkerMessage> received() const {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+
+  grpc::Status Attach(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage hello;
+    if (!stream->Read(&hello) || !hello.has_register_()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no register");
+    }
+    Answer answer;
+    {
+      absl::MutexLock lock(&mu_);
+      ++attaches_;
+      if (!answers_.empty()) answer = answers_.front();
+      if (answers_.size() > 1) answers_.pop_front();
+    }
+    switch (answer.kind) {
+      case Answer::kRefuse:
+        return answer.refusal;
+      case Answer::kSilent:
+        // Until the worker gives up on the register (bounded).
+        for (int i = 0; i < 1000 && !context->IsCancelled(); ++i) {
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+        return grpc::Status(grpc::StatusCode::CANCELLED, "given up");
+      case Answer::kAccept:
+        return Serve(context, stream);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status Serve(grpc::ServerContext* context,
+                     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+    v1::CoordinatorMessage registered;
+    registered.mutable_registered()->set_worker_id("w-1");
+    registered.mutable_registered()->set_heartbeat_interval_ms(60000);
+    stream->Write(registered);
+    // Reads on its own thread; a close waits for the worker's next message
+    // (the test moves the clock to a heartbeat), since a sync handler can't
+    // return while a Read is pending, and cancelling would hide the status.
+    std::atomic<bool> closing{false};
+    std::thread reader([this, stream, &closing] {
+      v1::WorkerMessage message;
+      while (stream->Read(&message)) {
+        absl::MutexLock lock(&mu_);
+        if (message.has_heartbeat()) ++heartbeats_;
+        received_.push_back(message);
+        if (closing) return;
+      }
+    });
+    grpc::Status result(grpc::StatusCode::CANCELLED, "the worker left");
+    while (!context->IsCancelled()) {
+      std::optional<Command> command;
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(this, &ScriptedCoordinator::HasCommandLocked),
+                                 absl::Milliseconds(10))) {
+          command = commands_.front();
+          commands_.pop_front();
+        }
+      }
+      if (!command.has_value()) continue;
+      if (command->kind == Command::kClose) {
+        closing = true;
+        result = command->close;
+        break;
+      }
+      v1::CoordinatorMessage stop;
+      stop.mutable_stop()->set_reason(command->reason);
+      stream->Write(stop);
+    }
+    reader.join();
+    return result;
+  }
+  bool HasCommandLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !commands_.empty(); }
+
+  mutable absl::Mutex mu_;
+  std::deque<Answer> answers_ ABSL_GUARDED_BY(mu_);
+  std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
+  int attaches_ ABSL_GUARDED_BY(mu_) = 0;
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::WorkerMessage> received_ ABSL_GUARDED_BY(mu_);
+};
+
+class RecordingHandler final : public CoordinatorLink::Handler {
+ public:
+  v1::RegisterRequest MakeRegister() override {
+    v1::RegisterRequest r;
+    r.set_host("test-host");
+    r.set_device("cpu:0");
+    return r;
+  }
+  void OnAssignment(const v1::Assignment&,
+                    std::shared_ptr<v1::Coordinator::StubInterface>) override {}
+  void OnAbort(const v1::Abort&) override {}
+  void OnDropped(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    dropped_.push_back(why);
+  }
+  void OnStopping(const std::string& reason) override {
+    absl::MutexLock lock(&mu_);
+    stops_.push_back(reason);
+  }
+  std::vector<std::string> dropped() const {
+    absl::MutexLock lock(&mu_);
+    return dropped_;
+  }
+  std::vector<std::string> stops() const {
+    absl::MutexLock lock(&mu_);
+    return stops_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> stops_ ABSL_GUARDED_BY(mu_);
+};
+
+// Polls `done` for up to 10 s of real time: for events, never for timeouts.
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+// Gives the link's threads time to act on the clock, to show they did not.
+void Settle() { absl::SleepFor(absl::Milliseconds(100)); }
+
+class CoordinatorLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&coordinator_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port_, 0);
+  }
+  void TearDown() override {
+    if (runner_.joinable()) {
+      link_->Shutdown();
+      runner_.join();
+    }
+    server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  void StartLink(CoordinatorLink::Options options = {}) {
+    options.coordinator = "127.0.0.1:" + std::to_string(port_);
+    link_ = std::make_unique<CoordinatorLink>(&clock_, options, &handler_, &outbox_, &board_);
+    runner_ = std::thread([this] { result_ = link_->Run(); });
+  }
+  // Waits for Run to return; its result.
+  int Finish() {
+    EXPECT_TRUE(Eventually([&] { return result_.load() != -1; }));
+    runner_.join();
+    return result_;
+  }
+
+  FakeClock clock_;
+  ScriptedCoordinator coordinator_;
+  RecordingHandler handler_;
+  Outbox outbox_{&clock_, Outbox::Options{}};
+  ProgressBoard board_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CoordinatorLink> link_;
+  std::thread runner_;
+  std::atomic<int> result_{-1};
+};
+
+TEST_F(CoordinatorLinkTest, Heartbeats_OneAtAttachThenOnePerIntervalOfTheClock) {
+  StartLink();
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  clock_.Advance(absl::Seconds(59));
+  Settle();
+  EXPECT_EQ(coordinator_.heartbeats(), 1);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 2; }));
+  clock_.Advance(absl::Seconds(60));
+  EXPECT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 3; }));
+  EXPECT_TRUE(link_->ever_attached());
+}
+
+TEST_F(CoordinatorLinkTest, UnreachableCoordinator_BackoffDoublesOnTheClock) {
+  coordinator_.Script({{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")}});
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  options.max_backoff = absl::Minutes(8);
+  StartLink(options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
+  // The first wait is 30-60 s (jitter), the second 60-120 s.
+  clock_.Advance(absl::Seconds(29));
+  Settle();
+  EXPECT_EQ(coordinator_.attaches(), 1);
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
+  clock_.Advance(absl::Seconds(59));
+  Settle();
+  EXPECT_EQ(coordinator_.attaches(), 2);
+  clock_.Advance(absl::Seconds(61));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 3; }));
+  EXPECT_FALSE(link_->ever_attached());
+  EXPECT_THAT(link_->last_error(), HasSubstr("down"));
+}
+
+TEST_F(CoordinatorLinkTest, StreamLost_ReattachesAfterBackoff_AbortedMeansDropped) {
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  StartLink(options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  // A coordinator that went away: retried, and not a drop.
+  coordinator_.Tell({Command::kClose, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting")});
+  clock_.Advance(absl::Minutes(1));  // the heartbeat the close waits for
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 2; }));
+  Settle();
+  EXPECT_EQ(coordinator_.attaches(), 1);
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
+  EXPECT_TRUE(handler_.dropped().empty());
+  // The coordinator dropping this worker: the handler hears why.
+  coordinator_.Tell({Command::kClose, grpc::Status(grpc::StatusCode::ABORTED, "marked lost")});
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Eventually([&] { return handler_.dropped().size() == 1; }));
+  EXPECT_EQ(handler_.dropped()[0], "marked lost");
+}
+
+TEST_F(CoordinatorLinkTest, SilentCoordinator_RegisterGivenUpAtTheTimeoutOnTheClock) {
+  coordinator_.Script({{Answer::kSilent}, {Answer::kAccept}});
+  CoordinatorLink::Options options;
+  options.register_timeout = absl::Minutes(10);
+  options.min_backoff = absl::Minutes(1);
+  StartLink(options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
+  clock_.Advance(absl::Seconds(599));
+  Settle();
+  EXPECT_EQ(link_->last_error(), "");
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(Eventually([&] { return !link_->last_error().empty(); }));
+  EXPECT_THAT(link_->last_error(), HasSubstr("no answer to register within 10m"));
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
+  EXPECT_TRUE(Eventually([&] { return link_->ever_attached(); }));
+}
+
+TEST_F(CoordinatorLinkTest, RefusalRetryingCantCure_RunReturns2AndSaysWhy) {
+  coordinator_.Script(
+      {{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token")}});
+  StartLink();
+  EXPECT_EQ(Finish(), 2);
+  EXPECT_EQ(coordinator_.attaches(), 1);
+  EXPECT_THAT(link_->last_error(), HasSubstr("UNAUTHENTICATED: bad token"));
+}
+
+TEST_F(CoordinatorLinkTest, StopFromTheCoordinator_RunReturns0AndTheHandlerHearsIt) {
+  StartLink();
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  coordinator_.Tell({Command::kStop, grpc::Status::OK, "the job finished"});
+  EXPECT_EQ(Finish(), 0);
+  EXPECT_THAT(handler_.stops(), ::testing::ElementsAre("the job finished"));
+}
+
+TEST_F(CoordinatorLinkTest, ReportsQueuedWhileAway_SentFirstOnAttach) {
+  coordinator_.Script(
+      {{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")}, {Answer::kAccept}});
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  StartLink(options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
+  v1::WorkerMessage state;
+  state.mutable_state()->set_detail("queued while away");
+  outbox_.Push(state);
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  const std::vector<v1::WorkerMessage> received = coordinator_.received();
+  ASSERT_FALSE(received.empty());
+  EXPECT_EQ(received[0].state().detail(), "queued while away");
+}
+
+}  // namespace
+}  // namespace ddp

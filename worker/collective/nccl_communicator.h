@@ -1,0 +1,61 @@
+// NCCL collectives on CUDA memory: rank 0's ncclUniqueId goes through the
+// coordinator's store, then ncclCommInitRank; ncclCommAbort on Abort.
+//
+// Buffers are device pointers on this rank's GPU. Each collective runs on
+// the communicator's own stream and returns once it completed there; the
+// caller makes sure the data is ready (its compute stream synchronized)
+// before calling.
+#ifndef DDP_WORKER_COLLECTIVE_NCCL_COMMUNICATOR_H_
+#define DDP_WORKER_COLLECTIVE_NCCL_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/store_client.h"
+#include "worker/collective/communicator.h"
+
+namespace ddp {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  struct Options {
+    int rank = 0;
+    int world_size = 1;
+    // CUDA device index this rank owns.
+    int device = 0;
+    absl::Duration timeout = absl::Minutes(5);
+  };
+
+  // FAILED_PRECONDITION when there is no usable CUDA device; UNAVAILABLE
+  // when the rendezvous or ncclCommInitRank fails.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(StoreClient* store,
+                                                                  const Options& options);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  std::string backend() const override { return "nccl"; }
+  absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) override;
+  absl::Status Broadcast(void* data, size_t bytes, int root) override;
+  void Abort() override;
+
+  // NCCL's version as "major.minor.patch".
+  static std::string Version();
+
+ private:
+  struct Handles;
+  NcclCommunicator(std::unique_ptr<Handles> handles, const Options& options);
+  // Waits for the stream, watching for NCCL errors, Abort and the timeout.
+  absl::Status Wait(const char* op);
+
+  std::unique_ptr<Handles> handles_;
+  const Options options_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_COLLECTIVE_NCCL_COMMUNICATOR_H_
