@@ -362,6 +362,58 @@ std::string HttpServer::url() const {
                       listen.substr(0, listen.rfind(':')), ":", port_);
 }
 
+namespace {
+
+// Where the server binds: the address given, not every interface. Adds
+// MHD_USE_IPv6 to `flags` for an IPv6 address.
+absl::Status ToSockaddr(const HttpServer::Options& options, const HostPort& address,
+                        sockaddr_storage* bind_address, unsigned int* flags) {
+  const std::string host = address.host == "localhost" ? "127.0.0.1" : address.host;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(bind_address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(bind_address);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(address.port);
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(address.port);
+    *flags |= MHD_USE_IPv6;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.flag, ": ", options.what, " listens on an IP address (or localhost), not ", host));
+  }
+  return absl::OkStatus();
+}
+
+// The PEM files TLS serves with (all empty without TLS; `ca` empty when
+// clients need no certificate).
+struct TlsFiles {
+  std::string cert, key, ca;
+};
+
+absl::StatusOr<TlsFiles> ReadTlsFiles(const HttpServer::Options& o) {
+  TlsFiles files;
+  if (!o.access.tls()) return files;
+  auto read = [&](const std::string& path, absl::string_view what,
+                  std::string* out) -> absl::Status {
+    auto pem = ReadPem(path, what);
+    if (!pem.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("can't serve ", o.what, " (", o.flag, "): ", pem.status().message()));
+    }
+    *out = std::move(*pem);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read(o.access.tls_cert, "certificate", &files.cert); !s.ok()) return s;
+  if (absl::Status s = read(o.access.tls_key, "private key", &files.key); !s.ok()) return s;
+  if (!o.access.tls_ca.empty()) {
+    if (absl::Status s = read(o.access.tls_ca, "CA certificate", &files.ca); !s.ok()) return s;
+  }
+  return files;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
                                                               HttpHandler handler) {
   if (absl::Status s = CheckHttpListen(options.flag, options.what, options.listen, options.access);
@@ -369,46 +421,16 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
     return s;
   }
   auto address = ParseHostPort(options.listen, /*allow_port_zero=*/true);
-  const std::string host = address->host == "localhost" ? "127.0.0.1" : address->host;
-  // Bound to the address given, not to every interface.
   sockaddr_storage bind_address{};
   unsigned int flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&bind_address);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&bind_address);
-  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(address->port);
-  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(address->port);
-    flags |= MHD_USE_IPv6;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.flag, ": ", options.what, " listens on an IP address (or localhost), not ", host));
-  }
+  if (absl::Status s = ToSockaddr(options, *address, &bind_address, &flags); !s.ok()) return s;
   auto context = std::make_unique<Context>();
   context->options = std::move(options);
   context->handler = std::move(handler);
   const Options& o = context->options;
-  std::string cert, key, ca;
-  if (o.access.tls()) {
-    flags |= MHD_USE_TLS;
-    auto read = [&](const std::string& path, absl::string_view what,
-                    std::string* out) -> absl::Status {
-      auto pem = ReadPem(path, what);
-      if (!pem.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("can't serve ", o.what, " (", o.flag, "): ", pem.status().message()));
-      }
-      *out = std::move(*pem);
-      return absl::OkStatus();
-    };
-    if (absl::Status s = read(o.access.tls_cert, "certificate", &cert); !s.ok()) return s;
-    if (absl::Status s = read(o.access.tls_key, "private key", &key); !s.ok()) return s;
-    if (!o.access.tls_ca.empty()) {
-      if (absl::Status s = read(o.access.tls_ca, "CA certificate", &ca); !s.ok()) return s;
-    }
-  }
+  absl::StatusOr<TlsFiles> tls = ReadTlsFiles(o);
+  if (!tls.ok()) return tls.status();
+  if (o.access.tls()) flags |= MHD_USE_TLS;
   const size_t memory = static_cast<size_t>(o.max_request_bytes) + 8192;  // + the response head
   std::vector<MHD_OptionItem> items = {
       {MHD_OPTION_SOCK_ADDR, 0, &bind_address},
@@ -425,11 +447,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
       {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&LogHttpdMessage), context.get()},
   };
   if (o.access.tls()) {
-    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, cert.data()});
-    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, key.data()});
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, tls->cert.data()});
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, tls->key.data()});
     items.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0,
                      const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")});
-    if (!ca.empty()) items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, ca.data()});
+    if (!tls->ca.empty()) items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, tls->ca.data()});
   }
   items.push_back({MHD_OPTION_END, 0, nullptr});
   MHD_Daemon* daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Handle, context.get(),

@@ -260,23 +260,8 @@ absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
-  if (!ValidName(spec.name())) {
-    return FieldError("name", absl::StrCat(Quote(spec.name()),
-                                           " must be 1-63 characters of a-z, 0-9 and '-', "
-                                           "starting with a letter"));
-  }
-  const auto& model = spec.model();
-  if (!OneOf(model.kind(), {"mlp", "cnn", "resnet18", "torchscript", "program"})) {
-    return FieldError("model.kind",
-                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
-                                   Quoted({"mlp", "cnn", "resnet18", "torchscript", "program"})));
-  }
-  absl::Status parts =
-      IsProgramJob(spec) ? ValidateProgramJob(spec) : ValidateBuiltInTraining(spec);
-  if (!parts.ok()) return parts;
+// Batch sizes, epochs, buckets and accumulation: the shape of a step.
+absl::Status ValidateBatching(const v1::JobSpec& spec) {
   if (spec.batch_size() > 65536) {
     return FieldError("batch_size",
                       absl::StrCat("must be at most 65536 (got ", spec.batch_size(), ")"));
@@ -295,6 +280,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
   if (spec.gradient_accumulation_steps() > 1024) {
     return FieldError("gradient_accumulation_steps", "must be at most 1024");
   }
+  return absl::OkStatus();
+}
+
+// How gradients travel: the backend (and whether this build has it) and
+// their compression.
+absl::Status ValidateCommunication(const v1::JobSpec& spec, const BuildCapabilities& build) {
   if (!OneOf(spec.backend(), {"gloo", "shm", "nccl", "auto"})) {
     return FieldError("backend",
                       absl::StrCat("unknown backend ", Quote(spec.backend()), "; expected one of ",
@@ -330,6 +321,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                       "CUDA-enabled LibTorch; use \"gloo\" or \"auto\", or rebuild where "
                       "CMake finds both");
   }
+  return absl::OkStatus();
+}
+
+// How the job lives through joins and faults: its world size, its
+// timeouts, its lr rule and its fault budget.
+absl::Status ValidateElasticity(const v1::JobSpec& spec) {
   if (spec.min_workers() > 65536) {
     return FieldError("min_workers", "must be at most 65536");
   }
@@ -369,6 +366,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     return FieldError("eval_timeout_seconds", "must be in (0, 86400]");
   }
   if (spec.fault_budget() > 1000000) return FieldError("fault_budget", "must be at most 1000000");
+  return absl::OkStatus();
+}
+
+// Where the job writes: its output and its checkpoints.
+absl::Status ValidateOutputs(const v1::JobSpec& spec) {
   if (absl::Status s = CheckPath("output_path", spec.output_path()); !s.ok()) return s;
   const auto& checkpoint = spec.checkpoint();
   if (absl::Status s = CheckPath("checkpoint.dir", checkpoint.dir()); !s.ok()) return s;
@@ -388,6 +390,29 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
     if (checkpoint.keep() > 1000) return FieldError("checkpoint.keep", "must be at most 1000");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& build) {
+  if (!ValidName(spec.name())) {
+    return FieldError("name", absl::StrCat(Quote(spec.name()),
+                                           " must be 1-63 characters of a-z, 0-9 and '-', "
+                                           "starting with a letter"));
+  }
+  const auto& model = spec.model();
+  if (!OneOf(model.kind(), {"mlp", "cnn", "resnet18", "torchscript", "program"})) {
+    return FieldError("model.kind",
+                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
+                                   Quoted({"mlp", "cnn", "resnet18", "torchscript", "program"})));
+  }
+  absl::Status parts =
+      IsProgramJob(spec) ? ValidateProgramJob(spec) : ValidateBuiltInTraining(spec);
+  if (!parts.ok()) return parts;
+  if (absl::Status s = ValidateBatching(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateCommunication(spec, build); !s.ok()) return s;
+  if (absl::Status s = ValidateElasticity(spec); !s.ok()) return s;
+  return ValidateOutputs(spec);
 }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,

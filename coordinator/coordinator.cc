@@ -1,6 +1,8 @@
-// The Coordinator's worker side: attaching workers and what they say.
-// Generations, faults and recovery are in coordinator_generations.cc; jobs,
-// the store and the status snapshot in coordinator_jobs.cc.
+// The Coordinator's worker side: attaching workers, their streams and the
+// messages they send. What members report as they train is in
+// coordinator_reports.cc; forming generations in coordinator_generations.cc;
+// faults, hangs and adoption in coordinator_faults.cc; jobs, the store and
+// the status snapshot in coordinator_jobs.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
@@ -9,20 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/quote.h"
-#include "coordinator/report_checks.h"
 
 namespace ddp {
-namespace {
-
-// A failure another generation can cure (a peer or the network), as the
-// StateChange's code says; any other (a bad model or data file, diverged
-// replicas) would happen again.
-bool IsRetryable(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-         code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kCancelled;
-}
-
-}  // namespace
 
 Coordinator::Coordinator(const Clock* clock, Options options)
     : clock_(clock),
@@ -35,7 +25,8 @@ Coordinator::Coordinator(const Clock* clock, Options options)
              clock->Now()),
       generations_(clock),
       job_(clock),
-      changes_(clock) {
+      changes_(clock),
+      lifecycle_(clock) {
   if (options_.state_store != nullptr) {
     state_writer_ = std::make_unique<StateWriter>(options_.state_store);
   }
@@ -48,14 +39,14 @@ void Coordinator::Restore(const v1::DurableState& state) {
   generations_.RestoreLatest(state.latest_generation());
   job_.Restore(state);
   changes_.Restore(state.generation_changes());
-  const absl::Time now = clock_->Now();
-  recovering_since_ = now;
+  lifecycle_.BeginRecovery();
   if (state.has_generation()) {
-    last_members_.clear();
-    for (const auto& m : state.generation().members()) last_members_.push_back(m.worker_id());
+    std::vector<std::string> members;
+    for (const auto& m : state.generation().members()) members.push_back(m.worker_id());
+    lifecycle_.RememberMembers(std::move(members));
     if (job_.active()) {
       generations_.RestoreCurrent(state.generation());
-      adoption_ = AdoptionWindow{now + options_.adopt_grace, {}, 0};
+      lifecycle_.BeginAdoption(clock_->Now() + options_.adopt_grace);
       DDP_LOG(Info) << "restored generation " << state.generation().number() << " of job "
                     << job_.id() << "; waiting up to " << options_.adopt_grace
                     << " for its members to come back";
@@ -63,7 +54,7 @@ void Coordinator::Restore(const v1::DurableState& state) {
   } else if (job_.state() == v1::JOB_STATE_RECOVERING && !changes_.is_open()) {
     // It had trained, and no generation was running: the next one recovers.
     if (const v1::GenerationChange* latest = changes_.latest()) {
-      for (const std::string& id : latest->members()) last_members_.push_back(id);
+      lifecycle_.RememberMembers({latest->members().begin(), latest->members().end()});
     }
     changes_.Open(v1::CHANGE_CAUSE_COORDINATOR_RESTART, state.latest_generation(),
                   "the coordinator restarted with no generation running", {});
@@ -125,11 +116,11 @@ void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generat
 void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held) {
   if (held.job_id().empty()) {
     // It holds nothing (any more): a dropped state, a failed preparation.
-    worker->held.reset();
+    registry_.SetHeld(worker, std::nullopt);
     return;
   }
   if (held.job_id() == job_.id() && held.spec_digest() == job_.spec_digest()) {
-    worker->held = held;
+    registry_.SetHeld(worker, held);
     job_.OnHeldState(held);
     // Its generation was numbered by an earlier coordinator (one without a
     // --state-dir, say): ours must come after it to count as newer.
@@ -138,7 +129,7 @@ void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held
       generations_.RestoreLatest(held.generation());
     }
   } else {
-    worker->held.reset();  // another job's, or another spec's: of no use here
+    registry_.SetHeld(worker, std::nullopt);  // another job's, or another spec's: of no use
   }
 }
 
@@ -205,7 +196,7 @@ absl::Status Coordinator::CheckMemberLocked(const WorkerRecord& worker, uint64_t
                                                       " is not a member of generation ", generation,
                                                       "; the message was dropped"));
   }
-  if (adoption_ && !adoption_->returned.count(worker.id)) {
+  if (lifecycle_.AwaitingReturn(worker.id)) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker.id, " has not re-attached to generation ", generation,
                      " after the coordinator restarted; the message was dropped"));
@@ -224,53 +215,18 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
     HeardLocked();
     dirty_ = true;
     switch (message.kind_case()) {
-      case v1::WorkerMessage::kHeartbeat: {
-        int rank;
-        const auto& hb = message.heartbeat();
-        if (hb.generation() != 0 && CheckMemberLocked(*worker, hb.generation(), &rank).ok()) {
-          if (absl::Status s = CheckHeartbeat(hb, generations_.current()->source.step); !s.ok()) {
-            RejectLocked(worker->id, s, &fx);
-            break;
-          }
-          registry_.NoteStep(worker, hb.step());
-          const absl::Duration bound = absl::Seconds(hb.phase_bound_seconds());
-          if (worker->phase_bound > absl::ZeroDuration() && bound == absl::ZeroDuration()) {
-            EndBoundedPhaseLocked(worker);
-          }
-          worker->phase = hb.phase();
-          worker->phase_bound = bound;
-        }
+      case v1::WorkerMessage::kHeartbeat:
+        OnHeartbeatLocked(worker, message.heartbeat(), &fx);
         break;
-      }
       case v1::WorkerMessage::kReports:
         OnReportsLocked(worker, message.reports(), &fx);
         break;
       case v1::WorkerMessage::kState:
         OnStateChangeLocked(worker, message.state(), &fx);
         break;
-      case v1::WorkerMessage::kEpochResult: {
-        int rank;
-        const auto& result = message.epoch_result();
-        if (absl::Status s = CheckMemberLocked(*worker, result.generation(), &rank); !s.ok()) {
-          ++worker->stale_messages;
-          RejectLocked(worker->id, s, &fx);
-          break;
-        }
-        // Each epoch is kept in status once: only the job's own.
-        if (result.epoch() >= job_.spec().epochs()) {
-          RejectLocked(worker->id,
-                       absl::InvalidArgumentError(
-                           absl::StrCat("epoch result of epoch ", result.epoch(), ": the job has ",
-                                        job_.spec().epochs(), " epochs; the message was dropped")),
-                       &fx);
-          break;
-        }
-        job_.OnEpochResult(result);
-        PersistLocked(&fx);
-        DDP_LOG(Info) << "epoch " << result.epoch() << " done: test accuracy "
-                      << result.test_accuracy() << ", train loss " << result.train_loss();
+      case v1::WorkerMessage::kEpochResult:
+        OnEpochResultLocked(worker, message.epoch_result(), &fx);
         break;
-      }
       case v1::WorkerMessage::kCheckpoint:
         OnCheckpointLocked(worker, message.checkpoint(), &fx);
         break;
@@ -288,217 +244,6 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
   Apply(fx);
 }
 
-void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch,
-                                  Effects* fx) {
-  const Generation* current = generations_.current();
-  if (absl::Status s = CheckReportBatch(batch, current ? current->source.step : 0); !s.ok()) {
-    RejectLocked(worker->id, s, fx);
-    return;
-  }
-  worker->reports_dropped += batch.dropped();
-  double samples = 0, seconds = 0;
-  for (const v1::StepReport& report : batch.reports()) {
-    int rank;
-    if (absl::Status s = CheckMemberLocked(*worker, report.generation(), &rank); !s.ok()) {
-      ++worker->stale_messages;
-      RejectLocked(worker->id, s, fx);
-      return;
-    }
-    job_.OnStepReport(rank, report);
-    // A pause ended: saved, so a restart keeps what it cost.
-    if (changes_.OnStep(report.generation())) PersistLocked(fx);
-    if (worker->state == v1::WORKER_STATE_RENDEZVOUS) {
-      worker->state = v1::WORKER_STATE_TRAINING;  // a step says so, whatever came first
-      worker->detail = "training";
-    }
-    // Reports trail heartbeats: a report of a step the worker's heartbeat
-    // already counted says nothing newer about its phase (it may be
-    // evaluating by now).
-    if (report.step() > worker->step || worker->generation != report.generation()) {
-      worker->phase = report.reduction().phase();
-      worker->phase_bound = absl::ZeroDuration();
-    }
-    worker->generation = report.generation();
-    worker->epoch = report.epoch();
-    registry_.NoteStep(worker, report.step());
-    worker->last_loss = report.loss();
-    worker->reduction = report.reduction();
-    worker->reduction.clear_newly_unused_parameter_names();  // kept once, below
-    worker->timings = report.timings();
-    worker->step_seconds = report.step_seconds();
-    registry_.NoteUnusedParameters(worker, report.reduction().newly_unused_parameter_names());
-    samples += report.samples();
-    seconds += report.step_seconds();
-    if (!report.parameter_digest().empty()) {
-      worker->parameter_digest = report.parameter_digest();
-      worker->digest_step = report.step();
-      absl::Status same = job_.OnParameterDigest(rank, report);
-      if (!same.ok()) {
-        DDP_LOG(Error) << same.message();
-        FailJobLocked(std::string(same.message()), fx);
-        return;
-      }
-    }
-  }
-  if (seconds > 0) worker->samples_per_sec = samples / seconds;
-}
-
-void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result,
-                                     Effects* fx) {
-  // A write that finishes after its generation ended is still a good
-  // checkpoint of the job: only the job matters.
-  if (!job_.active() || result.job_id() != job_.id()) {
-    ++worker->stale_messages;
-    RejectLocked(
-        worker->id,
-        absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint result of job ", Quote(result.job_id()), " dropped: the current job is \"",
-            job_.id(), "\"", job_.active() ? "" : ", which is not running")),
-        fx);
-    return;
-  }
-  v1::CheckpointResult kept = result;
-  kept.set_path(Truncated(result.path(), kMaxReportedTextBytes));
-  kept.set_error(Truncated(result.error(), kMaxReportedTextBytes));
-  job_.OnCheckpoint(kept);
-  if (kept.error().empty()) {
-    DDP_LOG(Info) << "checkpoint of step " << result.step() << " written by " << worker->id << ": "
-                  << kept.path() << " ("
-                  << absl::StrFormat("%.1f MB in %.2fs", result.bytes() / 1e6, result.seconds())
-                  << ")";
-  } else {
-    DDP_LOG(Warning) << "checkpoint of step " << result.step() << " failed on " << worker->id
-                     << ": " << kept.error();
-  }
-  PersistLocked(fx);
-}
-
-void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change,
-                                      Effects* fx) {
-  if (change.has_held()) NoteHeldLocked(worker, change.held());
-  // Shown in status, logs and the job's message: cut to a bounded size.
-  const std::string detail = Truncated(change.detail(), kMaxReportedTextBytes);
-  const Generation* current = generations_.current();
-  const int rank = current ? current->RankOf(worker->id) : -1;
-  const bool in_current = rank >= 0 && change.generation() == current->number;
-  switch (change.state()) {
-    case v1::WORKER_STATE_IDLE:
-      // IDLE names the generation the worker left (0: none). Never stale: it
-      // is a fact about the worker.
-      if (in_current && admitting_) {
-        worker->state = v1::WORKER_STATE_IDLE;
-        worker->detail = detail;
-        OnLeftLocked(worker->id, fx);
-        return;
-      }
-      if (in_current && worker->state != v1::WORKER_STATE_DONE) {
-        // Free before the fault ends the generation: it is not told to
-        // leave what it already left.
-        const std::string reason = absl::StrFormat(
-            "%s left generation %d: %s", DescribeLocked(*worker, rank), current->number, detail);
-        worker->state = v1::WORKER_STATE_IDLE;
-        OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {worker->id}, fx);
-      } else if (rank >= 0) {
-        return;  // about an older generation; it is already assigned to the current one
-      }
-      worker->state = v1::WORKER_STATE_IDLE;
-      worker->detail = detail;
-      OnLeftLocked(worker->id, fx);
-      // Holding nothing now (its state was dropped): it builds it anew.
-      if (!worker->held && !worker->prepare_failed) worker->prepare_asked.clear();
-      MaybePrepareLocked(worker, fx);
-      MaybeFormGenerationLocked(fx);  // it may complete a quorum
-      return;
-    case v1::WORKER_STATE_DONE:
-      // Also a fact about the worker: a DONE that crossed an abort must not
-      // leave it TRAINING forever.
-      worker->state = v1::WORKER_STATE_DONE;
-      worker->detail = detail;
-      if (!in_current) {
-        OnLeftLocked(worker->id, fx);
-        MaybeFormGenerationLocked(fx);
-        return;
-      }
-      if (job_.OnRankDone(rank)) {
-        DDP_LOG(Info) << "job " << job_.id() << " succeeded in generation " << change.generation();
-        EndGenerationLocked("", fx);
-      }
-      return;
-    default:
-      break;
-  }
-  if (!in_current) {
-    if (change.state() == v1::WORKER_STATE_FAILED) {
-      worker->state = v1::WORKER_STATE_FAILED;  // it leaves; its IDLE follows
-      worker->detail = detail;
-      if (change.generation() == 0) OnPrepareFailedLocked(worker, change, detail, fx);
-      return;
-    }
-    ++worker->stale_messages;
-    int unused_rank;  // not a member of the current generation: always an error
-    RejectLocked(worker->id, CheckMemberLocked(*worker, change.generation(), &unused_rank), fx);
-    return;
-  }
-  worker->state = change.state();
-  worker->detail = detail;
-  worker->generation = change.generation();
-  if (change.has_probe()) {
-    worker->probe = change.probe();
-    worker->probe.set_backend(Truncated(change.probe().backend(), kMaxBackendBytes));
-  }
-  // The hang clock starts when training does: rendezvous and taking up the
-  // state are bounded by the collective timeout instead.
-  if (change.state() == v1::WORKER_STATE_TRAINING) registry_.RestartHangClock(worker);
-  if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
-    changes_.OnStarted(change.generation(), change.held().step(),
-                       rank == static_cast<int>(current->source.rank) ? detail : "");
-    PersistLocked(fx);
-  }
-  if (change.state() != v1::WORKER_STATE_FAILED) return;
-  const auto code = static_cast<absl::StatusCode>(change.code());
-  const std::string reason = absl::StrFormat(
-      "%s failed in generation %d: %s", DescribeLocked(*worker, rank), change.generation(), detail);
-  if (IsRetryable(code)) {
-    OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {}, fx);
-    OnLeftLocked(worker->id, fx);
-  } else {
-    // A bad model or data file, diverged replicas: another generation would
-    // fail the same way.
-    DDP_LOG(Warning) << reason;
-    FailJobLocked(reason, fx);
-  }
-}
-
-void Coordinator::OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateChange& change,
-                                        const std::string& detail, Effects* fx) {
-  worker->prepare_failed = true;
-  if (!job_.active()) return;
-  const std::string reason =
-      absl::StrCat("worker ", worker->id, " on ", worker->host, ": ", detail);
-  if (IsRetryable(static_cast<absl::StatusCode>(change.code()))) {
-    // Not asked again until it attaches anew; the job goes on without it.
-    DDP_LOG(Warning) << reason;
-    return;
-  }
-  // A model or data file it can't use: every worker would fail the same way
-  // (as a generation failing on it would).
-  DDP_LOG(Warning) << "job " << job_.id() << " failed: " << reason;
-  FailJobLocked(reason, fx);
-}
-
-void Coordinator::EndBoundedPhaseLocked(WorkerRecord* worker) {
-  // An evaluation that ended is progress: the next step is measured from
-  // now, not from the step before it (the evaluation took its own bound).
-  registry_.RestartHangClock(worker);
-  // Members asked to leave at a step boundary reach one a step after it.
-  if (admitting_) admitting_since_ = std::max(admitting_since_, clock_->Now());
-}
-
-std::string Coordinator::DescribeLocked(const WorkerRecord& worker, int rank) const {
-  return absl::StrFormat("rank %d (worker %s on %s %s)", rank, worker.id, worker.host,
-                         worker.device.ToString());
-}
-
 void Coordinator::OnStreamClosed(const Session& session, const std::string& reason) {
   Effects fx;
   {
@@ -508,15 +253,12 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
     // gone, but DONE in the status, not lost.
     const WorkerRecord* before = registry_.FindAttached(session.worker_id, session.id);
     const bool finished = before != nullptr && before->capabilities.program() &&
-                          before->state == v1::WORKER_STATE_DONE && job_.ended();
+                          before->state() == v1::WORKER_STATE_DONE && job_.ended();
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
     WorkerRecord* worker = registry_.Find(session.worker_id);
     OnWorkerLostLocked(worker, &fx);
-    if (finished) {
-      worker->state = v1::WORKER_STATE_DONE;
-      worker->detail = "done; its program exited after the job ended";
-    }
+    if (finished) registry_.MarkProgramExited(worker);
   }
   Apply(fx);
 }

@@ -5,7 +5,9 @@
 // advanced state any of them holds. One class per concern underneath
 // (WorkerRegistry, GenerationManager, JobProgress, ChangeLog, KvStore), and
 // every decision is a pure function in reform_policy.h; this class gathers
-// their inputs under one lock and carries the answers out. It knows nothing
+// their inputs under one lock and carries the answers out. A worker's state
+// changes only through WorkerRegistry's transitions, and where the job
+// stands between generations lives in GenerationLifecycle. It knows nothing
 // of gRPC: workers are reached through the WorkerChannel interface, and time
 // comes from an injected Clock.
 //
@@ -35,6 +37,7 @@
 #include "common/kv_store.h"
 #include "common/version.h"
 #include "coordinator/change_log.h"
+#include "coordinator/generation_lifecycle.h"
 #include "coordinator/generation_manager.h"
 #include "coordinator/job_progress.h"
 #include "coordinator/reform_policy.h"
@@ -196,11 +199,15 @@ class Coordinator {
     // (sequence, state) to save, when the durable state changed.
     std::optional<std::pair<uint64_t, v1::DurableState>> persist;
   };
-  // A restored generation waiting for its members.
-  struct AdoptionWindow {
-    absl::Time deadline;
-    std::set<std::string> returned;
-    uint32_t returned_idle = 0;
+  // A StateChange as the coordinator reads it.
+  struct ReportedState {
+    const v1::StateChange& change;
+    // Shown in status, logs and the job's message: cut to a bounded size.
+    std::string detail;
+    // The worker's rank in the current generation, or -1.
+    int rank = -1;
+    // It is about the current generation, and the worker is its member.
+    bool in_current = false;
   };
 
   // The answer to a submission that needs no check (the job already held,
@@ -276,7 +283,24 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> StoreNamespace(const std::string& job_id, uint64_t generation,
                                              const std::string& key, absl::string_view store_token);
+  void OnHeartbeatLocked(WorkerRecord* worker, const v1::Heartbeat& heartbeat, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnEpochResultLocked(WorkerRecord* worker, const v1::EpochResult& result, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker left a generation (IDLE names which; 0: none).
+  void OnIdleLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDoneLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Any other state, of a member in the current generation: it trains, or
+  // fails (a fault, or fatal for the job).
+  void OnMemberStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Any other state, not about the current generation: a failure outside it
+  // (preparing the job, leaving), else a stale message.
+  void OnOutsideStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,8 +314,6 @@ class Coordinator {
   // Keeps a worker's held state if it is this job's.
   void NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker left a phase with a bound of its own (an evaluation ended).
-  void EndBoundedPhaseLocked(WorkerRecord* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(const WorkerRecord& worker, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -313,19 +335,9 @@ class Coordinator {
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);
-  // Members told to leave the last generation who have not said they left,
-  // with when they were told.
-  std::map<std::string, absl::Time> leaving_ ABSL_GUARDED_BY(mu_);
-  // The running generation's members were asked to leave at a step boundary.
-  bool admitting_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time admitting_since_ ABSL_GUARDED_BY(mu_);
-  std::optional<AdoptionWindow> adoption_ ABSL_GUARDED_BY(mu_);
-  // Since when min_workers have been free (first generation's settle window).
-  std::optional<absl::Time> quorum_since_ ABSL_GUARDED_BY(mu_);
-  absl::Time recovering_since_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_formed_at_ ABSL_GUARDED_BY(mu_);
-  // Members of the last generation that ended, for the change log.
-  std::vector<std::string> last_members_ ABSL_GUARDED_BY(mu_);
+  // Leaving members, admitting joiners, adopting after a restart, the
+  // quorum and recovery clocks, the last generation's members.
+  GenerationLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   // The latest save, and the step it held: progress is saved every few

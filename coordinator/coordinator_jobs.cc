@@ -78,19 +78,10 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
                   << spec.dataset().kind() << ", " << spec.min_workers() << "-"
                   << spec.max_workers() << " workers";
     changes_ = ChangeLog(clock_);
-    last_members_.clear();
-    leaving_.clear();
-    adoption_.reset();
-    admitting_ = false;
-    quorum_since_.reset();
+    lifecycle_.StartJob();
     // Held states belong to the previous job.
-    for (const WorkerRecord* w : registry_.All()) {
-      WorkerRecord* record = registry_.Find(w->id);
-      record->held.reset();
-      record->prepare_asked.clear();
-      record->prepare_failed = false;
-      MaybePrepareLocked(record, &fx);
-    }
+    registry_.ForgetJobStates();
+    for (const WorkerRecord* w : registry_.All()) MaybePrepareLocked(registry_.Find(w->id), &fx);
     dirty_ = true;
     PersistLocked(&fx);
     MaybeFormGenerationLocked(&fx);
@@ -107,7 +98,7 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
     absl::MutexLock lock(&mu_);
     if (absl::Status s = job_.Cancel(job_id, reason); !s.ok()) return s;
     DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
-    adoption_.reset();
+    lifecycle_.EndAdoption();
     EndGenerationLocked(reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason),
                         &fx);
     dirty_ = true;
@@ -215,7 +206,7 @@ void Coordinator::PublishLocked() {
   const absl::Time now = clock_->Now();
   uint32_t attached = 0;
   for (const WorkerRecord* w : registry_.All()) {
-    attached += w->lost ? 0 : 1;
+    attached += w->lost() ? 0 : 1;
     v1::WorkerStatus* ws = status->add_workers();
     ws->set_worker_id(w->id);
     ws->set_host(w->host);
@@ -223,8 +214,8 @@ void Coordinator::PublishLocked() {
     ws->set_pid(w->pid);
     ws->set_version(w->version);
     ws->set_rank(g ? g->RankOf(w->id) : -1);
-    ws->set_state(w->state);
-    ws->set_detail(w->detail);
+    ws->set_state(w->state());
+    ws->set_detail(w->detail());
     ws->set_generation(w->generation);
     ws->set_epoch(w->epoch);
     ws->set_step(w->step);

@@ -234,8 +234,6 @@ void JobProgress::Fail(const std::string& reason) {
   message_ = reason;
 }
 
-bool JobProgress::CountFault() { return ++faults_ <= spec_.fault_budget(); }
-
 void JobProgress::Restore(const v1::DurableState& state) {
   if (!state.has_job()) return;
   // A state saved by an older build lacks the defaults of newer fields (a

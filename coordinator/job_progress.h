@@ -83,8 +83,9 @@ class JobProgress {
   // the job succeeded.
   bool OnRankDone(uint32_t rank);
   void Fail(const std::string& reason);
-  // Counts a generation lost to a fault; false once the fault budget is spent.
-  bool CountFault();
+  // Counts a generation lost to a fault; returns the faults so far, this
+  // one included (DecideFault weighs them against the budget).
+  uint32_t CountFault() { return ++faults_; }
 
   // The most advanced step any rank committed.
   uint64_t committed_step() const { return committed_step_; }

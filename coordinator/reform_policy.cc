@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/generation_manager.h"
 
 namespace ddp {
 namespace {
@@ -228,6 +229,57 @@ Adoption DecideAdoption(const AdoptionInput& in) {
   if (in.returned >= in.members) return Adoption::kAdopt;
   if (in.now >= in.deadline) return Adoption::kGiveUp;
   return Adoption::kWait;
+}
+
+double ScaledLr(double base_lr, absl::string_view lr_scaling, uint32_t world_size,
+                uint32_t max_workers) {
+  if (lr_scaling != "linear") return base_lr;
+  return base_lr * world_size / std::max(1u, max_workers);
+}
+
+v1::Assignment BuildAssignment(const Generation& g, uint32_t rank, const AssignmentJob& job) {
+  v1::Assignment a;
+  a.set_job_id(job.job_id);
+  a.set_generation(g.number);
+  a.set_rank(rank);
+  a.set_world_size(static_cast<uint32_t>(g.members.size()));
+  a.set_start_epoch(g.source.epoch);
+  a.set_start_step(g.source.step);
+  a.set_start_cursor(g.source.cursor);
+  a.set_sampler_seed(job.spec->seed());
+  a.set_source_rank(g.source.rank);
+  a.set_state_source(g.source.source);
+  a.set_lr(g.lr);
+  *a.mutable_spec() = *job.spec;
+  a.set_worker_id(g.members[rank].worker_id);
+  a.set_single_machine(g.single_machine);
+  const int machine = g.MachineOf(static_cast<int>(rank));
+  a.set_machine(static_cast<uint32_t>(machine));
+  a.set_local_rank(rank - g.machine_starts[machine]);
+  a.set_local_size(g.MachineSize(machine));
+  a.set_machines(static_cast<uint32_t>(g.machine_starts.size() - 1));
+  a.set_max_local_size(g.LargestMachine());
+  a.set_evaluated_epochs(job.evaluated_epochs);
+  a.set_store_token(g.store_tokens[rank]);
+  return a;
+}
+
+FailureKind ClassifyFailure(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+      return FailureKind::kFault;
+    default:
+      return FailureKind::kFatal;
+  }
+}
+
+FaultOutcome DecideFault(uint32_t faults, uint32_t budget, const std::string& reason) {
+  if (faults <= budget) return FaultOutcome{false, reason};
+  return FaultOutcome{true,
+                      absl::StrFormat("%s; the job's fault budget (%d) is spent", reason, budget)};
 }
 
 }  // namespace ddp

@@ -1,8 +1,11 @@
 // The coordinator's decisions about generations, as pure functions of its
 // state and the time: when to form one (or wait, or fail the job, or pause
 // the running one to admit joiners), who its members are, whose state it
-// starts from, which members are hung, and whether a restarted coordinator
-// can adopt the generation that kept training without it. The Coordinator
+// starts from, the learning rate it trains with and what each member is
+// told, which members are hung, whether a failure is a fault another
+// generation can cure, whether the fault budget is spent, and whether a
+// restarted coordinator can adopt the generation that kept training
+// without it. The Coordinator
 // gathers the inputs under its lock and carries out the answer; these
 // functions only decide, so each is tested as a table.
 #ifndef DDP_COORDINATOR_REFORM_POLICY_H_
@@ -13,12 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/rank_assignment.h"
+#include "ddp/v1/job.pb.h"
 #include "ddp/v1/status.pb.h"
 #include "ddp/v1/worker.pb.h"
 
 namespace ddp {
+
+struct Generation;  // generation_manager.h
 
 // ---- When to form a generation -------------------------------------------
 
@@ -118,6 +126,52 @@ struct SourceChoice {
 // the lowest rank), unless the newest checkpoint is newer, in which case
 // rank 0 loads it; with neither, fresh weights at step 0.
 SourceChoice ChooseSource(const SourceInput& in);
+
+// ---- What the members are told --------------------------------------------
+
+// The learning rate a generation of `world_size` members trains with: the
+// spec's `base_lr` with lr_scaling "keep"; with "linear", scaled by
+// world_size / max_workers (the lr follows the global batch, which is
+// max_workers' at the spec's lr).
+double ScaledLr(double base_lr, absl::string_view lr_scaling, uint32_t world_size,
+                uint32_t max_workers);
+
+// What the job tells every member of a generation.
+struct AssignmentJob {
+  std::string job_id;
+  const v1::JobSpec* spec = nullptr;
+  // Epochs already evaluated (a re-formed generation does not repeat them).
+  uint64_t evaluated_epochs = 0;
+};
+
+// Rank `rank`'s Assignment in `g`: its place in the world and on its
+// machine, where the state starts, the lr, and its own store token.
+v1::Assignment BuildAssignment(const Generation& g, uint32_t rank, const AssignmentJob& job);
+
+// ---- Faults ---------------------------------------------------------------
+
+enum class FailureKind {
+  // A peer or the network failed (UNAVAILABLE, ABORTED, DEADLINE_EXCEEDED,
+  // CANCELLED): another generation can cure it.
+  kFault,
+  // Anything else (a bad model or data file, diverged replicas): another
+  // generation would fail the same way, so the job fails.
+  kFatal,
+};
+
+// What a worker's failure, as the code of its StateChange says, is.
+FailureKind ClassifyFailure(absl::StatusCode code);
+
+struct FaultOutcome {
+  // The fault budget is spent: the job fails instead of re-forming.
+  bool fail_job = false;
+  // For operators: the fault's reason, and why the job fails if it does.
+  std::string reason;
+};
+
+// A generation lost to the job's `faults`-th fault (this one counted): it
+// re-forms while faults <= budget, else the job fails.
+FaultOutcome DecideFault(uint32_t faults, uint32_t budget, const std::string& reason);
 
 // ---- Hung members ---------------------------------------------------------
 

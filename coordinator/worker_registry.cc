@@ -37,6 +37,11 @@ absl::Status CheckText(absl::string_view field, absl::string_view value, size_t 
 
 }  // namespace
 
+bool IsFree(const WorkerRecord& w) {
+  return !w.lost() && (w.state() == v1::WORKER_STATE_IDLE || w.state() == v1::WORKER_STATE_DONE ||
+                       w.state() == v1::WORKER_STATE_FAILED);
+}
+
 absl::Status CheckRegisterFields(const v1::RegisterRequest& request) {
   if (request.host().empty()) {
     return absl::InvalidArgumentError(
@@ -97,14 +102,14 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
     const bool same_slot = other.host == request.host() && other.device == *device;
     const bool same_process = other.id == id && same_slot && other.pid == request.pid() &&
                               request.pid() != 0 && other.machine_id == request.machine_id();
-    if (!other.lost && same_process) {
+    if (!other.lost_ && same_process) {
       // Its old stream died without us noticing yet: the new one takes over.
       other.session = session;
       other.last_seen = now;
       *took_over = true;
       return &other;
     }
-    if (!other.lost) {
+    if (!other.lost_) {
       return absl::AlreadyExistsError(absl::StrFormat(
           "%s %s on host %s is already attached as worker \"%s\" (pid %d, last heard "
           "%.1fs ago); stop that worker, give this one another --device or --name, or "
@@ -136,7 +141,7 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
 
 WorkerRecord* WorkerRegistry::FindAttached(const std::string& id, uint64_t session) {
   WorkerRecord* w = Find(id);
-  return (w != nullptr && !w->lost && w->session == session) ? w : nullptr;
+  return (w != nullptr && !w->lost_ && w->session == session) ? w : nullptr;
 }
 
 WorkerRecord* WorkerRegistry::Find(const std::string& id) {
@@ -153,17 +158,21 @@ void WorkerRegistry::Erase(const std::string& id) {
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return;
   const WorkerRecord& w = *it->second;
-  if (!w.lost) --num_attached_;
+  if (!w.lost_) --num_attached_;
   auto slot = by_slot_.find(absl::StrCat(w.host, "/", w.device.ToString()));
   if (slot != by_slot_.end() && slot->second == id) by_slot_.erase(slot);
   by_id_.erase(it);
 }
 
+void WorkerRegistry::SetState(WorkerRecord* w, v1::WorkerState state, std::string detail) {
+  w->state_ = state;
+  w->detail_ = std::move(detail);
+}
+
 void WorkerRegistry::MarkLostRecord(WorkerRecord* w, const std::string& reason) {
-  w->lost = true;
-  w->lost_at = clock_->Now();
-  w->state = v1::WORKER_STATE_LOST;
-  w->detail = reason;
+  w->lost_ = true;
+  w->lost_at_ = clock_->Now();
+  SetState(w, v1::WORKER_STATE_LOST, reason);
   --num_attached_;
 }
 
@@ -172,6 +181,112 @@ bool WorkerRegistry::MarkLost(const std::string& id, uint64_t session, const std
   if (w == nullptr) return false;
   MarkLostRecord(w, reason);
   return true;
+}
+
+void WorkerRegistry::MarkAssigned(WorkerRecord* worker, uint64_t generation, uint32_t rank,
+                                  uint64_t start_step) {
+  SetState(worker, v1::WORKER_STATE_RENDEZVOUS,
+           absl::StrCat("assigned rank ", rank, " of generation ", generation));
+  worker->generation = generation;
+  worker->step = start_step;
+  RestartHangClock(worker);
+  worker->unused_parameters.clear();
+  worker->unused_names_dropped = 0;
+  worker->reduction.Clear();
+  worker->timings.Clear();
+  worker->step_seconds = 0;
+  worker->probe.Clear();
+  worker->parameter_digest.clear();
+  worker->digest_step = 0;
+}
+
+void WorkerRegistry::MarkRejoined(WorkerRecord* worker, uint64_t generation) {
+  SetState(worker, v1::WORKER_STATE_TRAINING, "training (re-attached after a coordinator restart)");
+  worker->generation = generation;
+  if (worker->held) worker->step = worker->held->step();
+  RestartHangClock(worker);
+}
+
+void WorkerRegistry::RecordReportedState(WorkerRecord* worker, const v1::StateChange& change,
+                                         const std::string& detail) {
+  SetState(worker, change.state(), detail);
+  worker->generation = change.generation();
+  if (change.has_probe()) {
+    worker->probe = change.probe();
+    worker->probe.set_backend(Truncated(change.probe().backend(), kMaxBackendBytes));
+  }
+  if (change.state() == v1::WORKER_STATE_TRAINING) RestartHangClock(worker);
+}
+
+void WorkerRegistry::MarkIdle(WorkerRecord* worker, const std::string& detail) {
+  SetState(worker, v1::WORKER_STATE_IDLE, detail);
+}
+
+void WorkerRegistry::MarkDone(WorkerRecord* worker, const std::string& detail) {
+  SetState(worker, v1::WORKER_STATE_DONE, detail);
+}
+
+void WorkerRegistry::MarkFailed(WorkerRecord* worker, const std::string& detail) {
+  SetState(worker, v1::WORKER_STATE_FAILED, detail);
+}
+
+void WorkerRegistry::MarkProgramExited(WorkerRecord* worker) {
+  SetState(worker, v1::WORKER_STATE_DONE, "done; its program exited after the job ended");
+}
+
+bool WorkerRegistry::RecordHeartbeat(WorkerRecord* worker, const v1::Heartbeat& heartbeat) {
+  NoteStep(worker, heartbeat.step());
+  const absl::Duration bound = absl::Seconds(heartbeat.phase_bound_seconds());
+  const bool bounded_phase_ended =
+      worker->phase_bound > absl::ZeroDuration() && bound == absl::ZeroDuration();
+  // An evaluation that ended is progress: the next step is measured from
+  // now, not from the step before it (the evaluation took its own bound).
+  if (bounded_phase_ended) RestartHangClock(worker);
+  worker->phase = heartbeat.phase();
+  worker->phase_bound = bound;
+  return bounded_phase_ended;
+}
+
+void WorkerRegistry::RecordStepReport(WorkerRecord* worker, const v1::StepReport& report) {
+  if (worker->state_ == v1::WORKER_STATE_RENDEZVOUS) {
+    SetState(worker, v1::WORKER_STATE_TRAINING, "training");  // a step says so
+  }
+  // Reports trail heartbeats: a report of a step the worker's heartbeat
+  // already counted says nothing newer about its phase (it may be
+  // evaluating by now).
+  if (report.step() > worker->step || worker->generation != report.generation()) {
+    worker->phase = report.reduction().phase();
+    worker->phase_bound = absl::ZeroDuration();
+  }
+  worker->generation = report.generation();
+  worker->epoch = report.epoch();
+  NoteStep(worker, report.step());
+  worker->last_loss = report.loss();
+  worker->reduction = report.reduction();
+  worker->reduction.clear_newly_unused_parameter_names();  // kept once, below
+  worker->timings = report.timings();
+  worker->step_seconds = report.step_seconds();
+  NoteUnusedParameters(worker, report.reduction().newly_unused_parameter_names());
+  if (!report.parameter_digest().empty()) {
+    worker->parameter_digest = report.parameter_digest();
+    worker->digest_step = report.step();
+  }
+}
+
+void WorkerRegistry::RecordThroughput(WorkerRecord* worker, double samples, double seconds) {
+  if (seconds > 0) worker->samples_per_sec = samples / seconds;
+}
+
+void WorkerRegistry::AllowPrepareAgain(WorkerRecord* worker) {
+  if (!worker->held && !worker->prepare_failed) worker->prepare_asked.clear();
+}
+
+void WorkerRegistry::ForgetJobStates() {
+  for (auto& [id, record] : by_id_) {
+    record->held.reset();
+    record->prepare_asked.clear();
+    record->prepare_failed = false;
+  }
 }
 
 void WorkerRegistry::NoteUnusedParameters(
@@ -201,9 +316,9 @@ std::vector<std::string> WorkerRegistry::ExpireSilent() {
   std::vector<std::string> expired, forget;
   for (auto& [id, record] : by_id_) {
     WorkerRecord& w = *record;
-    if (w.lost && now - w.lost_at > options_.lost_retention) {
+    if (w.lost_ && now - w.lost_at_ > options_.lost_retention) {
       forget.push_back(id);
-    } else if (!w.lost && now - w.last_seen > options_.heartbeat_timeout) {
+    } else if (!w.lost_ && now - w.last_seen > options_.heartbeat_timeout) {
       expired.push_back(w.id);
       MarkLostRecord(
           &w, absl::StrFormat("no heartbeat for %.1fs", absl::ToDoubleSeconds(now - w.last_seen)));
@@ -216,7 +331,7 @@ std::vector<std::string> WorkerRegistry::ExpireSilent() {
 void WorkerRegistry::Grace(absl::Duration paused) {
   const absl::Time now = clock_->Now();
   for (auto& [id, record] : by_id_) {
-    if (record->lost) continue;
+    if (record->lost_) continue;
     record->last_seen = now;
     record->step_advanced_at = std::min(now, record->step_advanced_at + paused);
   }

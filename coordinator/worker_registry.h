@@ -2,6 +2,8 @@
 // Bounds what one worker can make the coordinator hold: register fields are
 // checked (INVALID_ARGUMENT naming the field and its limit), reported text
 // is cut, unused-parameter names beyond their limits are only counted.
+// It owns each worker's lifecycle: a WorkerRecord's state changes only
+// through the transitions below, each named for what happened.
 //
 // Not thread-safe: the Coordinator calls it under its own lock.
 #ifndef DDP_COORDINATOR_WORKER_REGISTRY_H_
@@ -14,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,7 +51,18 @@ inline constexpr size_t kMaxUnusedNamesPerWorker = 10000;
 // OK when every field of `request` is within its limits.
 absl::Status CheckRegisterFields(const v1::RegisterRequest& request);
 
-struct WorkerRecord {
+// One worker, as the coordinator knows it. Its lifecycle (state, detail,
+// lost) changes only through WorkerRegistry's transitions, so every change
+// of what operators see has one named place; the rest is what the worker
+// last reported, written by the registry's Record... methods too.
+class WorkerRecord {
+ public:
+  v1::WorkerState state() const { return state_; }
+  // Why it is in its state, for operators: what it said, or why it was lost.
+  const std::string& detail() const { return detail_; }
+  bool lost() const { return lost_; }
+  absl::Time lost_at() const { return lost_at_; }
+
   std::string id;
   std::string host;
   Device device;
@@ -61,11 +75,7 @@ struct WorkerRecord {
   uint64_t session = 0;
   absl::Time registered_at;
   absl::Time last_seen;
-  bool lost = false;
-  absl::Time lost_at;
 
-  v1::WorkerState state = v1::WORKER_STATE_IDLE;
-  std::string detail;
   uint64_t generation = 0;
   uint64_t epoch = 0;
   uint64_t step = 0;
@@ -95,7 +105,19 @@ struct WorkerRecord {
   bool prepare_failed = false;
   // When `step` last grew (or its generation started): hang detection.
   absl::Time step_advanced_at;
+
+ private:
+  friend class WorkerRegistry;
+
+  v1::WorkerState state_ = v1::WORKER_STATE_IDLE;
+  std::string detail_;
+  bool lost_ = false;
+  absl::Time lost_at_;
 };
+
+// Whether the worker is attached and in no generation's work (idle, or
+// done with or failed out of its last one): free to be assigned.
+bool IsFree(const WorkerRecord& w);
 
 class WorkerRegistry {
  public:
@@ -128,23 +150,86 @@ class WorkerRegistry {
   WorkerRecord* Find(const std::string& id);
   const WorkerRecord* Find(const std::string& id) const;
 
-  // Records that the worker spoke now.
-  void Touch(WorkerRecord* worker) { worker->last_seen = clock_->Now(); }
+  // ---- Transitions (each names what happened; see the table in
+  // worker_registry_test.cc). `worker` is one of this registry's records.
 
+  // Assigned rank `rank` of `generation`, starting from `start_step`:
+  // RENDEZVOUS until it trains. What it reported of an earlier generation
+  // (reduction, timings, unused names, probe, digest) is forgotten, and its
+  // hang clock restarts.
+  void MarkAssigned(WorkerRecord* worker, uint64_t generation, uint32_t rank, uint64_t start_step);
+  // Came back after a coordinator restart claiming its rank of `generation`,
+  // which is being adopted: TRAINING again from the step it holds.
+  void MarkRejoined(WorkerRecord* worker, uint64_t generation);
+  // Said it is in `state` (RENDEZVOUS, TRAINING, FAILED...) in its current
+  // generation `generation`, with `detail` (already cut to size) and maybe
+  // a probe. Training starts its hang clock: rendezvous and taking up the
+  // state are bounded by the collective timeout instead.
+  void RecordReportedState(WorkerRecord* worker, const v1::StateChange& change,
+                           const std::string& detail);
+  // Said it left its generation (or holds none): IDLE.
+  void MarkIdle(WorkerRecord* worker, const std::string& detail);
+  // Said it finished the job: DONE.
+  void MarkDone(WorkerRecord* worker, const std::string& detail);
+  // Said it failed outside the current generation (it leaves; its IDLE
+  // follows): FAILED.
+  void MarkFailed(WorkerRecord* worker, const std::string& detail);
   // Marks the worker lost. False if it is not attached on `session`.
   bool MarkLost(const std::string& id, uint64_t session, const std::string& reason);
   // Marks an attached worker lost whatever its stream (evicted as hung).
   void Evict(WorkerRecord* worker, const std::string& reason) { MarkLostRecord(worker, reason); }
+  // A lost program on the library that had said DONE exited after its job
+  // ended, as told: gone, but DONE in the status, not LOST.
+  void MarkProgramExited(WorkerRecord* worker);
 
+  // ---- What the worker reports (its state does not change, except that a
+  // step report says a worker at the rendezvous trains).
+
+  // Records that the worker spoke now.
+  void Touch(WorkerRecord* worker) { worker->last_seen = clock_->Now(); }
+  // A heartbeat of a member of the current generation: its step and phase.
+  // Returns whether a phase with a bound of its own (an evaluation) ended;
+  // that is progress, so its hang clock restarts.
+  bool RecordHeartbeat(WorkerRecord* worker, const v1::Heartbeat& heartbeat);
+  // One step report of a member: its step, loss, reduction, timings, unused
+  // parameters (within the limits above) and parameter digest. A worker at
+  // the rendezvous that reports a step is TRAINING, whatever came first.
+  void RecordStepReport(WorkerRecord* worker, const v1::StepReport& report);
+  // A batch of reports: `dropped` the worker's queue dropped, and its
+  // throughput over the reports taken (none when `seconds` is 0).
+  void CountDroppedReports(WorkerRecord* worker, uint64_t dropped) {
+    worker->reports_dropped += dropped;
+  }
+  void RecordThroughput(WorkerRecord* worker, double samples, double seconds);
+  // A message refused as stale (of another generation or job).
+  void CountStale(WorkerRecord* worker) { ++worker->stale_messages; }
   // Records names of parameters the worker saw unused, within the limits
   // above.
   void NoteUnusedParameters(WorkerRecord* worker,
                             const google::protobuf::RepeatedPtrField<std::string>& names);
-
   // Records a step the worker reported; a larger one restarts its hang clock.
   void NoteStep(WorkerRecord* worker, uint64_t step);
   // Its generation (re)started: the hang clock restarts from now.
   void RestartHangClock(WorkerRecord* worker) { worker->step_advanced_at = clock_->Now(); }
+
+  // ---- The job's state it holds, and its preparation.
+
+  // Holds `held` of the current job, or (nullopt) nothing of use.
+  void SetHeld(WorkerRecord* worker, std::optional<v1::HeldState> held) {
+    worker->held = std::move(held);
+  }
+  // Asked to prepare `job` ("id/spec digest").
+  void MarkPrepareAsked(WorkerRecord* worker, const std::string& job) {
+    worker->prepare_asked = job;
+  }
+  // Could not prepare: not asked again until it attaches anew.
+  void MarkPrepareFailed(WorkerRecord* worker) { worker->prepare_failed = true; }
+  // Left a generation holding nothing (its state was dropped): unless its
+  // preparation failed, it may be asked to build the state anew.
+  void AllowPrepareAgain(WorkerRecord* worker);
+  // A new job: what any worker held or was asked to prepare was the last
+  // job's.
+  void ForgetJobStates();
 
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.
@@ -164,6 +249,7 @@ class WorkerRegistry {
   // Forgets a worker.
   void Erase(const std::string& id);
   void MarkLostRecord(WorkerRecord* w, const std::string& reason);
+  void SetState(WorkerRecord* w, v1::WorkerState state, std::string detail);
 
   const Clock* clock_;
   Options options_;

@@ -1,12 +1,16 @@
 // The coordinator's decisions as tables: when to form, wait, fail or admit
-// joiners; who the members are; whose state a generation starts from; who is
-// hung; whether a restarted coordinator adopts its generation.
+// joiners; who the members are; whose state a generation starts from; the lr
+// and the assignment each member gets; who is hung; whether a failure is a
+// fault and whether the fault budget is spent; whether a restarted
+// coordinator adopts its generation.
 #include "coordinator/reform_policy.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "coordinator/generation_manager.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -551,6 +555,136 @@ TEST(ReformPolicy, DecideAdoption_Table_AdoptWhenAllBackGiveUpPastGraceOrOnALeav
     EXPECT_EQ(static_cast<int>(DecideAdoption(in)), static_cast<int>(row.want))
         << row.returned << " back, " << row.returned_idle << " idle, " << row.before_deadline_s
         << "s before the deadline";
+  }
+}
+
+// ---- ScaledLr ---------------------------------------------------------------
+
+TEST(ReformPolicy, ScaledLr_Table_KeepIsTheSpecsLinearFollowsTheWorld) {
+  struct Row {
+    const char* scaling;
+    uint32_t world, max_workers;
+    double lr;
+  };
+  const Row rows[] = {
+      {"keep", 2, 8, 0.1},    // keep: whatever the world
+      {"keep", 8, 8, 0.1},    //
+      {"linear", 8, 8, 0.1},  // linear at max_workers: the spec's lr
+      {"linear", 2, 8, 0.025}, {"linear", 1, 4, 0.025},
+      {"linear", 3, 0, 0.3},  // max_workers 0 (unset) counts as 1
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StrCat(row.scaling, " ", row.world, "/", row.max_workers));
+    EXPECT_DOUBLE_EQ(ScaledLr(0.1, row.scaling, row.world, row.max_workers), row.lr);
+  }
+}
+
+// ---- BuildAssignment --------------------------------------------------------
+
+TEST(ReformPolicy, BuildAssignment_Table_EachRankGetsItsPlaceStateAndToken) {
+  FakeClock clock;
+  GenerationManager generations(&clock);
+  generations.RestoreLatest(6);
+  SourceChoice source;
+  source.rank = 2;
+  source.source = v1::STATE_SOURCE_MEMORY;
+  source.step = 120;
+  source.epoch = 3;
+  source.cursor = 64;
+  // Machine m1 holds ranks 0-1, m2 ranks 2-4.
+  const Generation& g =
+      generations.Form({RankCandidate{"a", "h1", Device{Device::Kind::kCpu, 0}, "m1"},
+                        RankCandidate{"b", "h1", Device{Device::Kind::kCpu, 1}, "m1"},
+                        RankCandidate{"c", "h2", Device{Device::Kind::kCpu, 0}, "m2"},
+                        RankCandidate{"d", "h2", Device{Device::Kind::kCpu, 1}, "m2"},
+                        RankCandidate{"e", "h2", Device{Device::Kind::kCpu, 2}, "m2"}},
+                       source, 0.05);
+  v1::JobSpec spec;
+  spec.set_name("job");
+  spec.set_seed(42);
+  const AssignmentJob job{"job", &spec, 2};
+  struct Row {
+    uint32_t rank;
+    const char* worker_id;
+    uint32_t machine, local_rank, local_size;
+  };
+  const Row rows[] = {
+      {0, "a", 0, 0, 2}, {1, "b", 0, 1, 2}, {2, "c", 1, 0, 3}, {3, "d", 1, 1, 3}, {4, "e", 1, 2, 3},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.worker_id);
+    const v1::Assignment a = BuildAssignment(g, row.rank, job);
+    EXPECT_EQ(a.worker_id(), row.worker_id);
+    EXPECT_EQ(a.rank(), row.rank);
+    EXPECT_EQ(a.machine(), row.machine);
+    EXPECT_EQ(a.local_rank(), row.local_rank);
+    EXPECT_EQ(a.local_size(), row.local_size);
+    EXPECT_EQ(a.store_token(), g.store_tokens[row.rank]);  // its own, no other's
+    // The same for every rank:
+    EXPECT_EQ(a.job_id(), "job");
+    EXPECT_EQ(a.generation(), 7u);
+    EXPECT_EQ(a.world_size(), 5u);
+    EXPECT_EQ(a.machines(), 2u);
+    EXPECT_EQ(a.max_local_size(), 3u);
+    EXPECT_FALSE(a.single_machine());
+    EXPECT_EQ(a.start_epoch(), 3u);
+    EXPECT_EQ(a.start_step(), 120u);
+    EXPECT_EQ(a.start_cursor(), 64u);
+    EXPECT_EQ(a.source_rank(), 2u);
+    EXPECT_EQ(a.state_source(), v1::STATE_SOURCE_MEMORY);
+    EXPECT_EQ(a.sampler_seed(), 42u);
+    EXPECT_DOUBLE_EQ(a.lr(), 0.05);
+    EXPECT_EQ(a.evaluated_epochs(), 2u);
+    EXPECT_EQ(a.spec().name(), "job");
+  }
+}
+
+// ---- ClassifyFailure and DecideFault ---------------------------------------
+
+TEST(ReformPolicy, ClassifyFailure_Table_PeerAndNetworkFailuresAreFaultsTheRestFatal) {
+  struct Row {
+    absl::StatusCode code;
+    FailureKind kind;
+  };
+  const Row rows[] = {
+      // A peer or the network: the next generation can do without it.
+      {absl::StatusCode::kUnavailable, FailureKind::kFault},
+      {absl::StatusCode::kAborted, FailureKind::kFault},
+      {absl::StatusCode::kDeadlineExceeded, FailureKind::kFault},
+      {absl::StatusCode::kCancelled, FailureKind::kFault},
+      // The job itself (its model, data or replicas): it would fail again.
+      {absl::StatusCode::kInvalidArgument, FailureKind::kFatal},
+      {absl::StatusCode::kFailedPrecondition, FailureKind::kFatal},
+      {absl::StatusCode::kDataLoss, FailureKind::kFatal},
+      {absl::StatusCode::kInternal, FailureKind::kFatal},
+      {absl::StatusCode::kResourceExhausted, FailureKind::kFatal},
+      {absl::StatusCode::kUnknown, FailureKind::kFatal},
+      {absl::StatusCode::kOk, FailureKind::kFatal},  // a FAILED without a code
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StatusCodeToString(row.code));
+    EXPECT_EQ(ClassifyFailure(row.code), row.kind);
+  }
+}
+
+TEST(ReformPolicy, DecideFault_Table_ReformsWithinBudgetFailsPastIt) {
+  struct Row {
+    uint32_t faults, budget;
+    bool fail_job;
+  };
+  const Row rows[] = {
+      {1, 3, false},
+      {3, 3, false},  // the budget's last fault still re-forms
+      {4, 3, true},
+      {1, 0, true},  // a budget of 0: the first fault fails the job
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StrCat(row.faults, " of ", row.budget));
+    const FaultOutcome outcome = DecideFault(row.faults, row.budget, "rank 1 lost");
+    EXPECT_EQ(outcome.fail_job, row.fail_job);
+    EXPECT_EQ(outcome.reason, row.fail_job ? absl::StrCat("rank 1 lost; the job's fault budget (",
+                                                          row.budget, ") is spent")
+                                           : "rank 1 lost");
   }
 }
 

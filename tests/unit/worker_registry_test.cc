@@ -1,5 +1,9 @@
 #include "coordinator/worker_registry.h"
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -89,9 +93,9 @@ TEST_F(WorkerRegistryTest, ExpireSilent_AfterHeartbeatTimeout_MarksLost) {
   registry_.Touch(*b);
   clock_.Advance(absl::Seconds(2));
   EXPECT_EQ(registry_.ExpireSilent(), std::vector<std::string>{"h1/cpu:0"});
-  EXPECT_TRUE((*a)->lost);
-  EXPECT_EQ((*a)->state, v1::WORKER_STATE_LOST);
-  EXPECT_THAT((*a)->detail, HasSubstr("no heartbeat"));
+  EXPECT_TRUE((*a)->lost());
+  EXPECT_EQ((*a)->state(), v1::WORKER_STATE_LOST);
+  EXPECT_THAT((*a)->detail(), HasSubstr("no heartbeat"));
   EXPECT_EQ(registry_.num_attached(), 1u);
 }
 
@@ -100,7 +104,7 @@ TEST_F(WorkerRegistryTest, Register_LostWorkerComesBack_Replaced) {
   ASSERT_TRUE(registry_.MarkLost("h1/cpu:0", 1, "stream closed"));
   auto again = registry_.Register(Req("h1", "cpu:0"), "1.0", 2, &took_over_);
   ASSERT_THAT(again, IsOk());
-  EXPECT_FALSE((*again)->lost);
+  EXPECT_FALSE((*again)->lost());
   EXPECT_EQ(registry_.FindAttached("h1/cpu:0", 1), nullptr);  // old session is gone
   EXPECT_NE(registry_.FindAttached("h1/cpu:0", 2), nullptr);
 }
@@ -109,14 +113,14 @@ TEST_F(WorkerRegistryTest, Register_SameProcessOnNewStream_TakesOverRecordKeepin
   auto first = registry_.Register(Req("h1", "cpu:0", "", 7), "1.0", 1, &took_over_);
   ASSERT_THAT(first, IsOk());
   EXPECT_FALSE(took_over_);
-  (*first)->state = v1::WORKER_STATE_TRAINING;
-  (*first)->step = 12;
+  registry_.MarkAssigned(*first, 1, 0, 12);
+  registry_.MarkRejoined(*first, 1);  // TRAINING
   clock_.Advance(absl::Seconds(3));
   auto again = registry_.Register(Req("h1", "cpu:0", "", 7), "1.0", 2, &took_over_);
   ASSERT_THAT(again, IsOk());
   EXPECT_TRUE(took_over_);
   EXPECT_EQ(*again, *first);
-  EXPECT_EQ((*again)->state, v1::WORKER_STATE_TRAINING);
+  EXPECT_EQ((*again)->state(), v1::WORKER_STATE_TRAINING);
   EXPECT_EQ((*again)->step, 12u);
   EXPECT_EQ((*again)->last_seen, clock_.Now());
   EXPECT_EQ(registry_.num_attached(), 1u);
@@ -158,9 +162,9 @@ TEST_F(WorkerRegistryTest, Evict_AttachedWorker_LostAndNoLongerCounted) {
   WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
   ASSERT_THAT(registry_.Register(Req("h1", "cpu:1"), "1.0", 2, &took_over_), IsOk());
   registry_.Evict(w, "evicted as hung");
-  EXPECT_TRUE(w->lost);
-  EXPECT_EQ(w->state, v1::WORKER_STATE_LOST);
-  EXPECT_EQ(w->detail, "evicted as hung");
+  EXPECT_TRUE(w->lost());
+  EXPECT_EQ(w->state(), v1::WORKER_STATE_LOST);
+  EXPECT_EQ(w->detail(), "evicted as hung");
   EXPECT_EQ(registry_.num_attached(), 1u);
   EXPECT_EQ(registry_.FindAttached("h1/cpu:0", 1), nullptr);
   // Comes back as new.
@@ -269,6 +273,197 @@ TEST_F(WorkerRegistryTest, NoteUnusedParameters_OverLimits_CountedNotStored) {
   }
   EXPECT_EQ(w->unused_parameters.size(), kMaxUnusedNamesPerWorker);
   EXPECT_EQ(w->unused_names_dropped, 501u + 11000u);
+}
+
+// ---- Transitions -----------------------------------------------------------
+
+v1::StateChange Change(v1::WorkerState state, uint64_t generation) {
+  v1::StateChange c;
+  c.set_state(state);
+  c.set_generation(generation);
+  return c;
+}
+
+v1::StepReport Report(uint64_t generation, uint64_t step) {
+  v1::StepReport r;
+  r.set_generation(generation);
+  r.set_epoch(1);
+  r.set_step(step);
+  r.set_loss(0.5);
+  r.mutable_reduction()->set_phase(v1::STEP_PHASE_FORWARD);
+  return r;
+}
+
+using Step = std::function<void(WorkerRegistry&, WorkerRecord*)>;
+
+// One transition: from the state `from` reaches (a fresh worker is IDLE),
+// what operators then see of the worker.
+struct TransitionRow {
+  std::string name;
+  Step from;
+  Step transition;
+  v1::WorkerState state;
+  std::string detail;
+  uint64_t generation;
+  bool lost;
+};
+
+TEST_F(WorkerRegistryTest, Transitions_Table_EachLeavesTheStateAndDetailOperatorsSee) {
+  const Step idle = [](WorkerRegistry&, WorkerRecord*) {};
+  const Step assigned = [](WorkerRegistry& r, WorkerRecord* w) { r.MarkAssigned(w, 3, 1, 40); };
+  const Step training = [](WorkerRegistry& r, WorkerRecord* w) {
+    r.MarkAssigned(w, 3, 1, 40);
+    r.RecordReportedState(w, Change(v1::WORKER_STATE_TRAINING, 3), "training");
+  };
+  const Step failed = [training](WorkerRegistry& r, WorkerRecord* w) {
+    training(r, w);
+    r.RecordReportedState(w, Change(v1::WORKER_STATE_FAILED, 3), "nccl error");
+  };
+  const Step done_and_gone = [training](WorkerRegistry& r, WorkerRecord* w) {
+    training(r, w);
+    r.MarkDone(w, "finished");
+    r.MarkLost(w->id, w->session, "stream closed");
+  };
+  v1::Heartbeat heartbeat;
+  heartbeat.set_generation(3);
+  heartbeat.set_step(41);
+  const std::vector<TransitionRow> rows = {
+      {"AssignedRank_Rendezvous", idle, assigned, v1::WORKER_STATE_RENDEZVOUS,
+       "assigned rank 1 of generation 3", 3, false},
+      {"StepReportAtRendezvous_Training", assigned,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.RecordStepReport(w, Report(3, 41)); },
+       v1::WORKER_STATE_TRAINING, "training", 3, false},
+      {"StepReportAfterFailing_StillFailed", failed,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.RecordStepReport(w, Report(3, 41)); },
+       v1::WORKER_STATE_FAILED, "nccl error", 3, false},
+      {"HeartbeatWhileTraining_Unchanged", training,
+       [heartbeat](WorkerRegistry& r, WorkerRecord* w) { r.RecordHeartbeat(w, heartbeat); },
+       v1::WORKER_STATE_TRAINING, "training", 3, false},
+      {"ReportedTraining_Training", assigned,
+       [](WorkerRegistry& r, WorkerRecord* w) {
+         r.RecordReportedState(w, Change(v1::WORKER_STATE_TRAINING, 3), "took up rank 0's state");
+       },
+       v1::WORKER_STATE_TRAINING, "took up rank 0's state", 3, false},
+      {"ReportedFailure_FailedInItsGeneration", training,
+       [](WorkerRegistry& r, WorkerRecord* w) {
+         r.RecordReportedState(w, Change(v1::WORKER_STATE_FAILED, 3), "peer gone");
+       },
+       v1::WORKER_STATE_FAILED, "peer gone", 3, false},
+      {"LeftGeneration_IdleKeepingItsNumber", training,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkIdle(w, "left generation 3"); },
+       v1::WORKER_STATE_IDLE, "left generation 3", 3, false},
+      {"Finished_Done", training,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkDone(w, "finished"); }, v1::WORKER_STATE_DONE,
+       "finished", 3, false},
+      {"FailedPreparing_Failed", idle,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkFailed(w, "can't load the model"); },
+       v1::WORKER_STATE_FAILED, "can't load the model", 0, false},
+      {"RejoinedAfterRestart_Training", idle,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkRejoined(w, 5); }, v1::WORKER_STATE_TRAINING,
+       "training (re-attached after a coordinator restart)", 5, false},
+      {"StreamClosed_Lost", training,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkLost(w->id, w->session, "stream closed"); },
+       v1::WORKER_STATE_LOST, "stream closed", 3, true},
+      {"StreamClosedOnAnOldSession_Unchanged", training,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkLost(w->id, w->session + 1, "old stream"); },
+       v1::WORKER_STATE_TRAINING, "training", 3, false},
+      {"EvictedAsHung_Lost", training,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.Evict(w, "evicted as hung"); },
+       v1::WORKER_STATE_LOST, "evicted as hung", 3, true},
+      {"ProgramExitedAfterItsJob_DoneNotLost", done_and_gone,
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkProgramExited(w); }, v1::WORKER_STATE_DONE,
+       "done; its program exited after the job ended", 3, true},
+  };
+  for (const TransitionRow& row : rows) {
+    SCOPED_TRACE(row.name);
+    WorkerRegistry registry(&clock_, WorkerRegistry::Options{});
+    WorkerRecord* w = *registry.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+    row.from(registry, w);
+    row.transition(registry, w);
+    EXPECT_EQ(w->state(), row.state);
+    EXPECT_EQ(w->detail(), row.detail);
+    EXPECT_EQ(w->generation, row.generation);
+    EXPECT_EQ(w->lost(), row.lost);
+    EXPECT_EQ(IsFree(*w), !row.lost && (row.state == v1::WORKER_STATE_IDLE ||
+                                        row.state == v1::WORKER_STATE_DONE ||
+                                        row.state == v1::WORKER_STATE_FAILED));
+  }
+}
+
+TEST_F(WorkerRegistryTest, MarkAssigned_AfterAGeneration_ForgetsItsReportsAndRestartsHangClock) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  registry_.MarkAssigned(w, 1, 0, 0);
+  v1::StepReport report = Report(1, 9);
+  report.set_parameter_digest("abc");
+  *report.mutable_reduction()->add_newly_unused_parameter_names() = "fc.bias";
+  registry_.RecordStepReport(w, report);
+  ASSERT_EQ(w->unused_parameters.size(), 1u);
+  clock_.Advance(absl::Seconds(7));
+  registry_.MarkAssigned(w, 2, 3, 5);
+  EXPECT_EQ(w->step, 5u);
+  EXPECT_EQ(w->step_advanced_at, clock_.Now());
+  EXPECT_TRUE(w->unused_parameters.empty());
+  EXPECT_TRUE(w->parameter_digest.empty());
+  EXPECT_EQ(w->digest_step, 0u);
+}
+
+TEST_F(WorkerRegistryTest, MarkRejoined_HoldingState_StepIsTheHeldOne) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  v1::HeldState held;
+  held.set_step(77);
+  registry_.SetHeld(w, held);
+  registry_.MarkRejoined(w, 4);
+  EXPECT_EQ(w->step, 77u);
+  EXPECT_EQ(w->step_advanced_at, clock_.Now());
+}
+
+TEST_F(WorkerRegistryTest, RecordHeartbeat_BoundedPhaseEnds_SaysSoAndRestartsHangClock) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  v1::Heartbeat evaluating;
+  evaluating.set_step(3);
+  evaluating.set_phase(v1::STEP_PHASE_EVALUATE);
+  evaluating.set_phase_bound_seconds(60);
+  EXPECT_FALSE(registry_.RecordHeartbeat(w, evaluating));
+  EXPECT_EQ(w->phase_bound, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(30));
+  v1::Heartbeat training;
+  training.set_step(3);
+  training.set_phase(v1::STEP_PHASE_FORWARD);
+  EXPECT_TRUE(registry_.RecordHeartbeat(w, training));
+  EXPECT_EQ(w->step_advanced_at, clock_.Now());
+  EXPECT_EQ(w->phase, v1::STEP_PHASE_FORWARD);
+  EXPECT_EQ(w->phase_bound, absl::ZeroDuration());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(registry_.RecordHeartbeat(w, training));  // no bound ended this time
+}
+
+TEST_F(WorkerRegistryTest, RecordStepReport_OlderStepThanHeartbeat_KeepsHeartbeatPhase) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  registry_.MarkAssigned(w, 1, 0, 0);
+  v1::Heartbeat evaluating;
+  evaluating.set_generation(1);
+  evaluating.set_step(5);
+  evaluating.set_phase(v1::STEP_PHASE_EVALUATE);
+  registry_.RecordHeartbeat(w, evaluating);
+  registry_.RecordStepReport(w, Report(1, 5));  // trails the heartbeat
+  EXPECT_EQ(w->phase, v1::STEP_PHASE_EVALUATE);
+  registry_.RecordStepReport(w, Report(1, 6));
+  EXPECT_EQ(w->phase, v1::STEP_PHASE_FORWARD);
+  EXPECT_EQ(w->step, 6u);
+  EXPECT_EQ(w->last_loss, 0.5);
+}
+
+TEST_F(WorkerRegistryTest, ForgetJobStates_NewJob_EveryWorkerMayBeAskedToPrepareAgain) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  registry_.SetHeld(w, v1::HeldState());
+  registry_.MarkPrepareAsked(w, "job/abc");
+  registry_.MarkPrepareFailed(w);
+  registry_.AllowPrepareAgain(w);  // failed: not asked again within the job
+  EXPECT_EQ(w->prepare_asked, "job/abc");
+  registry_.ForgetJobStates();
+  EXPECT_FALSE(w->held.has_value());
+  EXPECT_TRUE(w->prepare_asked.empty());
+  EXPECT_FALSE(w->prepare_failed);
 }
 
 }  // namespace
