@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <string.h>
@@ -42,6 +43,28 @@ enum ChildStep : int {
   kParentDeath,
   kExec
 };
+
+// write(2) to a pipe whose reader is gone (a helper that exited without
+// reading all of stdin) raises SIGPIPE, which would end the coordinator:
+// blocked for this thread around the write, and a pending one taken, so the
+// write just fails with EPIPE whatever the process's disposition.
+ssize_t WriteWithoutSigpipe(int fd, const char* data, size_t size) {
+  sigset_t pipe_only;
+  sigset_t before;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
+  const ssize_t w = ::write(fd, data, size);
+  const int saved = errno;
+  if (w < 0 && saved == EPIPE) {
+    const struct timespec now = {0, 0};
+    while (::sigtimedwait(&pipe_only, nullptr, &now) == SIGPIPE) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  errno = saved;
+  return w;
+}
 
 const char* StepName(int step) {
   switch (step) {
@@ -244,6 +267,146 @@ bool CanChangeUser() {
   return has(CAP_SETUID) && has(CAP_SETGID);
 }
 
+// The helper's pipes: stdin, stdout, stderr, and the report pipe on which
+// the child says why it could not exec.
+struct Pipes {
+  Fd in_read, in_write, out_read, out_write, err_read, err_write, report_read, report_write;
+
+  absl::Status Make() {
+    for (auto [r, w] : {std::pair{&in_read, &in_write}, std::pair{&out_read, &out_write},
+                        std::pair{&err_read, &err_write}, std::pair{&report_read, &report_write}}) {
+      if (absl::Status s = MakePipe(r, w); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // After fork, the parent keeps its own ends only: the child's closing
+  // its ends is then seen as end of file.
+  void CloseChildEnds() {
+    in_read.Close();
+    out_write.Close();
+    err_write.Close();
+    report_write.Close();
+  }
+};
+
+// What the child will do, prepared in the parent. Points into `options`,
+// which must outlive it.
+ChildPlan PlanChild(const HelperProcess::Options& options, std::optional<uid_t> uid, gid_t gid,
+                    const Pipes& pipes) {
+  ChildPlan plan;
+  plan.program = options.program.c_str();
+  plan.argv.push_back(const_cast<char*>(options.program.c_str()));
+  for (const std::string& arg : options.args) plan.argv.push_back(const_cast<char*>(arg.c_str()));
+  plan.argv.push_back(nullptr);
+  for (const std::string& var : options.env) plan.envp.push_back(const_cast<char*>(var.c_str()));
+  plan.envp.push_back(nullptr);
+  plan.stdin_fd = pipes.in_read.get();
+  plan.stdout_fd = pipes.out_write.get();
+  plan.stderr_fd = pipes.err_write.get();
+  plan.report_fd = pipes.report_write.get();
+  rlimit files;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    plan.max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
+  }
+  plan.address_space = {options.max_address_space_bytes, options.max_address_space_bytes};
+  // SIGXCPU at the soft limit; SIGKILL a little later should it be caught.
+  plan.cpu = {options.max_cpu_seconds, options.max_cpu_seconds + 2};
+  plan.core = {0, 0};
+  plan.file_size = {0, 0};
+  plan.open_files = {options.max_open_files, options.max_open_files};
+  plan.uid = uid;
+  plan.gid = gid;
+  plan.parent = ::getpid();
+  return plan;
+}
+
+// The report pipe closes at exec; before, the child writes why it failed.
+// OK once it exec'd.
+absl::Status ExecResult(const Fd& report_read, const std::string& program) {
+  ChildFailure failure;
+  ssize_t n;
+  while ((n = ::read(report_read.get(), &failure, sizeof(failure))) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof(failure)) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("can't start ", program, ": ", StepName(failure.step),
+                                          ": ", ::strerror(failure.error)));
+}
+
+// The parent's side of a running child's pipes: feeds its stdin and takes
+// its stdout and the tail of its stderr, within the bounds of `options`,
+// never blocking but in Poll.
+class ChildIo {
+ public:
+  ChildIo(const HelperProcess::Options& options, Pipes& pipes, absl::string_view input)
+      : options_(options), pipes_(pipes), input_(input) {
+    SetNonBlocking(pipes_.in_write.get());
+    SetNonBlocking(pipes_.out_read.get());
+    SetNonBlocking(pipes_.err_read.get());
+    if (input_.empty()) pipes_.in_write.Close();
+  }
+
+  // Waits up to a poll slice for a pipe, or `exited`, to be ready.
+  void Poll(const Fd& exited) {
+    pollfd fds[4];
+    int count = 0;
+    const Fd* const all[] = {&pipes_.in_write, &pipes_.out_read, &pipes_.err_read, &exited};
+    for (const Fd* fd : all) {
+      if (!fd->open()) continue;
+      fds[count++] = {fd->get(), static_cast<short>(fd == &pipes_.in_write ? POLLOUT : POLLIN), 0};
+    }
+    ::poll(fds, count, static_cast<int>(absl::ToInt64Milliseconds(kPollSlice)));
+  }
+
+  // Writes what stdin takes now; closes it once all is written, or the
+  // child stopped reading.
+  void Feed() {
+    Fd& in = pipes_.in_write;
+    if (!in.open()) return;
+    const ssize_t w =
+        WriteWithoutSigpipe(in.get(), input_.data() + written_, input_.size() - written_);
+    if (w > 0) written_ += w;
+    if (written_ == input_.size() || (w < 0 && errno != EAGAIN && errno != EINTR)) in.Close();
+  }
+
+  // Takes what the pipes hold, within bounds; false when stdout overflowed.
+  bool Drain() {
+    Fd& out = pipes_.out_read;
+    Fd& err = pipes_.err_read;
+    if (out.open() &&
+        !ReadSome(out.get(), &output_, options_.max_output_bytes + 1 - output_.size())) {
+      out.Close();
+    }
+    if (err.open() && !ReadSome(err.get(), &err_, kStderrReadBudget)) err.Close();
+    if (err_.size() > options_.stderr_tail_bytes) {
+      err_.erase(0, err_.size() - options_.stderr_tail_bytes);
+    }
+    return output_.size() <= options_.max_output_bytes;
+  }
+
+  absl::Status Overflow() const {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("wrote more than ", options_.max_output_bytes, " bytes on stdout"));
+  }
+
+  // What the child left, once it exited with `wait_status`.
+  HelperProcess::Result Take(int wait_status) {
+    HelperProcess::Result result;
+    result.output = std::move(output_);
+    result.stderr_tail = std::move(err_);
+    if (WIFEXITED(wait_status)) result.exit_code = WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status)) result.signal = WTERMSIG(wait_status);
+    return result;
+  }
+
+ private:
+  const HelperProcess::Options& options_;
+  Pipes& pipes_;
+  const absl::string_view input_;
+  size_t written_ = 0;
+  std::string output_;
+  std::string err_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HelperProcess>> HelperProcess::Create(Options options) {
@@ -279,36 +442,9 @@ std::string HelperProcess::user_description() const {
 absl::StatusOr<HelperProcess::Result> HelperProcess::Run(absl::string_view input,
                                                          absl::Duration timeout,
                                                          const std::atomic<bool>& stop) const {
-  Fd in_read, in_write, out_read, out_write, err_read, err_write, report_read, report_write;
-  for (auto [r, w] : {std::pair{&in_read, &in_write}, std::pair{&out_read, &out_write},
-                      std::pair{&err_read, &err_write}, std::pair{&report_read, &report_write}}) {
-    if (absl::Status s = MakePipe(r, w); !s.ok()) return s;
-  }
-  ChildPlan plan;
-  plan.program = options_.program.c_str();
-  plan.argv.push_back(const_cast<char*>(options_.program.c_str()));
-  for (const std::string& arg : options_.args) plan.argv.push_back(const_cast<char*>(arg.c_str()));
-  plan.argv.push_back(nullptr);
-  for (const std::string& var : options_.env) plan.envp.push_back(const_cast<char*>(var.c_str()));
-  plan.envp.push_back(nullptr);
-  plan.stdin_fd = in_read.get();
-  plan.stdout_fd = out_write.get();
-  plan.stderr_fd = err_write.get();
-  plan.report_fd = report_write.get();
-  rlimit files;
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
-    plan.max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
-  }
-  plan.address_space = {options_.max_address_space_bytes, options_.max_address_space_bytes};
-  // SIGXCPU at the soft limit; SIGKILL a little later should it be caught.
-  plan.cpu = {options_.max_cpu_seconds, options_.max_cpu_seconds + 2};
-  plan.core = {0, 0};
-  plan.file_size = {0, 0};
-  plan.open_files = {options_.max_open_files, options_.max_open_files};
-  plan.uid = uid_;
-  plan.gid = gid_;
-  plan.parent = ::getpid();
-
+  Pipes pipes;
+  if (absl::Status s = pipes.Make(); !s.ok()) return s;
+  const ChildPlan plan = PlanChild(options_, uid_, gid_, pipes);
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", ::strerror(errno)));
   if (pid == 0) RunChild(plan);
@@ -317,43 +453,10 @@ absl::StatusOr<HelperProcess::Result> HelperProcess::Run(absl::string_view input
   // Readable when it exits, so the wait below wakes at once (without it,
   // within a poll slice).
   Fd exited(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  in_read.Close();
-  out_write.Close();
-  err_write.Close();
-  report_write.Close();
+  pipes.CloseChildEnds();
+  if (absl::Status s = ExecResult(pipes.report_read, options_.program); !s.ok()) return s;
 
-  // The report pipe closes at exec; before, the child writes why it failed.
-  ChildFailure failure;
-  ssize_t n;
-  while ((n = ::read(report_read.get(), &failure, sizeof(failure))) < 0 && errno == EINTR) {
-  }
-  if (n == sizeof(failure)) {
-    return absl::InternalError(absl::StrCat("can't start ", options_.program, ": ",
-                                            StepName(failure.step), ": ",
-                                            ::strerror(failure.error)));
-  }
-
-  SetNonBlocking(in_write.get());
-  SetNonBlocking(out_read.get());
-  SetNonBlocking(err_read.get());
-  size_t written = 0;
-  if (input.empty()) in_write.Close();
-  Result result;
-  std::string err;
-  // Takes what the pipes hold, within bounds; false when stdout overflowed.
-  auto drain = [&] {
-    if (out_read.open() && !ReadSome(out_read.get(), &result.output,
-                                     options_.max_output_bytes + 1 - result.output.size())) {
-      out_read.Close();
-    }
-    if (err_read.open() && !ReadSome(err_read.get(), &err, kStderrReadBudget)) err_read.Close();
-    if (err.size() > options_.stderr_tail_bytes) {
-      err.erase(0, err.size() - options_.stderr_tail_bytes);
-    }
-    return result.output.size() <= options_.max_output_bytes;
-  };
-  const absl::Status overflow = absl::ResourceExhaustedError(
-      absl::StrCat("wrote more than ", options_.max_output_bytes, " bytes on stdout"));
+  ChildIo io(options_, pipes, input);
   const absl::Time deadline = options_.clock->Now() + timeout;
   int wait_status = 0;
   while (true) {
@@ -362,29 +465,14 @@ absl::StatusOr<HelperProcess::Result> HelperProcess::Run(absl::string_view input
       return absl::DeadlineExceededError(
           absl::StrCat("still running after ", absl::FormatDuration(timeout)));
     }
-    pollfd fds[4];
-    int count = 0;
-    for (const Fd* fd : {&in_write, &out_read, &err_read, &exited}) {
-      if (!fd->open()) continue;
-      fds[count++] = {fd->get(), static_cast<short>(fd == &in_write ? POLLOUT : POLLIN), 0};
-    }
-    ::poll(fds, count, static_cast<int>(absl::ToInt64Milliseconds(kPollSlice)));
-    if (in_write.open()) {
-      const ssize_t w = ::write(in_write.get(), input.data() + written, input.size() - written);
-      if (w > 0) written += w;
-      if (written == input.size() || (w < 0 && errno != EAGAIN && errno != EINTR)) {
-        in_write.Close();
-      }
-    }
-    if (!drain()) return overflow;
+    io.Poll(exited);
+    io.Feed();
+    if (!io.Drain()) return io.Overflow();
     if (child.Exited(&wait_status)) break;
   }
   // It exited: take what is still in the pipes.
-  if (!drain()) return overflow;
-  result.stderr_tail = std::move(err);
-  if (WIFEXITED(wait_status)) result.exit_code = WEXITSTATUS(wait_status);
-  if (WIFSIGNALED(wait_status)) result.signal = WTERMSIG(wait_status);
-  return result;
+  if (!io.Drain()) return io.Overflow();
+  return io.Take(wait_status);
 }
 
 }  // namespace ddp

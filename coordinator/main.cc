@@ -1,53 +1,28 @@
 // ddp-coordinator: assigns ranks, epochs and sampler seeds to workers, serves
 // their rendezvous store, and shows operators the whole job.
-#include <malloc.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <memory>
-#include <thread>
 #include <tuple>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
-#include "common/clock.h"
 #include "common/credentials.h"
 #include "common/http_server.h"
-#include "common/job_spec.h"
 #include "common/local_tokens.h"
 #include "common/logging.h"
-#include "common/metrics_server.h"
 #include "common/net_address.h"
 #include "common/process.h"
 #include "common/tokens.h"
 #include "common/version.h"
 #include "coordinator/authorizer.h"
-#include "coordinator/coordinator.h"
-#include "coordinator/coordinator_metrics.h"
-#include "coordinator/health_service.h"
-#include "coordinator/helper_check.h"
+#include "coordinator/coordinator_server.h"
 #include "coordinator/helper_process.h"
-#include "coordinator/job_validator.h"
 #include "coordinator/path_policy.h"
-#include "coordinator/rpc_metrics.h"
-#include "coordinator/service.h"
-#include "coordinator/state_store.h"
-#include "coordinator/status_history.h"
-#include "coordinator/status_page.h"
 #include "coordinator/status_summary.h"
-#include "coordinator/status_watchers.h"
-#include "google/protobuf/util/json_util.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/grpcpp.h"
-#include "prometheus/registry.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29400",
           "address:port to serve on; port 0 picks a free port (see --port_file)");
@@ -173,17 +148,7 @@ constexpr char kUsage[] =
 
 // What the server's transport and callers must prove, from the flags; or
 // why the flags don't make sense (exit 2).
-struct Security {
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  std::unique_ptr<Authorizer> authorizer;  // null: every call allowed
-  // Made at start (no --tokens_file, on loopback): written to their local
-  // files once the port is known (common/local_tokens.h).
-  std::vector<TokenEntry> local_tokens;
-  // The metrics and the status page: the same certificate, CA and tokens.
-  HttpAccess http;
-};
-
-absl::StatusOr<Security> LoadSecurity() {
+absl::StatusOr<CoordinatorSecurity> LoadSecurity() {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   if (!absl::StartsWith(listen, "unix:")) {
     if (auto parsed = ParseHostPort(listen, /*allow_port_zero=*/true); !parsed.ok()) {
@@ -211,7 +176,8 @@ absl::StatusOr<Security> LoadSecurity() {
                      << (tokens_file.empty() ? "tokens" : "")
                      << "; anyone who reaches it may control the job";
   }
-  Security security;
+  CoordinatorSecurity security;
+  security.transport = tls.cert.empty() ? "plaintext" : tls.ca.empty() ? "TLS" : "mutual TLS";
   security.http.tls_cert = tls.cert;
   security.http.tls_key = tls.key;
   security.http.tls_ca = tls.ca;
@@ -248,49 +214,6 @@ absl::StatusOr<Security> LoadSecurity() {
     security.authorizer = std::make_unique<Authorizer>(security.local_tokens);
   }
   return security;
-}
-
-// Serves the page once the core exists; null when it is off, or when the
-// default address is taken (an explicit one that fails is an error).
-absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusPage(const StatusPageHandler* handler,
-                                                            const HttpAccess& access) {
-  const std::string listen = absl::GetFlag(FLAGS_http_listen);
-  if (listen.empty()) return nullptr;
-  HttpServer::Options options;
-  options.what = "the status page";
-  options.flag = "--http_listen";
-  options.listen = listen;
-  options.access = access;
-  options.headers = StatusPageHeaders();
-  auto server = HttpServer::Start(std::move(options),
-                                  [handler](absl::string_view method, absl::string_view path) {
-                                    return handler->Respond(method, path);
-                                  });
-  if (!server.ok()) {
-    if (listen == kDefaultHttpListen && absl::IsUnavailable(server.status())) {
-      DDP_LOG(Warning) << server.status().message() << "; running without the status page";
-      return nullptr;
-    }
-    return server.status();
-  }
-  if (const std::string file = absl::GetFlag(FLAGS_http_port_file); !file.empty()) {
-    std::ofstream(file + ".tmp") << (*server)->port() << "\n";
-    std::rename((file + ".tmp").c_str(), file.c_str());
-  }
-  DDP_LOG(Info) << "status page at " << (*server)->url() << "/"
-                << (access.tokens.empty() ? "" : " (tokens required)");
-  return server;
-}
-
-int ExitCodeFor(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_STATE_SUCCEEDED:
-      return 0;
-    case v1::JOB_STATE_CANCELLED:
-      return 3;
-    default:
-      return 1;
-  }
 }
 
 std::string BinDir() {
@@ -332,285 +255,99 @@ absl::StatusOr<std::unique_ptr<HelperProcess>> HelperFromFlags() {
   return HelperProcess::Create(std::move(helper));
 }
 
-// Submits at start-up and waits for the answer (the check may take a while).
-absl::StatusOr<v1::JobSpec> SubmitAndWait(Coordinator& core, const v1::JobSpec& spec) {
-  absl::Notification answered;
-  absl::StatusOr<v1::JobSpec> answer;
-  core.SubmitJob(spec, [&](absl::StatusOr<v1::JobSpec> s) {
-    answer = std::move(s);
-    answered.Notify();
-  });
-  answered.WaitForNotification();
-  return answer;
-}
-
-// glibc keeps what a flood of calls freed (thousands of gRPC call arenas,
-// spread over every thread's malloc arena) for reuse, so an idle
-// coordinator would hold its peak for hours. Hands free pages back.
-void ReturnFreeMemory() {
-#ifdef __GLIBC__
-  malloc_trim(0);
-#endif
-}
-
-int Run() {
-  SetLogIdentity("coordinator");
-  absl::StatusOr<Security> security = LoadSecurity();
-  if (!security.ok()) {
-    DDP_LOG(Error) << security.status().message();
-    return 2;
-  }
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  const std::string http_listen = absl::GetFlag(FLAGS_http_listen);
-  for (const auto& [flag, what, listen] :
-       {std::tuple{"--metrics_listen", "metrics", metrics_listen},
-        std::tuple{"--http_listen", "the status page", http_listen}}) {
-    if (listen.empty()) continue;
-    if (absl::Status s = CheckHttpListen(flag, what, listen, security->http); !s.ok()) {
-      DDP_LOG(Error) << s.message();
-      return 2;
-    }
-  }
-  absl::StatusOr<PathRoots> roots = RootsFromFlags();
-  if (!roots.ok()) {
-    DDP_LOG(Error) << roots.status().message();
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_validate_concurrency) < 1 || absl::GetFlag(FLAGS_validate_queue) < 0) {
-    DDP_LOG(Error) << "--validate_concurrency must be at least 1, --validate_queue at least 0";
-    return 2;
-  }
-  absl::StatusOr<std::unique_ptr<HelperProcess>> helper = HelperFromFlags();
-  if (!helper.ok()) {
-    DDP_LOG(Error) << "job checks: " << helper.status().message()
-                   << " (see --validate_helper, --validate_user)";
-    return 2;
-  }
-  // User code and user files are looked at only in the helper: the
-  // coordinator itself only stats paths.
-  JobValidator validator(
-      {absl::GetFlag(FLAGS_validate_concurrency), absl::GetFlag(FLAGS_validate_queue)},
-      HelperCheck(helper->get(), absl::GetFlag(FLAGS_validate_timeout)));
-  DDP_LOG(Info) << "jobs are checked by " << (*helper)->options().program << " as "
-                << (*helper)->user_description() << "; data from " << absl::GetFlag(FLAGS_data_root)
-                << ", outputs to " << absl::GetFlag(FLAGS_output_root);
-  Coordinator::Options options;
+// The core's options from the flags (all but validate_job and state_store,
+// which the server sets), or why they make no sense.
+absl::Status CoreOptionsFromFlags(const CoordinatorSecurity& security,
+                                  Coordinator::Options& options) {
   // With a tokens file a worker token is not enough for a store: its
   // generation's store token is needed too. A local coordinator's worker
   // token is its user's alone, so that user's processes are trusted alike.
-  options.require_store_tokens = security->authorizer != nullptr && security->local_tokens.empty();
-  options.registry.name_version_in_refusals = security->authorizer != nullptr;
+  options.require_store_tokens = security.authorizer != nullptr && security.local_tokens.empty();
+  options.registry.name_version_in_refusals = security.authorizer != nullptr;
   options.build = ThisBuild();
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.status_workers = absl::GetFlag(FLAGS_status_workers);
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.registry.heartbeat_timeout <= options.heartbeat_interval) {
-    DDP_LOG(Error) << "--heartbeat_timeout must be longer than --heartbeat_interval > 0";
-    return 2;
+    return absl::InvalidArgumentError(
+        "--heartbeat_timeout must be longer than --heartbeat_interval > 0");
   }
   options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
   options.streams.max_streams = absl::GetFlag(FLAGS_max_attach_streams);
   options.streams.register_deadline = absl::GetFlag(FLAGS_register_deadline);
   if (options.streams.max_streams == 0 ||
       options.streams.register_deadline <= absl::ZeroDuration()) {
-    DDP_LOG(Error) << "--max_attach_streams and --register_deadline must be positive";
+    return absl::InvalidArgumentError(
+        "--max_attach_streams and --register_deadline must be positive");
+  }
+  return absl::OkStatus();
+}
+
+// Every flag checked and turned into the server's options, or why they make
+// no sense (exit 2).
+absl::StatusOr<CoordinatorServer::Options> OptionsFromFlags() {
+  CoordinatorServer::Options options;
+  absl::StatusOr<CoordinatorSecurity> security = LoadSecurity();
+  if (!security.ok()) return security.status();
+  options.security = std::move(*security);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics_required = options.metrics_listen != kDefaultMetricsListen;
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.http_required = options.http_listen != kDefaultHttpListen;
+  for (const auto& [flag, what, listen] :
+       {std::tuple{"--metrics_listen", "metrics", options.metrics_listen},
+        std::tuple{"--http_listen", "the status page", options.http_listen}}) {
+    if (listen.empty()) continue;
+    if (absl::Status s = CheckHttpListen(flag, what, listen, options.security.http); !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<PathRoots> roots = RootsFromFlags();
+  if (!roots.ok()) return roots.status();
+  options.roots = std::move(*roots);
+  options.validation = {absl::GetFlag(FLAGS_validate_concurrency),
+                        absl::GetFlag(FLAGS_validate_queue)};
+  if (options.validation.concurrency < 1 || options.validation.max_waiting < 0) {
+    return absl::InvalidArgumentError(
+        "--validate_concurrency must be at least 1, --validate_queue at least 0");
+  }
+  absl::StatusOr<std::unique_ptr<HelperProcess>> helper = HelperFromFlags();
+  if (!helper.ok()) {
+    return absl::Status(helper.status().code(),
+                        absl::StrCat("job checks: ", helper.status().message(),
+                                     " (see --validate_helper, --validate_user)"));
+  }
+  options.helper = std::move(*helper);
+  options.validate_timeout = absl::GetFlag(FLAGS_validate_timeout);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  options.output_root = absl::GetFlag(FLAGS_output_root);
+  if (absl::Status s = CoreOptionsFromFlags(options.security, options.core); !s.ok()) return s;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.job_file = absl::GetFlag(FLAGS_job);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.port_file = absl::GetFlag(FLAGS_port_file);
+  options.status_file = absl::GetFlag(FLAGS_status_file);
+  options.http_port_file = absl::GetFlag(FLAGS_http_port_file);
+  options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
+  options.max_watch_streams = absl::GetFlag(FLAGS_max_watch_streams);
+  return options;
+}
+
+int Run() {
+  SetLogIdentity("coordinator");
+  absl::StatusOr<CoordinatorServer::Options> options = OptionsFromFlags();
+  if (!options.ok()) {
+    DDP_LOG(Error) << options.status().message();
     return 2;
   }
-  options.validate_job = [&roots, &validator](
-                             const v1::JobSpec& spec,
-                             std::function<void(absl::StatusOr<v1::JobSpec>)> done) {
-    // A program's job names no model or data file: nothing to check.
-    if (IsProgramJob(spec)) return done(spec);
-    // The paths first: a stat each, quick, and it needs no queue.
-    if (absl::Status s = CheckJobPaths(spec, *roots); !s.ok()) return done(s);
-    // The helper pins the files it read; where they really were is checked
-    // again, as the paths were (they could have moved meanwhile).
-    auto checked = std::make_shared<v1::JobSpec>(spec);
-    const PathRoots* allowed = &*roots;
-    validator.Validate(checked, [checked, allowed, done = std::move(done)](absl::Status s) {
-      if (s.ok()) s = CheckPinnedInputs(*checked, *allowed);
-      if (!s.ok()) return done(s);
-      done(*checked);
-    });
-  };
-  std::unique_ptr<StateStore> state_store;
-  if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
-    auto opened = StateStore::Open(dir);
-    if (!opened.ok()) {
-      DDP_LOG(Error) << "--state_dir: " << opened.status().message();
-      return 2;
-    }
-    state_store = std::move(*opened);
-    options.state_store = state_store.get();
+  CoordinatorServer server(std::move(*options));
+  if (absl::Status s = server.Start(); !s.ok()) {
+    DDP_LOG(Error) << s.message();
+    return server.failure_exit_code();
   }
-  Coordinator core(RealClock::Get(), options);
-  // Checks still running call into the core: they end before it goes.
-  absl::Cleanup stop_checks = [&validator] { validator.Shutdown(); };
-  if (state_store) {
-    auto saved = state_store->Load();
-    if (!saved.ok()) {
-      DDP_LOG(Error) << saved.status().message();
-      return 2;
-    }
-    if (saved->has_value()) {
-      core.Restore(**saved);
-      DDP_LOG(Info) << "restored state from " << state_store->path();
-    }
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_job); !path.empty()) {
-    auto spec = LoadJobSpecFile(path, options.build);
-    if (spec.ok()) spec = SubmitAndWait(core, *spec);
-    if (!spec.ok()) {
-      DDP_LOG(Error) << "--job " << path << ": " << spec.status().message();
-      return 2;
-    }
-  }
-
-  StatusWatchers watchers(absl::GetFlag(FLAGS_max_watch_streams));
-  HealthService health;
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  // Every call is counted and timed by an interceptor; the rest is read
-  // from the snapshot at each scrape.
-  auto rpc_registry = std::make_shared<prometheus::Registry>();
-  RpcMetrics rpc_metrics(rpc_registry.get(), RealClock::Get());
-  auto core_metrics = std::make_shared<CoordinatorMetrics>([&core] {
-    CoordinatorSample sample;
-    sample.status = core.Snapshot();
-    sample.store_keys = core.store_keys();
-    sample.store_bytes = core.store_bytes();
-    sample.store_waiters = core.store_waiters();
-    sample.attach_streams = core.streams()->open();
-    return sample;
-  });
-  // Attach streams tell rpc_metrics themselves: an interceptor would see
-  // each of their messages.
-  CoordinatorService service(&core, &watchers, security->authorizer.get(),
-                             metrics_listen.empty() ? nullptr : &rpc_metrics);
-  if (!metrics_listen.empty()) {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-    creators.push_back(rpc_metrics.InterceptorFactory({method::kAttach}));
-    builder.experimental().SetInterceptorCreators(std::move(creators));
-  }
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), security->credentials, &port);
-  builder.RegisterService(&service);
-  builder.RegisterService(&health);
-  // Notice dead peers on idle connections too, not only silent heartbeats.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    DDP_LOG(Error) << "can't listen on " << absl::GetFlag(FLAGS_listen)
-                   << " (address in use, or not an address of this host?)";
-    return 1;
-  }
-  // Served once the gRPC server is up (what it reads exists) and stopped
-  // before it goes (declared after everything it reads).
-  auto metrics_server = StartMetricsServer(metrics_listen, security->http,
-                                           /*required=*/metrics_listen != kDefaultMetricsListen);
-  if (!metrics_server.ok()) {
-    DDP_LOG(Error) << metrics_server.status().message();
-    server->Shutdown();
-    return 2;
-  }
-  if (*metrics_server) {
-    (*metrics_server)->Register(core_metrics);
-    (*metrics_server)->Register(rpc_registry);
-  }
-  // Curves for the page, fed by the ticker; handlers read snapshots only.
-  StatusHistory history(RealClock::Get(), StatusHistory::Options{});
-  StatusPageHandler page_handler([&core] { return core.Snapshot(); }, &history, RealClock::Get());
-  absl::StatusOr<std::unique_ptr<HttpServer>> page = StartStatusPage(&page_handler, security->http);
-  if (!page.ok()) {
-    DDP_LOG(Error) << "--http_listen: " << page.status().message();
-    server->Shutdown();
-    return 2;
-  }
-  if (!security->local_tokens.empty()) {
-    if (absl::Status s = WriteLocalTokens(port, security->local_tokens); !s.ok()) {
-      DDP_LOG(Error) << s.message();
-      server->Shutdown();
-      return 2;
-    }
-    DDP_LOG(Info) << "tokens required: this user's, in " << LocalTokenPath(port, Role::kAdmin)
-                  << " and " << LocalTokenPath(port, Role::kWorker)
-                  << " (--allow_anonymous_loopback: none)";
-  }
-  if (const std::string file = absl::GetFlag(FLAGS_port_file); !file.empty()) {
-    std::ofstream(file + ".tmp") << port << "\n";
-    std::rename((file + ".tmp").c_str(), file.c_str());
-  }
-  DDP_LOG(Info) << "serving ddp.v1.Coordinator " << kVersion << " on port " << port << " (listen "
-                << absl::GetFlag(FLAGS_listen) << ", "
-                << (absl::GetFlag(FLAGS_tls_cert).empty() ? "plaintext"
-                    : absl::GetFlag(FLAGS_tls_ca).empty() ? "TLS"
-                                                          : "mutual TLS")
-                << (security->authorizer ? ", tokens required" : ", no tokens") << ")";
-
-  std::atomic<bool> stopping{false};
-  std::thread ticker([&] {
-    absl::Time trimmed = absl::Now();
-    while (!stopping) {
-      core.Tick();
-      const absl::Time now = absl::Now();
-      watchers.Broadcast(core.StatusView(), now);
-      if (*page) history.Record(*core.Snapshot());
-      if (now - trimmed >= absl::Seconds(5)) {
-        ReturnFreeMemory();
-        trimmed = now;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
-
-  int exit_code = 0;
-  absl::Time ended_at = absl::InfiniteFuture();
-  while (true) {
-    if (int sig = WaitForTermination(absl::Milliseconds(100)); sig != 0) {
-      DDP_LOG(Info) << "got " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << "; shutting down";
-      break;
-    }
-    if (!absl::GetFlag(FLAGS_exit_when_done)) continue;
-    const auto snapshot = core.Snapshot();
-    const v1::JobState state = snapshot->state();
-    const bool ended = state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-                       state == v1::JOB_STATE_CANCELLED;
-    if (!ended) continue;
-    if (ended_at == absl::InfiniteFuture()) {
-      ended_at = absl::Now();
-      exit_code = ExitCodeFor(state);
-      DDP_LOG(Info) << "job ended (" << v1::JobState_Name(state) << ": " << snapshot->message()
-                    << "); stopping workers";
-      core.StopAllWorkers("the job ended and the coordinator exits");
-    }
-    // Give workers a moment to take the stop and hang up.
-    if (snapshot->attached_workers() == 0 || absl::Now() - ended_at > absl::Seconds(3)) break;
-  }
-  // A check in progress is stopped and its submission answered UNAVAILABLE,
-  // before the core stops deciding: no job is accepted that is not saved.
-  validator.Shutdown();
-  if (const std::string file = absl::GetFlag(FLAGS_status_file); !file.empty()) {
-    core.Tick();  // publish the latest state
-    std::string json;
-    google::protobuf::util::MessageToJsonString(*core.StatusView(), &json);
-    std::ofstream(file + ".tmp") << json << "\n";
-    std::rename((file + ".tmp").c_str(), file.c_str());
-  }
-  health.SetServing(false);
-  // Streams close as the server stops: that is not the workers' doing, and
-  // the generation they train in must survive for the next start to adopt.
-  core.BeginShutdown();
-  core.FlushState();
-  watchers.FinishAll();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  stopping = true;
-  ticker.join();
-  page->reset();  // waits for requests in progress, before what they read goes
-  DDP_LOG(Info) << "stopped";
+  const int exit_code = server.Wait();
+  server.Stop();
   return exit_code;
 }
 

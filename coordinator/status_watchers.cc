@@ -1,27 +1,37 @@
 #include "coordinator/status_watchers.h"
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace ddp {
 
-// One WatchStatus stream. Freed in OnDone, after it left the set, so the
-// set's pointers are always live while mu_ is held.
+// One WatchStatus stream. Each method decides under mu_ and calls gRPC
+// (StartWrite, Finish) after releasing it, so no lock of ours is held
+// while gRPC runs, and gRPC's own callbacks never wait on a lock gRPC may
+// hold. Finish is called once, only after finishing_ was set, and no
+// StartWrite follows it: after OnDone nothing calls into gRPC.
+//
+// Owned by a shared_ptr: `self_` (gRPC's reference, dropped in OnDone) and
+// any copy a Broadcast or FinishAll took, so a watch that finishes while
+// they offer to it outside the owner's lock is still memory, not freed.
 class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
  public:
   StatusWatch(StatusWatchers* owner, absl::Duration interval)
       : owner_(owner), interval_(interval) {}
 
   void Offer(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now) {
+    const v1::JobStatus* write = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (writing_ || finishing_ || now - last_write_ < interval_) return;
       writing_ = true;
       last_write_ = now;
       current_ = status;  // keeps the snapshot alive during the write
+      write = current_.get();
     }
-    StartWrite(current_.get());
+    StartWrite(write);
   }
 
   // Ends the stream before it wrote anything.
@@ -58,8 +68,12 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
 
   void OnDone() override {
     owner_->Remove(this);
-    delete this;
+    // Frees this watch here unless a Broadcast still holds it; that one
+    // sees finishing_ and calls nothing.
+    std::shared_ptr<StatusWatch> last = std::move(self_);
   }
+
+  std::shared_ptr<StatusWatch> self_;  // set once by Start, before gRPC sees it
 
  private:
   StatusWatchers* owner_;
@@ -68,17 +82,18 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_write_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  std::shared_ptr<const v1::JobStatus> current_;
+  std::shared_ptr<const v1::JobStatus> current_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::ServerWriteReactor<v1::JobStatus>* StatusWatchers::Start(
     std::shared_ptr<const v1::JobStatus> first, absl::Duration interval, absl::Time now) {
-  auto* watch = new StatusWatch(this, interval);
+  auto watch = std::make_shared<StatusWatch>(this, interval);
+  watch->self_ = watch;
   size_t open = 0;
   {
     absl::MutexLock lock(&mu_);
     open = watches_.size();
-    if (open < max_watches_) watches_.insert(watch);
+    if (open < max_watches_) watches_.emplace(watch.get(), watch);
   }
   if (open >= max_watches_) {
     // Never in the set: OnDone's Remove finds nothing, and frees it.
@@ -88,20 +103,31 @@ grpc::ServerWriteReactor<v1::JobStatus>* StatusWatchers::Start(
                                   " WatchStatus streams are open, the coordinator's limit "
                                   "(--max_watch_streams ",
                                   max_watches_, "); poll GetStatus, or try again later")));
-    return watch;
+    return watch.get();
   }
   watch->Offer(first, now);
-  return watch;
+  return watch.get();
+}
+
+std::vector<std::shared_ptr<StatusWatch>> StatusWatchers::Open() {
+  std::vector<std::shared_ptr<StatusWatch>> open;
+  absl::MutexLock lock(&mu_);
+  open.reserve(watches_.size());
+  for (const auto& [raw, watch] : watches_) open.push_back(watch);
+  return open;
 }
 
 void StatusWatchers::Broadcast(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  for (StatusWatch* watch : watches_) watch->Offer(status, now);
+  for (const std::shared_ptr<StatusWatch>& watch : Open()) watch->Offer(status, now);
 }
 
 void StatusWatchers::FinishAll() {
+  for (const std::shared_ptr<StatusWatch>& watch : Open()) watch->End();
+}
+
+size_t StatusWatchers::open_count() {
   absl::MutexLock lock(&mu_);
-  for (StatusWatch* watch : watches_) watch->End();
+  return watches_.size();
 }
 
 void StatusWatchers::Remove(StatusWatch* watch) {

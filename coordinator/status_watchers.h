@@ -2,15 +2,16 @@
 // asked for. The ticker calls Broadcast; a slow client skips snapshots
 // rather than queueing them. At most max_watches are open at once
 // (ddp-coordinator --max_watch_streams); more are refused with
-// RESOURCE_EXHAUSTED.
+// RESOURCE_EXHAUSTED. No lock of this class is held while it calls gRPC.
 #ifndef DDP_COORDINATOR_STATUS_WATCHERS_H_
 #define DDP_COORDINATOR_STATUS_WATCHERS_H_
 
 #include <cstddef>
 #include <memory>
-#include <set>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ddp/v1/status.pb.h"
@@ -33,16 +34,21 @@ class StatusWatchers {
                                                  absl::Duration interval, absl::Time now);
   // Offers `status` to every watch whose interval has passed. Thread-safe.
   void Broadcast(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now);
-  // Ends every watch (server shutdown).
+  // Ends every watch (server shutdown). Thread-safe.
   void FinishAll();
+  // Watches open now (their OnDone not yet run). Thread-safe.
+  size_t open_count();
 
  private:
   friend class StatusWatch;
+  // The open watches, each held so that it outlives its use after mu_ is
+  // released.
+  std::vector<std::shared_ptr<StatusWatch>> Open();
   void Remove(StatusWatch* watch);
 
   const size_t max_watches_;
   absl::Mutex mu_;
-  std::set<StatusWatch*> watches_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<StatusWatch*, std::shared_ptr<StatusWatch>> watches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddp

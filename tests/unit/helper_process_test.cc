@@ -53,6 +53,16 @@ TEST(HelperProcess, Run_LargeInputAndOutput_NeitherSideBlocks) {
   EXPECT_EQ(result->output.size(), big.size());
 }
 
+// A helper that exits without reading its stdin: the writes fail with
+// EPIPE, and the SIGPIPE they raise (default: end the process, the
+// coordinator) is not delivered. Its exit is reported as any other.
+TEST(HelperProcess, Run_ChildReadsNoInput_ReportedAndNoSigpipe) {
+  const std::string big(3 << 20, 'x');  // far past a pipe's buffer
+  auto result = RunIt(*Shell("exec 0<&-; exit 4"), big);
+  ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(result->exit_code, 4);
+}
+
 TEST(HelperProcess, Run_ExitCodeAndStderr_Reported) {
   HelperProcess::Options options;
   options.stderr_tail_bytes = 8;
