@@ -3,6 +3,9 @@
 #ifndef DDP_COMMON_CLOCK_H_
 #define DDP_COMMON_CLOCK_H_
 
+#include <set>
+#include <vector>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -55,15 +58,38 @@ class FakeClock final : public Clock {
   // looks again at that pace rather than being signalled).
   bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& condition,
                          absl::Time deadline) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    Waiting(deadline, +1);
+    bool held = true;
     while (!mu.AwaitWithTimeout(condition, absl::Milliseconds(1))) {
-      if (Now() >= deadline) return condition.Eval();
+      if (Now() >= deadline) {
+        held = condition.Eval();
+        break;
+      }
     }
-    return true;
+    Waiting(deadline, -1);
+    return held;
+  }
+  // The deadlines threads wait for on this clock now, soonest first: a test
+  // moves time once the thread it drives is waiting, not before it has
+  // chosen its deadline.
+  std::vector<absl::Time> Deadlines() const {
+    absl::MutexLock lock(&mu_);
+    return std::vector<absl::Time>(deadlines_.begin(), deadlines_.end());
   }
 
  private:
+  void Waiting(absl::Time deadline, int change) const {
+    absl::MutexLock lock(&mu_);
+    if (change > 0) {
+      deadlines_.insert(deadline);
+    } else {
+      deadlines_.erase(deadlines_.find(deadline));
+    }
+  }
+
   mutable absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable std::multiset<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddp

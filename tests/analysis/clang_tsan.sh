@@ -22,6 +22,13 @@ if "$out/tsan_canary" unlocked 2>"$out/canary.log"; then
   echo "ThreadSanitizer missed the canary's race: the set-up can't fail"; exit 1
 fi
 grep -q "WARNING: ThreadSanitizer: data race" "$out/canary.log"
-"$out/bin/ddp_unit_tests" --gtest_brief=1
+# Not the in-process gRPC tests: with a server and its clients in one
+# process, gRPC (built without TSan) hands buffers and callbacks between its
+# own threads through synchronization TSan can't see, and every handover
+# reads as a race inside gRPC (dozens a run). What they drive beneath gRPC
+# (the Coordinator, the Outbox, the watchers' decisions) has tests of its
+# own here.
+"$out/bin/ddp_unit_tests" --gtest_brief=1 \
+  --gtest_filter='-CoordinatorServiceTest.*:AuthorizedServiceTest.*:CoordinatorLinkTest.*'
 "$out/bin/ddp_torch_tests" --gtest_brief=1 --gtest_filter='*Reducer*:*Communicator*:Trainer.*'
 echo "clang -Wthread-safety: clean; ThreadSanitizer: no report"

@@ -30,14 +30,14 @@ REGISTER_TIMEOUT = 10
 class Worker:
     """A ddp-worker process whose log the test reads."""
 
-    def __init__(self, coordinator, name, extra=(), device="cpu:0"):
+    def __init__(self, coordinator, name, extra=(), device="cpu:0", env=None):
         self.dir = tempfile.mkdtemp(prefix="ddp-refusal-")
         self.log_path = os.path.join(self.dir, name + ".log")
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [os.path.join(BIN, "ddp-worker"), "--coordinator=" + coordinator,
                  "--device=" + device, "--host=127.0.0.1", "--name=" + name, "--threads=1"] +
-                list(extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                list(extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.started = time.time()
 
     def log(self):
@@ -135,8 +135,14 @@ class FatalRefusalTest(unittest.TestCase):
                           "UNAUTHENTICATED", "unknown bearer token", "--token_file")
 
     def test_no_token_unauthenticated(self):
-        self.assertExits2(Worker(self.cluster.target, "none"), "UNAUTHENTICATED",
-                          "needs a worker token")
+        # A folder of local tokens of its own: a worker given no token looks
+        # for the one a tokenless coordinator on its port made, and one that
+        # an earlier test's coordinator on the same port left (they stay, so
+        # that a restart strands no worker) would be sent instead of none.
+        runtime = tempfile.mkdtemp(prefix="ddp-refusal-runtime-")
+        worker = Worker(self.cluster.target, "none",
+                        env=dict(os.environ, XDG_RUNTIME_DIR=runtime))
+        self.assertExits2(worker, "UNAUTHENTICATED", "needs a worker token")
 
     def test_operator_token_permission_denied(self):
         worker = Worker(self.cluster.target, "op",

@@ -33,6 +33,12 @@ using ::testing::HasSubstr;
 struct Answer {
   enum Kind { kAccept, kRefuse, kSilent } kind = kAccept;
   grpc::Status refusal;  // kRefuse
+
+  static Answer Accept() { return Answer{kAccept, grpc::Status::OK}; }
+  static Answer Silent() { return Answer{kSilent, grpc::Status::OK}; }
+  static Answer Refuse(grpc::StatusCode code, const std::string& message) {
+    return Answer{kRefuse, grpc::Status(code, message)};
+  }
 };
 
 // What the test tells an accepted stream to do next.
@@ -40,6 +46,13 @@ struct Command {
   enum Kind { kClose, kStop } kind;
   grpc::Status close;  // kClose
   std::string reason;  // kStop
+
+  static Command Close(grpc::StatusCode code, const std::string& message) {
+    return Command{kClose, grpc::Status(code, message), ""};
+  }
+  static Command Stop(const std::string& reason) {
+    return Command{kStop, grpc::Status::OK, reason};
+  }
 };
 
 class ScriptedCoordinator final : public v1::Coordinator::Service {
@@ -227,6 +240,25 @@ class CoordinatorLinkTest : public ::testing::Test {
     runner_.join();
     return result_;
   }
+  // Waits until a thread of the link waits on the clock for a deadline in
+  // [now + from, now + to); returns how long from now that is. The tests
+  // move time only then: a link that had not yet chosen its deadline would
+  // count from the moved time.
+  absl::Duration AwaitWaitWithin(absl::Duration from, absl::Duration to) {
+    const absl::Time now = clock_.Now();
+    absl::Duration found = absl::InfiniteDuration();
+    EXPECT_TRUE(Eventually([&] {
+      for (absl::Time deadline : clock_.Deadlines()) {
+        if (deadline >= now + from && deadline < now + to) {
+          found = deadline - now;
+          return true;
+        }
+      }
+      return false;
+    })) << "no wait for ["
+        << from << ", " << to << ") from now";
+    return found;
+  }
 
   FakeClock clock_;
   ScriptedCoordinator coordinator_;
@@ -243,34 +275,38 @@ class CoordinatorLinkTest : public ::testing::Test {
 TEST_F(CoordinatorLinkTest, Heartbeats_OneAtAttachThenOnePerIntervalOfTheClock) {
   StartLink();
   ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  // The next one a minute (the Registered's interval) after the first.
+  EXPECT_EQ(AwaitWaitWithin(absl::Seconds(60), absl::Seconds(61)), absl::Seconds(60));
   clock_.Advance(absl::Seconds(59));
   Settle();
   EXPECT_EQ(coordinator_.heartbeats(), 1);
   clock_.Advance(absl::Seconds(1));
   EXPECT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 2; }));
+  EXPECT_EQ(AwaitWaitWithin(absl::Seconds(60), absl::Seconds(61)), absl::Seconds(60));
   clock_.Advance(absl::Seconds(60));
   EXPECT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 3; }));
   EXPECT_TRUE(link_->ever_attached());
 }
 
 TEST_F(CoordinatorLinkTest, UnreachableCoordinator_BackoffDoublesOnTheClock) {
-  coordinator_.Script({{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")}});
+  coordinator_.Script({Answer::Refuse(grpc::StatusCode::UNAVAILABLE, "down")});
   CoordinatorLink::Options options;
   options.min_backoff = absl::Minutes(1);
   options.max_backoff = absl::Minutes(8);
   StartLink(options);
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
-  // The first wait is 30-60 s (jitter), the second 60-120 s.
-  clock_.Advance(absl::Seconds(29));
+  // Each wait is the backoff times a jitter in [0.5, 1): 30-60 s, then
+  // 60-120 s.
+  absl::Duration wait = AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60));
+  clock_.Advance(wait - absl::Seconds(1));
   Settle();
   EXPECT_EQ(coordinator_.attaches(), 1);
-  clock_.Advance(absl::Seconds(31));
+  clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
-  clock_.Advance(absl::Seconds(59));
-  Settle();
-  EXPECT_EQ(coordinator_.attaches(), 2);
-  clock_.Advance(absl::Seconds(61));
+  wait = AwaitWaitWithin(absl::Seconds(60), absl::Seconds(120));
+  clock_.Advance(wait);
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 3; }));
+  AwaitWaitWithin(absl::Seconds(120), absl::Seconds(240));
   EXPECT_FALSE(link_->ever_attached());
   EXPECT_THAT(link_->last_error(), HasSubstr("down"));
 }
@@ -280,43 +316,47 @@ TEST_F(CoordinatorLinkTest, StreamLost_ReattachesAfterBackoff_AbortedMeansDroppe
   options.min_backoff = absl::Minutes(1);
   StartLink(options);
   ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
-  // A coordinator that went away: retried, and not a drop.
-  coordinator_.Tell({Command::kClose, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting")});
-  clock_.Advance(absl::Minutes(1));  // the heartbeat the close waits for
-  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 2; }));
-  Settle();
+  // A coordinator that went away: retried, and not a drop. The close waits
+  // for the worker's next message, the heartbeat a minute on.
+  coordinator_.Tell(Command::Close(grpc::StatusCode::UNAVAILABLE, "restarting"));
+  clock_.Advance(AwaitWaitWithin(absl::Seconds(60), absl::Seconds(61)));
+  const absl::Duration backoff = AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60));
   EXPECT_EQ(coordinator_.attaches(), 1);
-  clock_.Advance(absl::Minutes(1));
+  clock_.Advance(backoff);
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
   EXPECT_TRUE(handler_.dropped().empty());
   // The coordinator dropping this worker: the handler hears why.
-  coordinator_.Tell({Command::kClose, grpc::Status(grpc::StatusCode::ABORTED, "marked lost")});
-  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 3; }));
+  coordinator_.Tell(Command::Close(grpc::StatusCode::ABORTED, "marked lost"));
+  clock_.Advance(AwaitWaitWithin(absl::Seconds(60), absl::Seconds(61)));
   ASSERT_TRUE(Eventually([&] { return handler_.dropped().size() == 1; }));
   EXPECT_EQ(handler_.dropped()[0], "marked lost");
 }
 
 TEST_F(CoordinatorLinkTest, SilentCoordinator_RegisterGivenUpAtTheTimeoutOnTheClock) {
-  coordinator_.Script({{Answer::kSilent}, {Answer::kAccept}});
+  coordinator_.Script({Answer::Silent(), Answer::Accept()});
   CoordinatorLink::Options options;
   options.register_timeout = absl::Minutes(10);
   options.min_backoff = absl::Minutes(1);
   StartLink(options);
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
+  // The register's watchdog, armed before the call.
+  EXPECT_LE(AwaitWaitWithin(absl::ZeroDuration(), absl::Minutes(10) + absl::Seconds(1)),
+            absl::Minutes(10));
   clock_.Advance(absl::Seconds(599));
   Settle();
   EXPECT_EQ(link_->last_error(), "");
+  EXPECT_EQ(coordinator_.attaches(), 1);
   clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(Eventually([&] { return !link_->last_error().empty(); }));
   EXPECT_THAT(link_->last_error(), HasSubstr("no answer to register within 10m"));
-  clock_.Advance(absl::Minutes(1));
+  clock_.Advance(AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60)));
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 2; }));
   EXPECT_TRUE(Eventually([&] { return link_->ever_attached(); }));
 }
 
 TEST_F(CoordinatorLinkTest, RefusalRetryingCantCure_RunReturns2AndSaysWhy) {
-  coordinator_.Script(
-      {{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token")}});
+  coordinator_.Script({Answer::Refuse(grpc::StatusCode::UNAUTHENTICATED, "bad token")});
   StartLink();
   EXPECT_EQ(Finish(), 2);
   EXPECT_EQ(coordinator_.attaches(), 1);
@@ -326,22 +366,22 @@ TEST_F(CoordinatorLinkTest, RefusalRetryingCantCure_RunReturns2AndSaysWhy) {
 TEST_F(CoordinatorLinkTest, StopFromTheCoordinator_RunReturns0AndTheHandlerHearsIt) {
   StartLink();
   ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
-  coordinator_.Tell({Command::kStop, grpc::Status::OK, "the job finished"});
+  coordinator_.Tell(Command::Stop("the job finished"));
   EXPECT_EQ(Finish(), 0);
   EXPECT_THAT(handler_.stops(), ::testing::ElementsAre("the job finished"));
 }
 
 TEST_F(CoordinatorLinkTest, ReportsQueuedWhileAway_SentFirstOnAttach) {
-  coordinator_.Script(
-      {{Answer::kRefuse, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")}, {Answer::kAccept}});
+  coordinator_.Script({Answer::Refuse(grpc::StatusCode::UNAVAILABLE, "down"), Answer::Accept()});
   CoordinatorLink::Options options;
   options.min_backoff = absl::Minutes(1);
   StartLink(options);
   ASSERT_TRUE(Eventually([&] { return coordinator_.attaches() == 1; }));
+  const absl::Duration backoff = AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60));
   v1::WorkerMessage state;
   state.mutable_state()->set_detail("queued while away");
   outbox_.Push(state);
-  clock_.Advance(absl::Minutes(1));
+  clock_.Advance(backoff);
   ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
   const std::vector<v1::WorkerMessage> received = coordinator_.received();
   ASSERT_FALSE(received.empty());

@@ -23,8 +23,6 @@ Kind KindOf(const torch::optim::Optimizer* optimizer) {
   return Kind::kOther;
 }
 
-bool IsAdamLike(Kind kind) { return kind == Kind::kAdam || kind == Kind::kAdamW; }
-
 // The optimizer's parameters, over its param_groups() in order, each with
 // whether its group has amsgrad set (Adam, AdamW).
 struct Param {
