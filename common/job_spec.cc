@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/fnv1a.h"
+#include "common/job_kinds.h"
 #include "common/json_keys.h"
 #include "common/quote.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -24,16 +26,17 @@ absl::Status FieldError(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("job.", field, ": ", problem));
 }
 
-bool OneOf(const std::string& value, std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed) {
-    if (value == a) return true;
+// "unknown <what> "<name>"; expected one of ...", the choices from the
+// kind's table (common/job_kinds.h) less `except`.
+template <typename Kind>
+absl::Status UnknownKind(absl::string_view field, absl::string_view what, const std::string& name,
+                         absl::Span<const KindName<Kind>> names, Kind except = Kind{}) {
+  std::vector<KindName<Kind>> choices;
+  for (const KindName<Kind>& entry : names) {
+    if (except == Kind{} || entry.kind != except) choices.push_back(entry);
   }
-  return false;
-}
-
-std::string Quoted(std::initializer_list<const char*> allowed) {
-  return absl::StrJoin(
-      allowed, ", ", [](std::string* out, const char* s) { absl::StrAppend(out, "\"", s, "\""); });
+  return FieldError(field, absl::StrCat("unknown ", what, " ", Quote(name), "; expected one of ",
+                                        QuotedNames(absl::MakeConstSpan(choices))));
 }
 
 // `x` in [lo, hi]; false for NaN.
@@ -92,7 +95,9 @@ BuildCapabilities ThisBuild() {
   return build;
 }
 
-bool IsProgramJob(const v1::JobSpec& spec) { return spec.model().kind() == "program"; }
+bool IsProgramJob(const v1::JobSpec& spec) {
+  return ModelKindOf(spec.model()) == v1::MODEL_KIND_PROGRAM;
+}
 
 int64_t EvaluationBatchSize(const v1::JobSpec& spec) {
   return std::max<int64_t>(1,
@@ -107,7 +112,7 @@ absl::Status ValidateProgramJob(const v1::JobSpec& spec) {
   if (!spec.model().path().empty()) {
     return FieldError("model.path", "not used with model.kind \"program\"");
   }
-  if (spec.dataset().kind() != "program") {
+  if (DatasetKindOf(spec.dataset()) != v1::DATASET_KIND_PROGRAM) {
     return FieldError("dataset.kind",
                       absl::StrCat(Quote(spec.dataset().kind()),
                                    " can't go with model.kind \"program\": the program reads "
@@ -121,10 +126,10 @@ absl::Status ValidateProgramJob(const v1::JobSpec& spec) {
     return FieldError("output_path",
                       "not used with model.kind \"program\": the program saves its own model");
   }
-  if (spec.backend() == "nccl") {
+  if (BackendOf(spec) == v1::BACKEND_NCCL) {
     return FieldError("backend", "a program's ranks train on the CPU: use auto, gloo or shm");
   }
-  if (!spec.compression().empty() && spec.compression() != "none") {
+  if (!spec.compression().empty() && CompressionOf(spec) != v1::COMPRESSION_NONE) {
     return FieldError("compression",
                       "not used with model.kind \"program\": the program chooses its own "
                       "(ddp::DistributedDataParallel::Options::compression)");
@@ -139,15 +144,20 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   auto* model = spec.mutable_model();
   if (model->kind().empty()) model->set_kind("cnn");
   auto* data = spec.mutable_dataset();
-  if (data->kind().empty()) data->set_kind(IsProgramJob(spec) ? "program" : "fashion-mnist");
-  if (data->kind() == "fashion-mnist" && data->path().empty()) data->set_path(kFashionMnistDir);
-  if (data->kind() == "synthetic") {
+  if (data->kind().empty()) {
+    data->set_kind(IsProgramJob(spec) ? "program" : "fashion-mnist");
+  }
+  const v1::DatasetKind data_kind = DatasetKindOf(*data);
+  if (data_kind == v1::DATASET_KIND_FASHION_MNIST && data->path().empty()) {
+    data->set_path(kFashionMnistDir);
+  }
+  if (data_kind == v1::DATASET_KIND_SYNTHETIC) {
     if (data->train_size() == 0) data->set_train_size(4096);
     if (data->test_size() == 0) data->set_test_size(1024);
   }
   auto* opt = spec.mutable_optimizer();
   if (opt->kind().empty()) opt->set_kind("sgd");
-  if (opt->lr() == 0) opt->set_lr(opt->kind() == "adam" ? 0.001 : 0.01);
+  if (opt->lr() == 0) opt->set_lr(OptimizerKindOf(*opt) == v1::OPTIMIZER_KIND_ADAM ? 0.001 : 0.01);
   if (!opt->has_beta1()) opt->set_beta1(0.9);
   if (!opt->has_beta2()) opt->set_beta2(0.999);
   if (!opt->has_eps()) opt->set_eps(1e-8);
@@ -160,7 +170,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
   if (spec.gradient_accumulation_steps() == 0) spec.set_gradient_accumulation_steps(1);
   if (spec.backend().empty()) spec.set_backend("auto");
   if (spec.compression().empty()) spec.set_compression("none");
-  if (spec.compression() == "powersgd") {
+  if (CompressionOf(spec) == v1::COMPRESSION_POWERSGD) {
     if (!spec.has_powersgd_rank()) spec.set_powersgd_rank(1);
     if (!spec.has_powersgd_start_step()) spec.set_powersgd_start_step(1000);
   }
@@ -189,44 +199,43 @@ namespace {
 // The built-in model and data, the optimizer and the loss.
 absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   const auto& model = spec.model();
-  if (model.kind() == "torchscript" && model.path().empty()) {
+  const bool torchscript = ModelKindOf(model) == v1::MODEL_KIND_TORCHSCRIPT;
+  if (torchscript && model.path().empty()) {
     return FieldError("model.path",
                       "required for model.kind \"torchscript\": the file "
                       "saved with torch.jit.save");
   }
-  if (model.kind() != "torchscript" && !model.path().empty()) {
+  if (!torchscript && !model.path().empty()) {
     return FieldError("model.path", "only used with model.kind \"torchscript\"");
   }
   if (absl::Status s = CheckPath("model.path", model.path()); !s.ok()) return s;
   const auto& data = spec.dataset();
-  if (data.kind() == "program") {
+  const v1::DatasetKind data_kind = DatasetKindOf(data);
+  if (data_kind == v1::DATASET_KIND_PROGRAM) {
     return FieldError("dataset.kind",
                       "\"program\" goes with model.kind \"program\" only: a program on the ddp "
                       "library brings its own model and data");
   }
-  if (!OneOf(data.kind(), {"fashion-mnist", "synthetic", "tensors"})) {
-    return FieldError("dataset.kind",
-                      absl::StrCat("unknown dataset ", Quote(data.kind()), "; expected one of ",
-                                   Quoted({"fashion-mnist", "synthetic", "tensors"})));
+  if (data_kind == v1::DATASET_KIND_UNKNOWN) {
+    return UnknownKind("dataset.kind", "dataset", data.kind(), DatasetKindNames(),
+                       v1::DATASET_KIND_PROGRAM);
   }
-  if (data.kind() == "tensors" && data.path().empty()) {
+  if (data_kind == v1::DATASET_KIND_TENSORS && data.path().empty()) {
     return FieldError("dataset.path",
                       "required for dataset.kind \"tensors\": an (x, y) "
                       "tuple saved with torch.save");
   }
   if (absl::Status s = CheckPath("dataset.path", data.path()); !s.ok()) return s;
   if (absl::Status s = CheckPath("dataset.test_path", data.test_path()); !s.ok()) return s;
-  if (data.kind() == "synthetic") {
+  if (data_kind == v1::DATASET_KIND_SYNTHETIC) {
     if (absl::Status s = CheckSyntheticSizes(data); !s.ok()) return s;
   } else if (data.train_size() > kMaxTrainSize) {
     return FieldError("dataset.train_size",
                       absl::StrCat("at most ", kMaxTrainSize, " (got ", data.train_size(), ")"));
   }
   const auto& opt = spec.optimizer();
-  if (!OneOf(opt.kind(), {"sgd", "adam"})) {
-    return FieldError("optimizer.kind",
-                      absl::StrCat("unknown optimizer ", Quote(opt.kind()), "; expected one of ",
-                                   Quoted({"sgd", "adam"})));
+  if (OptimizerKindOf(opt) == v1::OPTIMIZER_KIND_UNKNOWN) {
+    return UnknownKind("optimizer.kind", "optimizer", opt.kind(), OptimizerKindNames());
   }
   // Every check is written `!(in range)`, so NaN is refused too; the
   // bounds are finite, so infinities are.
@@ -253,9 +262,8 @@ absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   if (!(opt.eps() > 0 && opt.eps() <= 1)) {
     return FieldError("optimizer.eps", absl::StrCat("must be in (0, 1] (got ", opt.eps(), ")"));
   }
-  if (!OneOf(spec.loss(), {"cross_entropy", "nll"})) {
-    return FieldError("loss", absl::StrCat("unknown loss ", Quote(spec.loss()),
-                                           "; expected one of ", Quoted({"cross_entropy", "nll"})));
+  if (LossKindOf(spec) == v1::LOSS_KIND_UNKNOWN) {
+    return UnknownKind("loss", "loss", spec.loss(), LossKindNames());
   }
   return absl::OkStatus();
 }
@@ -286,17 +294,15 @@ absl::Status ValidateBatching(const v1::JobSpec& spec) {
 // How gradients travel: the backend (and whether this build has it) and
 // their compression.
 absl::Status ValidateCommunication(const v1::JobSpec& spec, const BuildCapabilities& build) {
-  if (!OneOf(spec.backend(), {"gloo", "shm", "nccl", "auto"})) {
-    return FieldError("backend",
-                      absl::StrCat("unknown backend ", Quote(spec.backend()), "; expected one of ",
-                                   Quoted({"gloo", "shm", "nccl", "auto"})));
+  const v1::Backend backend = BackendOf(spec);
+  if (backend == v1::BACKEND_UNKNOWN) {
+    return UnknownKind("backend", "backend", spec.backend(), BackendNames());
   }
-  if (!OneOf(spec.compression(), {"none", "fp16", "bf16", "powersgd"})) {
-    return FieldError("compression", absl::StrCat("unknown compression ", Quote(spec.compression()),
-                                                  "; expected one of ",
-                                                  Quoted({"none", "fp16", "bf16", "powersgd"})));
+  const v1::Compression compression = CompressionOf(spec);
+  if (compression == v1::COMPRESSION_UNKNOWN) {
+    return UnknownKind("compression", "compression", spec.compression(), CompressionNames());
   }
-  if (spec.compression() != "powersgd") {
+  if (compression != v1::COMPRESSION_POWERSGD) {
     if (spec.has_powersgd_rank()) {
       return FieldError("powersgd_rank", "only used with compression \"powersgd\"");
     }
@@ -315,7 +321,7 @@ absl::Status ValidateCommunication(const v1::JobSpec& spec, const BuildCapabilit
                                      spec.powersgd_start_step(), ")"));
     }
   }
-  if (spec.backend() == "nccl" && !build.nccl) {
+  if (backend == v1::BACKEND_NCCL && !build.nccl) {
     return FieldError("backend",
                       "\"nccl\" is not available: this build has no NCCL communicator with a "
                       "CUDA-enabled LibTorch; use \"gloo\" or \"auto\", or rebuild where "
@@ -351,9 +357,8 @@ absl::Status ValidateElasticity(const v1::JobSpec& spec) {
   if (!(spec.rejoin_timeout_seconds() >= 0 && spec.rejoin_timeout_seconds() <= 86400)) {
     return FieldError("rejoin_timeout_seconds", "must be in [0, 86400]");
   }
-  if (!OneOf(spec.lr_scaling(), {"keep", "linear"})) {
-    return FieldError("lr_scaling", absl::StrCat("unknown rule ", Quote(spec.lr_scaling()),
-                                                 "; expected one of ", Quoted({"keep", "linear"})));
+  if (LrScalingOf(spec) == v1::LR_SCALING_UNKNOWN) {
+    return UnknownKind("lr_scaling", "rule", spec.lr_scaling(), LrScalingNames());
   }
   if (!(spec.reform_min_interval_seconds() >= 0 && spec.reform_min_interval_seconds() <= 86400)) {
     return FieldError("reform_min_interval_seconds", "must be in [0, 86400]");
@@ -401,10 +406,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& b
                                            "starting with a letter"));
   }
   const auto& model = spec.model();
-  if (!OneOf(model.kind(), {"mlp", "cnn", "resnet18", "torchscript", "program"})) {
-    return FieldError("model.kind",
-                      absl::StrCat("unknown model ", Quote(model.kind()), "; expected one of ",
-                                   Quoted({"mlp", "cnn", "resnet18", "torchscript", "program"})));
+  if (ModelKindOf(model) == v1::MODEL_KIND_UNKNOWN) {
+    return UnknownKind("model.kind", "model", model.kind(), ModelKindNames());
   }
   absl::Status parts =
       IsProgramJob(spec) ? ValidateProgramJob(spec) : ValidateBuiltInTraining(spec);

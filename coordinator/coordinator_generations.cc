@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
@@ -21,11 +22,20 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
   // A ddp-worker trains the built-in models; a program on the library only
   // its own.
   if (w.capabilities.program() != IsProgramJob(spec)) return false;
-  if (spec.backend() == "gloo" || spec.backend() == "shm") return !w.device.is_cuda();
   const auto& backends = w.capabilities.backends();
   const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
-  if (spec.backend() == "nccl") return w.device.is_cuda() && has_nccl;
-  return !w.device.is_cuda() || has_nccl;  // auto: nccl on CUDA devices
+  switch (BackendOf(spec)) {
+    case v1::BACKEND_GLOO:
+    case v1::BACKEND_SHM:
+      return !w.device.is_cuda();
+    case v1::BACKEND_NCCL:
+      return w.device.is_cuda() && has_nccl;
+    case v1::BACKEND_AUTO:  // nccl on CUDA devices
+      return !w.device.is_cuda() || has_nccl;
+    case v1::BACKEND_UNKNOWN:  // refused by the job's check
+      return false;
+  }
+  return false;
 }
 
 // Holds the job's state (it checked the job and spec when it said so),
@@ -136,7 +146,7 @@ void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effect
   source_in.committed_step = job_.committed_step();
   const SourceChoice source = ChooseSource(source_in);
   const uint32_t world = static_cast<uint32_t>(members.size());
-  const double lr = ScaledLr(spec.optimizer().lr(), spec.lr_scaling(), world, spec.max_workers());
+  const double lr = ScaledLr(spec.optimizer().lr(), LrScalingOf(spec), world, spec.max_workers());
   std::vector<RankCandidate> slots;
   absl::flat_hash_set<std::string> joiners;
   for (const Candidate& c : members) {

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/job_kinds.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "common/status_line.h"
@@ -62,16 +63,25 @@ absl::StatusOr<google::protobuf::RepeatedPtrField<v1::InputFile>> ParsePins(
 
 std::vector<std::string> ExpectedInputs(const v1::JobSpec& spec) {
   std::vector<std::string> paths;
-  if (spec.model().kind() == "torchscript") paths.push_back(spec.model().path());
+  if (ModelKindOf(spec.model()) == v1::MODEL_KIND_TORCHSCRIPT) {
+    paths.push_back(spec.model().path());
+  }
   const v1::DatasetSpec& data = spec.dataset();
-  if (data.kind() == "fashion-mnist") {
-    for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
-      paths.push_back(absl::StrCat(data.path(), "/", file));
-    }
-  } else if (data.kind() == "tensors") {
-    paths.push_back(data.path());
-    if (!data.test_path().empty()) paths.push_back(data.test_path());
+  switch (DatasetKindOf(data)) {
+    case v1::DATASET_KIND_FASHION_MNIST:
+      for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+        paths.push_back(absl::StrCat(data.path(), "/", file));
+      }
+      break;
+    case v1::DATASET_KIND_TENSORS:
+      paths.push_back(data.path());
+      if (!data.test_path().empty()) paths.push_back(data.test_path());
+      break;
+    case v1::DATASET_KIND_SYNTHETIC:
+    case v1::DATASET_KIND_PROGRAM:
+    case v1::DATASET_KIND_UNKNOWN:
+      break;
   }
   return paths;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/job_kinds.h"
 #include "common/quote.h"
 
 namespace ddp {
@@ -247,18 +248,33 @@ absl::Status CheckPinnedInputs(const v1::JobSpec& spec, const PathRoots& roots) 
   return absl::OkStatus();
 }
 
+namespace {
+
+// A dataset's own path: a folder of idx files, a tensors file, or none.
+absl::Status CheckDatasetPath(const v1::DatasetSpec& data, const PathRoots& roots) {
+  switch (DatasetKindOf(data)) {
+    case v1::DATASET_KIND_FASHION_MNIST:
+      return CheckInputFolder("dataset.path", data.path(), roots);
+    case v1::DATASET_KIND_TENSORS:
+      return CheckInputFile("dataset.path", data.path(), roots);
+    case v1::DATASET_KIND_SYNTHETIC:
+    case v1::DATASET_KIND_PROGRAM:
+    case v1::DATASET_KIND_UNKNOWN:
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
-  if (spec.model().kind() == "torchscript") {
+  if (ModelKindOf(spec.model()) == v1::MODEL_KIND_TORCHSCRIPT) {
     if (absl::Status s = CheckInputFile("model.path", spec.model().path(), roots); !s.ok()) {
       return s;
     }
   }
   const v1::DatasetSpec& data = spec.dataset();
-  if (data.kind() == "fashion-mnist") {
-    if (absl::Status s = CheckInputFolder("dataset.path", data.path(), roots); !s.ok()) return s;
-  } else if (data.kind() == "tensors") {
-    if (absl::Status s = CheckInputFile("dataset.path", data.path(), roots); !s.ok()) return s;
-  }
+  if (absl::Status s = CheckDatasetPath(data, roots); !s.ok()) return s;
   if (!data.test_path().empty()) {
     if (absl::Status s = CheckInputFile("dataset.test_path", data.test_path(), roots); !s.ok()) {
       return s;

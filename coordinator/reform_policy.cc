@@ -231,10 +231,16 @@ Adoption DecideAdoption(const AdoptionInput& in) {
   return Adoption::kWait;
 }
 
-double ScaledLr(double base_lr, absl::string_view lr_scaling, uint32_t world_size,
+double ScaledLr(double base_lr, v1::LrScaling lr_scaling, uint32_t world_size,
                 uint32_t max_workers) {
-  if (lr_scaling != "linear") return base_lr;
-  return base_lr * world_size / std::max(1u, max_workers);
+  switch (lr_scaling) {
+    case v1::LR_SCALING_UNKNOWN:  // refused by the job's check
+    case v1::LR_SCALING_KEEP:
+      return base_lr;
+    case v1::LR_SCALING_LINEAR:
+      return base_lr * world_size / std::max(1u, max_workers);
+  }
+  return base_lr;
 }
 
 v1::Assignment BuildAssignment(const Generation& g, uint32_t rank, const AssignmentJob& job) {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "coordinator/rank_assignment.h"
 #include "ddp/v1/job.pb.h"
+#include "ddp/v1/kinds.pb.h"
 #include "ddp/v1/status.pb.h"
 #include "ddp/v1/worker.pb.h"
 
@@ -133,7 +134,7 @@ SourceChoice ChooseSource(const SourceInput& in);
 // spec's `base_lr` with lr_scaling "keep"; with "linear", scaled by
 // world_size / max_workers (the lr follows the global batch, which is
 // max_workers' at the spec's lr).
-double ScaledLr(double base_lr, absl::string_view lr_scaling, uint32_t world_size,
+double ScaledLr(double base_lr, v1::LrScaling lr_scaling, uint32_t world_size,
                 uint32_t max_workers);
 
 // What the job tells every member of a generation.

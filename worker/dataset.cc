@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/job_kinds.h"
 #include "worker/data_files.h"
 #include "worker/elastic/torch_error.h"
 
@@ -106,38 +107,49 @@ absl::Status LoadTensorPair(const std::string& field, const std::string& path, I
   return absl::OkStatus();
 }
 
-absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed,
-                                             InputFiles* inputs) {
-  absl::StatusOr<Dataset> d;
-  if (spec.kind() == "fashion-mnist") {
-    d = LoadFashionMnist(spec, inputs);
-  } else if (spec.kind() == "synthetic") {
-    d = MakeSynthetic(spec, seed);
-  } else if (spec.kind() == "tensors") {
-    Dataset t;
+// An (x, y) pair saved with torch.save, and its held-out pair if named.
+absl::StatusOr<Dataset> LoadTensors(const v1::DatasetSpec& spec, InputFiles* inputs) {
+  Dataset t;
+  if (absl::Status s = LoadTensorPair("dataset.path", spec.path(), inputs, &t.train_x, &t.train_y);
+      !s.ok()) {
+    return s;
+  }
+  if (!spec.test_path().empty()) {
     if (absl::Status s =
-            LoadTensorPair("dataset.path", spec.path(), inputs, &t.train_x, &t.train_y);
+            LoadTensorPair("dataset.test_path", spec.test_path(), inputs, &t.test_x, &t.test_y);
         !s.ok()) {
       return s;
     }
-    if (!spec.test_path().empty()) {
-      if (absl::Status s =
-              LoadTensorPair("dataset.test_path", spec.test_path(), inputs, &t.test_x, &t.test_y);
-          !s.ok()) {
-        return s;
-      }
-    }
-    int64_t max_label = t.train_y.numel() ? t.train_y.max().item<int64_t>() : 0;
-    if (t.test_y.defined() && t.test_y.numel()) {
-      max_label = std::max(max_label, t.test_y.max().item<int64_t>());
-    }
-    t.num_classes = max_label + 1;
-    d = std::move(t);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.kind: unknown \"", spec.kind(), "\""));
+  }
+  int64_t max_label = t.train_y.numel() ? t.train_y.max().item<int64_t>() : 0;
+  if (t.test_y.defined() && t.test_y.numel()) {
+    max_label = std::max(max_label, t.test_y.max().item<int64_t>());
+  }
+  t.num_classes = max_label + 1;
+  return t;
+}
+
+absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed,
+                                             InputFiles* inputs) {
+  absl::StatusOr<Dataset> d;
+  const v1::DatasetKind kind = DatasetKindOf(spec);
+  switch (kind) {
+    case v1::DATASET_KIND_FASHION_MNIST:
+      d = LoadFashionMnist(spec, inputs);
+      break;
+    case v1::DATASET_KIND_SYNTHETIC:
+      d = MakeSynthetic(spec, seed);
+      break;
+    case v1::DATASET_KIND_TENSORS:
+      d = LoadTensors(spec, inputs);
+      break;
+    case v1::DATASET_KIND_PROGRAM:  // a program reads its own
+    case v1::DATASET_KIND_UNKNOWN:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset.kind: unknown \"", spec.kind(), "\""));
   }
   if (!d.ok()) return d;
-  if (spec.kind() != "synthetic" && spec.train_size() > 0 &&
+  if (kind != v1::DATASET_KIND_SYNTHETIC && spec.train_size() > 0 &&
       static_cast<int64_t>(spec.train_size()) < d->train_size()) {
     d->train_x = d->train_x.narrow(0, 0, spec.train_size()).contiguous();
     d->train_y = d->train_y.narrow(0, 0, spec.train_size()).contiguous();

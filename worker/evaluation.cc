@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "worker/elastic/torch_error.h"
 #include "worker/model.h"
@@ -13,7 +14,13 @@ namespace ddp {
 
 at::Tensor JobLoss(const v1::JobSpec& spec, const at::Tensor& out, const at::Tensor& y, bool sum) {
   const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
-  if (spec.loss() == "nll") return torch::nll_loss(out, y, {}, reduction);
+  switch (LossKindOf(spec)) {
+    case v1::LOSS_KIND_NLL:
+      return torch::nll_loss(out, y, {}, reduction);
+    case v1::LOSS_KIND_CROSS_ENTROPY:
+    case v1::LOSS_KIND_UNKNOWN:  // refused by the job's check
+      break;
+  }
   return torch::cross_entropy_loss(out, y, {}, reduction);
 }
 

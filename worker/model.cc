@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_kinds.h"
 #include "worker/elastic/torch_error.h"
 
 namespace ddp {
@@ -199,50 +200,69 @@ class ScriptModel final : public Model {
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<Model>> LoadScriptModel(const v1::ModelSpec& spec,
+                                                       InputFiles* inputs) {
+  InputFiles unpinned;
+  absl::StatusOr<std::string> bytes =
+      (inputs ? inputs : &unpinned)->Read("model.path", spec.path());
+  if (!bytes.ok()) return bytes.status();
+  try {
+    // From the bytes read (and pinned), never the path again.
+    std::istringstream in(std::move(*bytes));
+    return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(in)));
+  } catch (const std::exception& e) {
+    return TorchErrorStatus(absl::StatusCode::kInvalidArgument,
+                            absl::StrCat("model.path: ", spec.path(),
+                                         " is not a TorchScript module saved with torch.jit.save"),
+                            e);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const std::vector<int64_t>& sample_shape,
+                                               int64_t num_classes) {
+  if (sample_shape != std::vector<int64_t>{1, 28, 28}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
+                     ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
+  }
+  return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> MakeResNet18(const std::vector<int64_t>& sample_shape,
+                                                    int64_t num_classes) {
+  if (sample_shape.size() != 3 || sample_shape[1] < 8 || sample_shape[2] < 8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.kind: \"resnet18\" takes CxHxW images of at least 8x8 (3x32x32 as in CIFAR); "
+        "this dataset's samples are ",
+        ShapeString(sample_shape)));
+  }
+  return std::unique_ptr<Model>(new NativeModel<ResNet18>(ResNet18(sample_shape[0], num_classes)));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
                                                  const std::vector<int64_t>& sample_shape,
                                                  int64_t num_classes, uint64_t seed,
                                                  InputFiles* inputs) {
-  if (spec.kind() == "torchscript") {
-    InputFiles unpinned;
-    absl::StatusOr<std::string> bytes =
-        (inputs ? inputs : &unpinned)->Read("model.path", spec.path());
-    if (!bytes.ok()) return bytes.status();
-    try {
-      // From the bytes read (and pinned), never the path again.
-      std::istringstream in(std::move(*bytes));
-      return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(in)));
-    } catch (const std::exception& e) {
-      return TorchErrorStatus(
-          absl::StatusCode::kInvalidArgument,
-          absl::StrCat("model.path: ", spec.path(),
-                       " is not a TorchScript module saved with torch.jit.save"),
-          e);
-    }
-  }
+  const v1::ModelKind kind = ModelKindOf(spec);
+  if (kind == v1::MODEL_KIND_TORCHSCRIPT) return LoadScriptModel(spec, inputs);
   torch::manual_seed(seed);
   int64_t in = 1;
   for (int64_t d : sample_shape) in *= d;
-  if (spec.kind() == "mlp") {
-    return std::unique_ptr<Model>(new NativeModel<Mlp>(Mlp(in, num_classes)));
-  }
-  if (spec.kind() == "cnn") {
-    if (sample_shape != std::vector<int64_t>{1, 28, 28}) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
-                       ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
-    }
-    return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
-  }
-  if (spec.kind() == "resnet18") {
-    if (sample_shape.size() != 3 || sample_shape[1] < 8 || sample_shape[2] < 8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.kind: \"resnet18\" takes CxHxW images of at least 8x8 (3x32x32 as in CIFAR); "
-          "this dataset's samples are ",
-          ShapeString(sample_shape)));
-    }
-    return std::unique_ptr<Model>(
-        new NativeModel<ResNet18>(ResNet18(sample_shape[0], num_classes)));
+  switch (kind) {
+    case v1::MODEL_KIND_MLP:
+      return std::unique_ptr<Model>(new NativeModel<Mlp>(Mlp(in, num_classes)));
+    case v1::MODEL_KIND_CNN:
+      return MakeCnn(sample_shape, num_classes);
+    case v1::MODEL_KIND_RESNET18:
+      return MakeResNet18(sample_shape, num_classes);
+    case v1::MODEL_KIND_TORCHSCRIPT:  // above
+    case v1::MODEL_KIND_PROGRAM:      // a program builds its own
+    case v1::MODEL_KIND_UNKNOWN:
+      break;
   }
   return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown \"", spec.kind(), "\""));
 }
@@ -275,7 +295,8 @@ absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite) {
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
                             const std::vector<int64_t>& sample_shape, int64_t num_classes,
                             int64_t batch) {
-  const std::string field = spec.kind() == "torchscript" ? "model.path" : "model.kind";
+  const std::string field =
+      ModelKindOf(spec) == v1::MODEL_KIND_TORCHSCRIPT ? "model.path" : "model.kind";
   std::vector<int64_t> batch_shape = {batch};
   batch_shape.insert(batch_shape.end(), sample_shape.begin(), sample_shape.end());
   at::Tensor out;

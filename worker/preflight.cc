@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "worker/data_files.h"
 #include "worker/dataset.h"
@@ -17,7 +18,8 @@ absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
   std::vector<int64_t> shape = {1, 28, 28};
   int64_t classes = 10;
   const auto& data = spec.dataset();
-  if (data.kind() == "fashion-mnist") {
+  const v1::DatasetKind kind = DatasetKindOf(data);
+  if (kind == v1::DATASET_KIND_FASHION_MNIST) {
     // The labels are small; reading them proves the folder is there.
     for (const char* file : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
       absl::StatusOr<at::Tensor> labels = ReadIdxFile(absl::StrCat(data.path(), "/", file), inputs);
@@ -36,7 +38,7 @@ absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
         return read.status();
       }
     }
-  } else if (data.kind() == "tensors") {
+  } else if (kind == v1::DATASET_KIND_TENSORS) {
     absl::StatusOr<Dataset> loaded = LoadDataset(data, spec.seed(), inputs);
     if (!loaded.ok()) return loaded.status();
     shape = loaded->sample_shape();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/job_kinds.h"
 #include "common/logging.h"
 #include "common/sampler.h"
 #include "worker/api/library_internals.h"
@@ -186,14 +187,23 @@ absl::StatusOr<GenerationEnd> GenerationTrainer::Run() {
   session_ = LibraryInternals::SessionOver(comm_, std::move(driver));
   DistributedDataParallel::Options options;
   options.bucket_cap_mb = spec_.bucket_cap_mb();
-  if (spec_.compression() == "fp16") {
-    options.compression = DistributedDataParallel::Options::Compression::kFloat16;
-  } else if (spec_.compression() == "bf16") {
-    options.compression = DistributedDataParallel::Options::Compression::kBFloat16;
-  } else if (spec_.compression() == "powersgd") {
-    options.compression = DistributedDataParallel::Options::Compression::kPowerSGD;
-    options.powersgd_rank = static_cast<int>(spec_.powersgd_rank());
-    options.powersgd_start_step = static_cast<int64_t>(spec_.powersgd_start_step());
+  using Compression = DistributedDataParallel::Options::Compression;
+  switch (CompressionOf(spec_)) {
+    case v1::COMPRESSION_UNKNOWN:  // refused by the job's check
+    case v1::COMPRESSION_NONE:
+      options.compression = Compression::kNone;
+      break;
+    case v1::COMPRESSION_FP16:
+      options.compression = Compression::kFloat16;
+      break;
+    case v1::COMPRESSION_BF16:
+      options.compression = Compression::kBFloat16;
+      break;
+    case v1::COMPRESSION_POWERSGD:
+      options.compression = Compression::kPowerSGD;
+      options.powersgd_rank = static_cast<int>(spec_.powersgd_rank());
+      options.powersgd_start_step = static_cast<int64_t>(spec_.powersgd_start_step());
+      break;
   }
   // Every rank holds the source's state now; buffers follow rank 0, as in
   // PyTorch.

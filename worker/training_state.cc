@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
@@ -14,7 +15,7 @@ namespace {
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& spec,
                                                        std::vector<at::Tensor> params) {
-  if (spec.kind() == "adam") {
+  if (OptimizerKindOf(spec) == v1::OPTIMIZER_KIND_ADAM) {
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(spec.lr())
                                                             .betas({spec.beta1(), spec.beta2()})
                                                             .eps(spec.eps())
@@ -64,7 +65,7 @@ bool TrainingState::finished() const {
 
 void TrainingState::SetLearningRate(double lr) {
   for (auto& group : optimizer_->param_groups()) {
-    if (spec_.optimizer().kind() == "adam") {
+    if (OptimizerKindOf(spec_.optimizer()) == v1::OPTIMIZER_KIND_ADAM) {
       static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
     } else {
       static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
@@ -74,7 +75,7 @@ void TrainingState::SetLearningRate(double lr) {
 
 double TrainingState::learning_rate() const {
   const auto& options = optimizer_->param_groups().front().options();
-  if (spec_.optimizer().kind() == "adam") {
+  if (OptimizerKindOf(spec_.optimizer()) == v1::OPTIMIZER_KIND_ADAM) {
     return static_cast<const torch::optim::AdamOptions&>(options).lr();
   }
   return static_cast<const torch::optim::SGDOptions&>(options).lr();

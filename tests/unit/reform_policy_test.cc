@@ -562,19 +562,20 @@ TEST(ReformPolicy, DecideAdoption_Table_AdoptWhenAllBackGiveUpPastGraceOrOnALeav
 
 TEST(ReformPolicy, ScaledLr_Table_KeepIsTheSpecsLinearFollowsTheWorld) {
   struct Row {
-    const char* scaling;
+    v1::LrScaling scaling;
     uint32_t world, max_workers;
     double lr;
   };
   const Row rows[] = {
-      {"keep", 2, 8, 0.1},    // keep: whatever the world
-      {"keep", 8, 8, 0.1},    //
-      {"linear", 8, 8, 0.1},  // linear at max_workers: the spec's lr
-      {"linear", 2, 8, 0.025}, {"linear", 1, 4, 0.025},
-      {"linear", 3, 0, 0.3},  // max_workers 0 (unset) counts as 1
+      {v1::LR_SCALING_KEEP, 2, 8, 0.1},    // keep: whatever the world
+      {v1::LR_SCALING_KEEP, 8, 8, 0.1},    //
+      {v1::LR_SCALING_LINEAR, 8, 8, 0.1},  // linear at max_workers: the spec's lr
+      {v1::LR_SCALING_LINEAR, 2, 8, 0.025}, {v1::LR_SCALING_LINEAR, 1, 4, 0.025},
+      {v1::LR_SCALING_LINEAR, 3, 0, 0.3},  // max_workers 0 (unset) counts as 1
   };
   for (const Row& row : rows) {
-    SCOPED_TRACE(absl::StrCat(row.scaling, " ", row.world, "/", row.max_workers));
+    SCOPED_TRACE(
+        absl::StrCat(v1::LrScaling_Name(row.scaling), " ", row.world, "/", row.max_workers));
     EXPECT_DOUBLE_EQ(ScaledLr(0.1, row.scaling, row.world, row.max_workers), row.lr);
   }
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/job_kinds.h"
 #include "common/logging.h"
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/gloo_store.h"
@@ -23,13 +24,79 @@ bool Hierarchical(const v1::Assignment& a) {
          a.max_local_size() <= static_cast<uint32_t>(ShmCommunicator::kMaxRanks);
 }
 
-// The backend a job's "auto" means for this generation.
-std::string ChooseBackend(const v1::Assignment& a, const Device& device) {
-  const std::string& wanted = a.spec().backend();
-  if (wanted != "auto") return wanted;
-  if (device.is_cuda()) return "nccl";
-  if (a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks) return "shm";
-  return Hierarchical(a) ? "hierarchical" : "gloo";
+// How this generation's ranks talk: the job's backend, with "auto"
+// resolved (the same on every rank: the assignment decides).
+enum class Transport { kShm, kHierarchical, kNccl, kGloo };
+
+Transport ChooseTransport(const v1::Assignment& a, const Device& device) {
+  switch (BackendOf(a.spec())) {
+    case v1::BACKEND_SHM:
+      return Transport::kShm;
+    case v1::BACKEND_NCCL:
+      return Transport::kNccl;
+    case v1::BACKEND_GLOO:
+    case v1::BACKEND_UNKNOWN:  // refused by the job's check
+      return Transport::kGloo;
+    case v1::BACKEND_AUTO:
+      break;
+  }
+  if (device.is_cuda()) return Transport::kNccl;
+  if (a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks) return Transport::kShm;
+  return Hierarchical(a) ? Transport::kHierarchical : Transport::kGloo;
+}
+
+absl::StatusOr<std::shared_ptr<Communicator>> ConnectHierarchical(const v1::Assignment& a,
+                                                                  const std::string& host,
+                                                                  absl::Duration timeout,
+                                                                  gloo::rendezvous::Store& store) {
+  HierarchicalCommunicator::Options options;
+  options.rank = static_cast<int>(a.rank());
+  options.world_size = static_cast<int>(a.world_size());
+  options.local_rank = static_cast<int>(a.local_rank());
+  options.local_size = static_cast<int>(a.local_size());
+  options.machine = static_cast<int>(a.machine());
+  options.machines = static_cast<int>(a.machines());
+  options.host = host;
+  options.timeout = timeout;
+  auto created = HierarchicalCommunicator::Create(store, options);
+  if (!created.ok()) return created.status();
+  return std::shared_ptr<Communicator>(std::move(*created));
+}
+
+absl::StatusOr<std::shared_ptr<Communicator>> ConnectNccl(const v1::Assignment& a,
+                                                          const Device& device,
+                                                          absl::Duration timeout,
+                                                          StoreClient* store) {
+#ifdef DDP_HAVE_NCCL
+  NcclCommunicator::Options options;
+  options.rank = static_cast<int>(a.rank());
+  options.world_size = static_cast<int>(a.world_size());
+  options.device = device.index;
+  options.timeout = timeout;
+  auto created = NcclCommunicator::Create(store, options);
+  if (!created.ok()) return created.status();
+  return std::shared_ptr<Communicator>(std::move(*created));
+#else
+  (void)a;
+  (void)device;
+  (void)timeout;
+  (void)store;
+  return absl::FailedPreconditionError("this worker was built without NCCL");
+#endif
+}
+
+absl::StatusOr<std::shared_ptr<Communicator>> ConnectGloo(const v1::Assignment& a,
+                                                          const std::string& host,
+                                                          absl::Duration timeout,
+                                                          gloo::rendezvous::Store& store) {
+  GlooCommunicator::Options options;
+  options.rank = static_cast<int>(a.rank());
+  options.world_size = static_cast<int>(a.world_size());
+  options.host = host;
+  options.timeout = timeout;
+  auto created = GlooCommunicator::Create(store, options);
+  if (!created.ok()) return created.status();
+  return std::shared_ptr<Communicator>(std::move(*created));
 }
 
 }  // namespace
@@ -39,58 +106,31 @@ absl::StatusOr<std::shared_ptr<Communicator>> ConnectForAssignment(const v1::Ass
                                                                    const std::string& host,
                                                                    StoreClient* store) {
   const absl::Duration timeout = absl::Seconds(a.spec().collective_timeout_seconds());
-  const std::string backend = ChooseBackend(a, device);
   CoordinatorGlooStore gloo_store(store, timeout);
-  if (backend == "shm") {
-    ShmCommunicator::Options options;
-    options.rank = static_cast<int>(a.rank());
-    options.world_size = static_cast<int>(a.world_size());
-    options.timeout = timeout;
-    auto created = ShmCommunicator::Create(gloo_store, options);
-    if (created.ok()) return std::shared_ptr<Communicator>(std::move(*created));
-    // Every rank learns the same outcome, so "auto" falls back together.
-    if (a.spec().backend() == "shm" || !absl::IsFailedPrecondition(created.status())) {
-      return created.status();
+  switch (ChooseTransport(a, device)) {
+    case Transport::kShm: {
+      ShmCommunicator::Options options;
+      options.rank = static_cast<int>(a.rank());
+      options.world_size = static_cast<int>(a.world_size());
+      options.timeout = timeout;
+      auto created = ShmCommunicator::Create(gloo_store, options);
+      if (created.ok()) return std::shared_ptr<Communicator>(std::move(*created));
+      // Every rank learns the same outcome, so "auto" falls back together.
+      if (BackendOf(a.spec()) == v1::BACKEND_SHM || !absl::IsFailedPrecondition(created.status())) {
+        return created.status();
+      }
+      DDP_LOG(Warning) << "shared memory is not usable (" << created.status().message()
+                       << "); using gloo over TCP";
+      return ConnectGloo(a, host, timeout, gloo_store);
     }
-    DDP_LOG(Warning) << "shared memory is not usable (" << created.status().message()
-                     << "); using gloo over TCP";
+    case Transport::kHierarchical:
+      return ConnectHierarchical(a, host, timeout, gloo_store);
+    case Transport::kNccl:
+      return ConnectNccl(a, device, timeout, store);
+    case Transport::kGloo:
+      return ConnectGloo(a, host, timeout, gloo_store);
   }
-  if (backend == "hierarchical") {
-    HierarchicalCommunicator::Options options;
-    options.rank = static_cast<int>(a.rank());
-    options.world_size = static_cast<int>(a.world_size());
-    options.local_rank = static_cast<int>(a.local_rank());
-    options.local_size = static_cast<int>(a.local_size());
-    options.machine = static_cast<int>(a.machine());
-    options.machines = static_cast<int>(a.machines());
-    options.host = host;
-    options.timeout = timeout;
-    auto created = HierarchicalCommunicator::Create(gloo_store, options);
-    if (!created.ok()) return created.status();
-    return std::shared_ptr<Communicator>(std::move(*created));
-  }
-  if (backend == "nccl") {
-#ifdef DDP_HAVE_NCCL
-    NcclCommunicator::Options options;
-    options.rank = static_cast<int>(a.rank());
-    options.world_size = static_cast<int>(a.world_size());
-    options.device = device.index;
-    options.timeout = timeout;
-    auto created = NcclCommunicator::Create(store, options);
-    if (!created.ok()) return created.status();
-    return std::shared_ptr<Communicator>(std::move(*created));
-#else
-    return absl::FailedPreconditionError("this worker was built without NCCL");
-#endif
-  }
-  GlooCommunicator::Options options;
-  options.rank = static_cast<int>(a.rank());
-  options.world_size = static_cast<int>(a.world_size());
-  options.host = host;
-  options.timeout = timeout;
-  auto created = GlooCommunicator::Create(gloo_store, options);
-  if (!created.ok()) return created.status();
-  return std::shared_ptr<Communicator>(std::move(*created));
+  return absl::InternalError("no transport");
 }
 
 absl::StatusOr<v1::ProbeResult> ProveRing(Communicator& comm) {
