@@ -80,12 +80,14 @@ int Train(int argc, char** argv) {
   int epochs = 30;
   double lr = 0.1;
   int accumulate = 1;
+  int batch_size = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--data") dir = value;
     if (flag == "--epochs") epochs = std::stoi(value);
     if (flag == "--lr") lr = std::stod(value);
     if (flag == "--accumulate") accumulate = std::max(1, std::stoi(value));
+    if (flag == "--batch") batch_size = std::max(1, std::stoi(value));
   }
   torch::set_num_threads(1);
   auto session = ddp::Session::FromEnvironment();  // DDP_COORDINATOR, or torchrun's variables
@@ -102,7 +104,7 @@ int Train(int argc, char** argv) {
   ddp::DistributedDataParallel ddp(*session, model.ptr());  // rank 0's weights everywhere
   ddp::DistributedSampler sampler(*data.size(), *session, {session->sampler_seed()});
   auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()), sampler,
-                                              /*batch_size=*/32);
+                                              batch_size);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
   // What travels when a rank is lost or joins (with a coordinator): the job
   // re-forms at the next batch, and a program started into it begins here.

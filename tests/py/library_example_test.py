@@ -253,6 +253,35 @@ class OutOfTreeExampleTest(unittest.TestCase):
         # misaligned.
         self.check_elastic("gloo", ["--accumulate", "2"])
 
+    def test_elastic_a_rank_joining_at_an_epoch_end_starts_the_next_epoch_with_the_others(self):
+        # One batch an epoch, so the step the others leave after to admit
+        # the joiner always ends an epoch: they run their end-of-epoch
+        # all-reduce in the generation that trained it, then re-form at the
+        # next epoch's first batch, where the joiner starts. (Re-forming at
+        # the epoch's end instead left them in that all-reduce while the
+        # joiner trained: "collectives are misaligned".)
+        cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
+                               "maxWorkers": 3, "settleSeconds": 1})
+        try:
+            argv = [self.program, "--data", os.path.join(self.dir, "data-epoch-end"), "--epochs",
+                    "4000", "--batch", "4096"]
+            procs = [cluster.start_program(i, argv) for i in range(2)]
+            wait_for(lambda: int(cluster.status().get("global_step", 0)) > 50, 120,
+                     "two ranks to train")
+            procs.append(cluster.start_program(2, argv))
+            wait_for(lambda: (lambda s: s.get("world_size") == 3 and int(s["generation"]) == 2)(
+                cluster.status()), 60, "the joiner to join")
+            for p in procs:
+                p.wait(timeout=300)
+            logs = [cluster.log("program-%d" % i) for i in range(3)]
+            self.assertEqual([p.returncode for p in procs], [0, 0, 0], "\n".join(logs))
+            cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+            for i in (0, 1):
+                self.assertRegex(logs[i], r"re-formed into generation 2 as rank \d of 3 at step "
+                                          r"\d+ \(epoch \d+, cursor 0\)")
+        finally:
+            cluster.stop()
+
     def check_elastic(self, backend, extra=()):
         cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
                                "maxWorkers": 3, "settleSeconds": 1, "backend": backend})

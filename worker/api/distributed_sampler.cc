@@ -121,9 +121,12 @@ void DistributedSampler::reset(torch::optional<size_t> new_size) {
 
 torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
   State& s = *state_;
-  // A step boundary: where a job that lost or gained a rank re-forms.
-  if (s.gate && s.gate->impl) s.gate->impl->AtStepBoundary();
   if (s.position >= s.indices.size() || batch_size == 0) return torch::nullopt;
+  // A step boundary: where a job that lost or gained a rank re-forms. Not
+  // the call that ends an epoch: the program's end-of-epoch code (an
+  // all-reduce of its loss, say) runs in the generation that trained the
+  // epoch, since a joiner starts at the next one and never runs it.
+  if (s.gate && s.gate->impl) s.gate->impl->AtStepBoundary();
   const size_t n = std::min(batch_size, s.indices.size() - s.position);
   std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);
   s.position += n;

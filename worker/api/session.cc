@@ -383,6 +383,12 @@ void Session::report_step(double loss, uint64_t samples, uint64_t epoch) {
 
 void Session::finish() {
   if (!impl_->joined) return;
+  // The generation may have ended after the last batch (a joiner admitted
+  // at that step boundary, which the sampler leaves to the next epoch's
+  // first batch): re-form first, so that the joiner takes up the final state
+  // rather than wait for ranks that are done. Here, not in the destructor:
+  // the elastic state's module and optimizer are still alive.
+  if (!impl_->finished) impl_->AtStepBoundary();
   impl_->Finish();
   if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
     throw Error(failure);
