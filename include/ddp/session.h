@@ -160,8 +160,10 @@ class Session {
   // and the optimizer exist; one of `module` and `script_module` is
   // required (a ddp::Error otherwise). From then on, when a rank is lost or
   // one joins,
-  // the job re-forms at the next step boundary (the sampler's next batch)
-  // with no other code: the step in flight is dropped (its backward returns
+  // the job re-forms at the next step boundary (the sampler's next batch;
+  // after an epoch's last one, the next epoch's first, so that the code
+  // between epochs runs in the generation that trained the epoch; or
+  // finish()) with no other code: the step in flight is dropped (its backward returns
   // with zero gradients, and what the optimizer then does is undone), every
   // rank takes the state of the rank that completed the most steps, and the
   // rest of the epoch is split among the new world. A program started into
