@@ -162,7 +162,8 @@ class Session {
   // one joins,
   // the job re-forms at the next step boundary (the sampler's next batch;
   // after an epoch's last one, the next epoch's first, so that the code
-  // between epochs runs in the generation that trained the epoch; or
+  // between epochs runs in the generation that trained the epoch, unless
+  // that epoch's last step was dropped: the pass then goes on with it; or
   // finish()) with no other code: the step in flight is dropped (its backward returns
   // with zero gradients, and what the optimizer then does is undone), every
   // rank takes the state of the rank that completed the most steps, and the

@@ -184,6 +184,32 @@ class OutOfTreeExampleTest(unittest.TestCase):
         self.assertGreaterEqual(len({l["generation"] for l in lines}), 2, "it re-formed")
         coverage.check(lines, 4096, epochs)
 
+    def test_under_ddp_run_a_rank_killed_in_an_epochs_last_step_loses_no_sample(self):
+        # One batch an epoch, so the kill -9 lands in (or just after) an
+        # epoch's last step. The survivor's dropped step is trained again
+        # inside the same pass, before its end-of-epoch all-reduce, where the
+        # restarted rank starts too. (Re-forming only at the next pass's
+        # first batch trained that epoch's rest in the next epoch's loop:
+        # replicas diverged on the learning rate, or "collectives are
+        # misaligned" at the all-reduce; seen in CI.)
+        index_log = os.path.join(self.dir, "last-step.idx.jsonl")
+        epochs = 400
+        proc = subprocess.Popen(
+            [os.path.join(self.prefix, "bin/ddp-run"), "--nproc=2", "--max_restarts=1", "--",
+             self.program, "--data", os.path.join(self.dir, "data-last-step"), "--epochs",
+             str(epochs), "--batch", "2048"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=thread_env(DDP_INDEX_LOG=index_log))
+        def training():
+            if '"epoch": 100,' not in (read_text(index_log) or ""):
+                return None
+            return rank_of_ddp_run(proc.pid, 1, "custom_loop")
+        out, err = kill_when_found(proc, training, "epoch 100 to be under way", 300)
+        self.assertEqual(proc.returncode, 0, out + err)
+        self.assertIn("rank 1 exited with code 137; restarting it", err)
+        self.assertIn("job program SUCCEEDED", out)
+        coverage.check(coverage.read_lines(index_log), 4096, epochs)
+
     def test_under_ddp_run_min_nproc_survivors_train_on(self):
         # --min_nproc 1 of 2, no restarts: both copies start together, the
         # killed one is not replaced, and the survivor trains on alone to the

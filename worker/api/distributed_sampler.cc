@@ -121,16 +121,24 @@ void DistributedSampler::reset(torch::optional<size_t> new_size) {
 
 torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
   State& s = *state_;
-  if (s.position >= s.indices.size() || batch_size == 0) return torch::nullopt;
+  if (batch_size == 0) return torch::nullopt;
+  Session::Impl* session = s.gate ? s.gate->impl : nullptr;
   // A step boundary: where a job that lost or gained a rank re-forms. Not
-  // the call that ends an epoch: the program's end-of-epoch code (an
-  // all-reduce of its loss, say) runs in the generation that trained the
-  // epoch, since a joiner starts at the next one and never runs it.
-  if (s.gate && s.gate->impl) s.gate->impl->AtStepBoundary();
+  // the call that ends a pass, as a rule: the program's end-of-epoch code
+  // (an all-reduce of its loss, say) runs in the generation that trained
+  // the epoch, since a joiner starts at the next one and never runs it.
+  // Unless the pass's last step was dropped (a rank lost in it): then the
+  // pass goes on with that step, trained again in the new generation
+  // before anyone's end-of-epoch code, and a joiner starts there too.
+  const bool more = s.position < s.indices.size();
+  if (session && (more || (s.started && session->DroppedStepIn(s.sampler.epoch)))) {
+    session->AtStepBoundary();
+  }
+  if (s.position >= s.indices.size()) return torch::nullopt;
   const size_t n = std::min(batch_size, s.indices.size() - s.position);
   std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);
   s.position += n;
-  if (s.gate && s.gate->impl) s.gate->impl->LogBatch(batch, s.sampler.epoch);
+  if (session) session->LogBatch(batch, s.sampler.epoch);
   return batch;
 }
 

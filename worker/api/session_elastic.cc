@@ -41,6 +41,11 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
   return true;
 }
 
+bool Session::Impl::DroppedStepIn(uint64_t epoch) const {
+  // Committed steps that end an epoch leave the position at the next one.
+  return joined && elastic && joined->ended() && committed.epoch == epoch;
+}
+
 void Session::Impl::AtStepBoundary() {
   if (!joined || !elastic || !joined->ended()) return;
   const std::string why = joined->ended_reason();

@@ -96,6 +96,9 @@ struct Session::Impl {
   bool VoidStep(const absl::Status& failure);
   // The sampler is about to hand out a batch: re-form first if due.
   void AtStepBoundary();
+  // The generation ended with a step of `epoch` dropped: the sampler's pass
+  // over that epoch is not over until the step is trained again.
+  bool DroppedStepIn(uint64_t epoch) const;
   // A collective of the program's own failed: true when that was the
   // generation ending and the job re-formed (the values stay this rank's).
   bool ReformedAfter(const absl::Status& failure);
