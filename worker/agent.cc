@@ -13,7 +13,7 @@ namespace ddp {
 WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      preparer_(&slot_, &outbox_, Confinement()),
+      preparer_(&slot_, &outbox_, Confinement(), options_.device),
       link_(RealClock::Get(), options_.link, this, &outbox_, &board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
 }

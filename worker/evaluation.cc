@@ -55,6 +55,8 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
     const auto [begin, end] = EvaluationShare(in.test_x.size(0), comm->rank(), comm->world_size());
     in.model->SetTraining(false);
     const int64_t chunk = EvaluationBatchSize(*in.spec);
+    // On the model's device; the test set stays in host memory.
+    const c10::Device device = DeviceOf(*in.model);
     int64_t correct = 0;
     double loss = 0;
     for (int64_t at = begin; at < end; at += chunk) {
@@ -63,8 +65,9 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
         return absl::AbortedError("aborted");
       }
       const int64_t len = std::min(chunk, end - at);
-      at::Tensor out = in.model->Forward(in.test_x.narrow(0, at, len));
-      at::Tensor y = in.test_y.narrow(0, at, len);
+      at::Tensor x = in.test_x.narrow(0, at, len), y = in.test_y.narrow(0, at, len);
+      if (!device.is_cpu()) std::tie(x, y) = std::make_tuple(x.to(device), y.to(device));
+      at::Tensor out = in.model->Forward(x);
       correct += out.argmax(1).eq(y).sum().item<int64_t>();
       loss += JobLoss(*in.spec, out, y, /*sum=*/true).item<double>();
     }

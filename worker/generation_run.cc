@@ -248,7 +248,8 @@ void GenerationRun::Run() {
     }
   }
   if (status.ok() && state == nullptr) {
-    absl::StatusOr<std::unique_ptr<TrainingState>> created = TrainingState::Create(a.spec());
+    absl::StatusOr<std::unique_ptr<TrainingState>> created =
+        TrainingState::Create(a.spec(), env_.device);
     if (created.ok()) {
       state = std::move(*created);
       absl::MutexLock lock(&slot_->mu);

@@ -6,19 +6,30 @@
 
 namespace ddp {
 
+Batch ToDevice(Batch batch, c10::Device device) {
+  if (device.is_cuda()) {
+    batch.x = batch.x.pin_memory();
+    batch.y = batch.y.pin_memory();
+  }
+  return Batch{batch.x.to(device, /*non_blocking=*/true),
+               batch.y.to(device, /*non_blocking=*/true)};
+}
+
 int64_t NumBatches(int64_t samples, int64_t batch_size, bool drop_last) {
   return drop_last ? samples / batch_size : (samples + batch_size - 1) / batch_size;
 }
 
 BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices,
-                         int64_t batch_size, bool drop_last, int64_t skip_batches, size_t depth)
+                         int64_t batch_size, bool drop_last, int64_t skip_batches, size_t depth,
+                         c10::Device device)
     : x_(std::move(x)),
       y_(std::move(y)),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(NumBatches(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
       first_batch_(std::min(skip_batches, num_batches_)),
-      depth_(depth) {
+      depth_(depth),
+      device_(device) {
   {
     absl::MutexLock lock(&mu_);
     consumed_ = first_batch_;
@@ -50,6 +61,7 @@ void BatchLoader::Produce() {
     at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin), {end - begin},
                                       torch::kInt64);
     Batch batch{x_.index_select(0, idx), y_.index_select(0, idx)};
+    if (!device_.is_cpu()) batch = ToDevice(std::move(batch), device_);
     absl::MutexLock lock(&mu_);
     ready_.push_back(std::move(batch));
   }

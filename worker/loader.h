@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -21,6 +22,9 @@ struct Batch {
   at::Tensor y;
 };
 
+// `batch` on `device`: through pinned memory, without blocking, for a GPU.
+Batch ToDevice(Batch batch, c10::Device device);
+
 // Number of batches `samples` indices make.
 int64_t NumBatches(int64_t samples, int64_t batch_size, bool drop_last);
 
@@ -28,9 +32,12 @@ class BatchLoader {
  public:
   // Rows of (x, y) in the order of `indices`, `batch_size` at a time (the
   // last batch smaller unless `drop_last`), skipping the first
-  // `skip_batches`; at most `depth` batches are ready ahead.
+  // `skip_batches`; at most `depth` batches are ready ahead, on `device`:
+  // for a GPU, gathered into pinned host memory and copied without
+  // blocking, so the copy overlaps the step before.
   BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices, int64_t batch_size,
-              bool drop_last, int64_t skip_batches, size_t depth = 4);
+              bool drop_last, int64_t skip_batches, size_t depth = 4,
+              c10::Device device = c10::kCPU);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -48,6 +55,7 @@ class BatchLoader {
   const int64_t num_batches_;
   const int64_t first_batch_;
   const size_t depth_;
+  const c10::Device device_;
   std::thread thread_;
 
   absl::Mutex mu_;

@@ -18,6 +18,7 @@
 #include "common/tokens.h"
 #include "worker/agent.h"
 #include "worker/confinement.h"
+#include "worker/device_placement.h"
 #include "worker/link/worker_metrics.h"
 #include "worker/threads.h"
 
@@ -127,11 +128,8 @@ class WorkerDaemon {
   absl::Status InitDevice() {
     absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
     if (!device.ok()) return Prefixed("--device: ", device.status());
-    if (device->is_cuda() && !ThisBuild().nccl) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device ", device->ToString(),
-                       ": this build has no CUDA-enabled LibTorch with NCCL; use --device cpu"));
-    }
+    // A GPU this process can't use is refused here, not at the first job.
+    if (absl::Status s = CheckDeviceUsable(*device); !s.ok()) return s;
     if (absl::GetFlag(FLAGS_threads) < 0) {
       return absl::InvalidArgumentError("--threads must be >= 0");
     }

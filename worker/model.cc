@@ -149,10 +149,12 @@ class NativeModel final : public Model {
     return out;
   }
   void SetTraining(bool training) override { net_->train(training); }
+  void To(const at::Device& device) override { net_->to(device); }
   absl::Status Save(const std::string& path) override {
+    // CPU tensors, so that torch.load reads it on any machine.
     c10::Dict<std::string, at::Tensor> state;
-    for (const auto& p : net_->named_parameters()) state.insert(p.key(), p.value().detach());
-    for (const auto& b : net_->named_buffers()) state.insert(b.key(), b.value().detach());
+    for (const auto& p : net_->named_parameters()) state.insert(p.key(), p.value().detach().cpu());
+    for (const auto& b : net_->named_buffers()) state.insert(b.key(), b.value().detach().cpu());
     return WriteFile(path, torch::pickle_save(state));
   }
 
@@ -184,9 +186,17 @@ class ScriptModel final : public Model {
     return out;
   }
   void SetTraining(bool training) override { module_.train(training); }
+  void To(const at::Device& device) override { module_.to(device); }
   absl::Status Save(const std::string& path) override {
     try {
-      module_.save(path);
+      if (DeviceOf(*this).is_cpu()) {
+        module_.save(path);
+      } else {
+        // A CPU copy, so that torch.jit.load reads it on any machine.
+        torch::jit::Module copy = module_.clone();
+        copy.to(at::kCPU);
+        copy.save(path);
+      }
     } catch (const std::exception& e) {
       return TorchErrorStatus(absl::StatusCode::kFailedPrecondition,
                               absl::StrCat("output_path: can't write ", path), e);
@@ -292,6 +302,11 @@ absl::Status SaveOutput(Model& model, const std::string& path, bool overwrite) {
       absl::StrCat("output_path: can't write ", path, ": ", ::strerror(error)));
 }
 
+at::Device DeviceOf(Model& model) {
+  const std::vector<NamedTensor> params = model.Parameters();
+  return params.empty() ? at::Device(at::kCPU) : params.front().second.device();
+}
+
 absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
                             const std::vector<int64_t>& sample_shape, int64_t num_classes,
                             int64_t batch) {
@@ -303,7 +318,7 @@ absl::Status CheckModelFits(Model& model, const v1::ModelSpec& spec,
   try {
     torch::NoGradGuard no_grad;
     model.SetTraining(false);
-    out = model.Forward(torch::zeros(batch_shape));
+    out = model.Forward(torch::zeros(batch_shape, torch::TensorOptions().device(DeviceOf(model))));
     model.SetTraining(true);
   } catch (const std::exception& e) {
     return TorchErrorStatus(absl::StatusCode::kInvalidArgument,

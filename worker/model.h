@@ -30,6 +30,9 @@ class Model {
   // Buffers (running statistics and the like), in registration order.
   virtual std::vector<NamedTensor> Buffers() = 0;
   virtual void SetTraining(bool training) = 0;
+  // Moves parameters and buffers to `device`, in place (the same tensors:
+  // an optimizer or a reducer made afterwards sees them there).
+  virtual void To(const at::Device& device) = 0;
   // Writes the model: TorchScript as TorchScript, built-in models as a
   // state dict torch.load reads.
   virtual absl::Status Save(const std::string& path) = 0;
@@ -44,6 +47,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec,
                                                  const std::vector<int64_t>& sample_shape,
                                                  int64_t num_classes, uint64_t seed,
                                                  InputFiles* inputs = nullptr);
+
+// Where `model`'s parameters live (CPU for a model without any).
+at::Device DeviceOf(Model& model);
 
 // Writes `model` as the job's output (output_path): to a temporary file
 // beside `path`, then renamed into place, so no one sees half a file and a

@@ -12,8 +12,9 @@
 
 namespace ddp {
 
-StatePreparer::StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement)
-    : slot_(slot), outbox_(outbox), confinement_(std::move(confinement)) {
+StatePreparer::StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement,
+                             Device device)
+    : slot_(slot), outbox_(outbox), confinement_(std::move(confinement)), device_(device) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -70,7 +71,7 @@ void StatePreparer::Build(const v1::Prepare& prepare) {
       absl::InternalError("the preparing thread didn't run");
   std::thread([&] {
     absl::Status confined = ConfineJobThread(prepare.spec(), confinement_);
-    created = confined.ok() ? TrainingState::Create(prepare.spec())
+    created = confined.ok() ? TrainingState::Create(prepare.spec(), device_)
                             : absl::StatusOr<std::unique_ptr<TrainingState>>(confined);
   }).join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

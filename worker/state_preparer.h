@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/device.h"
 #include "ddp/v1/worker.pb.h"
 #include "worker/confinement.h"
 #include "worker/generation_run.h"
@@ -21,8 +22,8 @@ namespace ddp {
 
 class StatePreparer {
  public:
-  // `slot` and `outbox` outlive it.
-  StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement);
+  // `slot` and `outbox` outlive it. States are built on `device`.
+  StatePreparer(StateSlot* slot, Outbox* outbox, JobConfinementOptions confinement, Device device);
   // Finishes the state being built, if any (it can't be interrupted).
   ~StatePreparer();
   StatePreparer(const StatePreparer&) = delete;
@@ -42,6 +43,7 @@ class StatePreparer {
   StateSlot* slot_;
   Outbox* outbox_;
   const JobConfinementOptions confinement_;
+  const Device device_;
   absl::Mutex mu_;
   std::optional<v1::Prepare> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/sampler.h"
 #include "worker/dataset.h"
+#include "worker/device_placement.h"
 #include "worker/digest.h"
 #include "worker/evaluation.h"
 #include "worker/generation_trainer.h"
@@ -66,7 +67,8 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     epoch_loss_steps_ = 0;
   }
   BatchLoader loader(state_.data().train_x, state_.data().train_y, plan.indices,
-                     static_cast<int64_t>(plan.batch), plan.drop_last, 0);
+                     static_cast<int64_t>(plan.batch), plan.drop_last, 0, /*depth=*/4,
+                     TorchDevice(state_.device()));
   for (uint64_t done = 0; done < plan.batches;) {
     if (aborted()) return absl::AbortedError("aborted");
     const absl::Time step_start = absl::Now();

@@ -7,6 +7,7 @@
 #include "common/job_spec.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
+#include "worker/device_placement.h"
 #include "worker/model.h"
 #include "worker/model_state.h"
 
@@ -34,8 +35,11 @@ TrainingState::TrainingState(const v1::JobSpec& spec)
 
 TrainingState::~TrainingState() = default;
 
-absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::JobSpec& spec) {
+absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::JobSpec& spec,
+                                                                     const Device& device) {
+  if (absl::Status s = CheckDeviceUsable(device); !s.ok()) return s;
   std::unique_ptr<TrainingState> state(new TrainingState(spec));
+  state->device_ = device;
   // Every input as pinned at submission, or the job fails naming the file.
   InputFiles inputs(spec.input_files());
   auto data = LoadDatasetCached(spec.dataset(), spec.seed(), &inputs);
@@ -45,6 +49,8 @@ absl::StatusOr<std::unique_ptr<TrainingState>> TrainingState::Create(const v1::J
   auto model = MakeModel(spec.model(), d.sample_shape(), d.num_classes, spec.seed(), &inputs);
   if (!model.ok()) return model.status();
   state->model_ = std::move(*model);
+  // Before the optimizer: its state is made where the parameters are.
+  state->model_->To(TorchDevice(device));
   if (absl::Status s =
           CheckModelFits(*state->model_, spec.model(), d.sample_shape(), d.num_classes);
       !s.ok()) {

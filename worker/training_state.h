@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/device.h"
 #include "ddp/v1/checkpoint.pb.h"
 #include "ddp/v1/job.pb.h"
 #include "ddp/v1/worker.pb.h"
@@ -37,10 +38,12 @@ class Model;
 
 class TrainingState {
  public:
-  // Loads the data (cached for the process), builds the model (built-in
-  // ones from the spec's seed) and a new optimizer: step 0.
-  // INVALID_ARGUMENT names a model or data file that can't be used.
-  static absl::StatusOr<std::unique_ptr<TrainingState>> Create(const v1::JobSpec& spec);
+  // Loads the data (cached for the process, in host memory), builds the
+  // model (built-in ones from the spec's seed) on `device` and a new
+  // optimizer there: step 0. INVALID_ARGUMENT names a model or data file
+  // that can't be used.
+  static absl::StatusOr<std::unique_ptr<TrainingState>> Create(const v1::JobSpec& spec,
+                                                               const Device& device = {});
   ~TrainingState();
   TrainingState(const TrainingState&) = delete;
   TrainingState& operator=(const TrainingState&) = delete;
@@ -48,6 +51,8 @@ class TrainingState {
   const v1::JobSpec& spec() const { return spec_; }
   const StateIdentity& identity() const { return identity_; }
   const Dataset& data() const { return *data_; }
+  // Where the model, its optimizer's state and every batch live.
+  const Device& device() const { return device_; }
   Model& model() { return *model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const TrainingProgress& progress() const { return progress_; }
@@ -90,6 +95,7 @@ class TrainingState {
 
   const v1::JobSpec spec_;
   const StateIdentity identity_;
+  Device device_;
   std::shared_ptr<const Dataset> data_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -101,6 +101,8 @@ int Train(int argc, char** argv) {
 
   Spirals data(path);
   Classifier model;
+  const torch::Device device = session->device();  // cuda:LOCAL_RANK where there is one
+  model->to(device);
   ddp::DistributedDataParallel ddp(*session, model.ptr());  // rank 0's weights everywhere
   ddp::DistributedSampler sampler(*data.size(), *session, {session->sampler_seed()});
   auto loader = torch::data::make_data_loader(data.map(torch::data::transforms::Stack<>()), sampler,
@@ -126,8 +128,9 @@ int Train(int argc, char** argv) {
         micro = 0;
       }
       if (micro == 0) optimizer.zero_grad();
-      torch::Tensor loss = SmoothedCrossEntropy(model->forward(batch.data), batch.target);
-      sum += torch::stack({loss.detach(), torch::ones({})});
+      torch::Tensor loss =
+          SmoothedCrossEntropy(model->forward(batch.data.to(device)), batch.target.to(device));
+      sum += torch::stack({loss.detach().cpu(), torch::ones({})});
       if (++micro < accumulate) {
         auto local_only = ddp.no_sync();  // accumulate on this rank only
         (loss / accumulate).backward();
@@ -146,8 +149,10 @@ int Train(int argc, char** argv) {
   }
   if (session->rank() == 0) {
     torch::NoGradGuard no_grad;
-    const double accuracy =
-        (model->forward(data.x()).argmax(1) == data.y()).to(torch::kFloat).mean().item<double>();
+    const double accuracy = (model->forward(data.x().to(device)).argmax(1).cpu() == data.y())
+                                .to(torch::kFloat)
+                                .mean()
+                                .item<double>();
     std::cout << "accuracy " << accuracy << std::endl;
   }
   session->finish();  // the job succeeds once every rank has finished (throws if it failed)

@@ -116,6 +116,10 @@ class Session {
   int rank() const;
   int world_size() const;
   int local_rank() const;
+  // Where this rank trains: cuda:LOCAL_RANK when this LibTorch has CUDA and
+  // the machine has that GPU, else the CPU. Move the model there before
+  // constructing DistributedDataParallel, and each batch before forward.
+  torch::Device device() const;
   // The transport gradients cross: "shm" or "gloo".
   std::string backend() const;
   // From the coordinator's assignment; without a coordinator: "", 0, and
@@ -191,7 +195,8 @@ class Session {
   // Without a coordinator it does nothing.
   void set_elastic_state(ElasticState state);
 
-  // In place: the sum over the ranks (a contiguous float32 CPU tensor).
+  // In place: the sum over the ranks (a contiguous float32 tensor; a GPU's
+  // is staged through host memory).
   void all_reduce_sum(torch::Tensor& tensor);
   // In place: rank `root`'s values on every rank.
   void broadcast(torch::Tensor& tensor, int root = 0);

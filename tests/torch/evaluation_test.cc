@@ -87,6 +87,7 @@ class BatchRecorder : public Model {
   std::vector<NamedTensor> Parameters() override { return inner_.Parameters(); }
   std::vector<NamedTensor> Buffers() override { return inner_.Buffers(); }
   void SetTraining(bool training) override { inner_.SetTraining(training); }
+  void To(const at::Device& device) override { inner_.To(device); }
   absl::Status Save(const std::string& path) override { return inner_.Save(path); }
   std::vector<int64_t> batches;
 

@@ -125,6 +125,7 @@ class BigModel final : public Model {
   }
   std::vector<NamedTensor> Buffers() override { return {}; }
   void SetTraining(bool training) override { net_->train(training); }
+  void To(const at::Device& device) override { net_->to(device); }
   absl::Status Save(const std::string&) override { return absl::UnimplementedError("test"); }
 
  private:

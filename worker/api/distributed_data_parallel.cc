@@ -32,7 +32,8 @@ void Check(const absl::Status& s, const std::string& what) {
 }
 
 // Copies `tensors` from rank `root` to every rank in one broadcast, packed
-// into `scratch`, whatever their dtypes.
+// into `scratch` (host memory: a GPU's tensors are staged through it),
+// whatever their dtypes.
 absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
                              std::vector<char>& scratch) {
   size_t total = 0;
@@ -41,17 +42,18 @@ absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
   scratch.resize(total);
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    std::memcpy(scratch.data() + offset, t.contiguous().data_ptr(), t.nbytes());
+    const at::Tensor host = t.is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
+    std::memcpy(scratch.data() + offset, host.data_ptr(), t.nbytes());
     offset += t.nbytes();
   }
   if (absl::Status s = comm.Broadcast(scratch.data(), total, root); !s.ok()) return s;
   torch::NoGradGuard no_grad;
   offset = 0;
   for (auto& [name, t] : tensors) {
-    if (t.is_contiguous()) {
+    if (t.is_cpu() && t.is_contiguous()) {
       std::memcpy(t.data_ptr(), scratch.data() + offset, t.nbytes());
     } else {
-      t.copy_(torch::from_blob(scratch.data() + offset, t.sizes(), t.options()));
+      t.copy_(torch::from_blob(scratch.data() + offset, t.sizes(), t.options().device(at::kCPU)));
     }
     offset += t.nbytes();
   }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+
+#include <torch/cuda.h>
 #include <utility>
 #include <vector>
 
@@ -118,6 +120,16 @@ void CheckArrival(StoreClient& store, const Session::Options& options, const std
   }
 }
 
+// cuda:LOCAL_RANK where there is such a GPU (one per local rank, as
+// torchrun's convention has it), else the CPU.
+torch::Device LocalDevice(int local_rank) {
+  if (torch::cuda::is_available() &&
+      static_cast<size_t>(local_rank) < torch::cuda::device_count()) {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  }
+  return torch::Device(torch::kCPU);
+}
+
 std::string ProgramName() {
   char path[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -145,7 +157,10 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
   joined.coordinator = options.coordinator;
   joined.security = *security;
   joined.host = options.host.empty() ? LocalAddressTowards(host, port) : options.host;
-  joined.device = absl::StrCat("cpu:", options.local_rank);
+  // What the coordinator knows this rank by (and its choice of transport).
+  joined.device = LocalDevice(options.local_rank).is_cuda()
+                      ? absl::StrCat("cuda:", options.local_rank)
+                      : absl::StrCat("cpu:", options.local_rank);
   joined.name =
       options.name.empty() ? absl::StrCat(ProgramName(), "-", options.local_rank) : options.name;
   auto session =
@@ -332,6 +347,8 @@ std::unique_ptr<Session> Session::Start(const Options& options) {
 int Session::rank() const { return impl_->rank; }
 int Session::world_size() const { return impl_->world_size; }
 int Session::local_rank() const { return impl_->options.local_rank; }
+
+torch::Device Session::device() const { return LocalDevice(impl_->options.local_rank); }
 std::string Session::backend() const { return impl_->comm->backend(); }
 Communicator& Session::communicator() { return *impl_->comm; }
 
@@ -396,14 +413,16 @@ void Session::finish() {
 }
 
 void Session::all_reduce_sum(torch::Tensor& tensor) {
-  if (tensor.scalar_type() != torch::kFloat32 || !tensor.device().is_cpu() ||
-      !tensor.is_contiguous()) {
-    throw Error("all_reduce_sum takes a contiguous float32 CPU tensor");
+  if (tensor.scalar_type() != torch::kFloat32 || !tensor.is_contiguous()) {
+    throw Error("all_reduce_sum takes a contiguous float32 tensor");
   }
   if (impl_->Joining()) return;
   absl::Status s = impl_->check->Agree(
       Collective{CollectiveKind::kAllReduce, static_cast<uint64_t>(tensor.numel())});
-  if (s.ok()) s = impl_->comm->AllReduceSum(tensor.data_ptr<float>(), tensor.numel());
+  // A GPU's tensor is staged through host memory: the communicators take it.
+  torch::Tensor host = tensor.is_cpu() ? tensor : tensor.to(torch::kCPU);
+  if (s.ok()) s = impl_->comm->AllReduceSum(host.data_ptr<float>(), host.numel());
+  if (s.ok() && !tensor.is_cpu()) tensor.copy_(host);
   if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "all_reduce_sum"));
@@ -411,9 +430,7 @@ void Session::all_reduce_sum(torch::Tensor& tensor) {
 }
 
 void Session::broadcast(torch::Tensor& tensor, int root) {
-  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    throw Error("broadcast takes a contiguous CPU tensor");
-  }
+  if (!tensor.is_contiguous()) throw Error("broadcast takes a contiguous tensor");
   if (root < 0 || root >= impl_->world_size) {
     throw Error(
         absl::StrCat("broadcast from rank ", root, ": not a rank of the ", impl_->world_size));
@@ -421,7 +438,9 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
   if (impl_->Joining()) return;
   absl::Status s = impl_->check->Agree(
       Collective{CollectiveKind::kBroadcast, static_cast<uint64_t>(tensor.nbytes()), 0, root});
-  if (s.ok()) s = impl_->comm->Broadcast(tensor.data_ptr(), tensor.nbytes(), root);
+  torch::Tensor host = tensor.is_cpu() ? tensor : tensor.to(torch::kCPU);
+  if (s.ok()) s = impl_->comm->Broadcast(host.data_ptr(), host.nbytes(), root);
+  if (s.ok() && !tensor.is_cpu()) tensor.copy_(host);
   if (!s.ok()) {
     if (impl_->ReformedAfter(s)) return;
     throw Error(impl_->Explain(s, "broadcast"));
