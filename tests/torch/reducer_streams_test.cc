@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -278,6 +279,48 @@ INSTANTIATE_TEST_SUITE_P(Staging, ReducerStreamsTest,
                            return std::string(info.param == HostStaging::kAlways ? "Staged"
                                                                                  : "Direct");
                          });
+
+// The implicit protocol ends the step in the autograd engine's callback:
+// the compute stream waits there, before the program's optimizer can run.
+TEST(ReducerStreams, ImplicitProtocol_StepEndWaitsBeforeTheFinishedCallback) {
+  LoopbackCommunicator comm;
+  Net net = Net::Make(7);
+  Reducer::Options options = TwoBuckets();
+  options.stream_device = c10::Device(c10::DeviceType::CUDA, 0);
+  auto reducer = Reducer::Create(net.params, &comm, options);
+  ASSERT_THAT(reducer, IsOk());
+  int finished = 0;
+  Reducer::ImplicitHooks hooks;
+  hooks.sync = [] { return std::optional<ControlWords>(ControlWords{}); };
+  hooks.finished = [&](bool sync, absl::StatusOr<ReductionStats> stats) {
+    EXPECT_TRUE(sync);
+    EXPECT_THAT(stats, IsOk());
+    ++finished;
+    TheLog().Add({"finished", 0, 0});
+  };
+  (*reducer)->EnableImplicit(std::move(hooks));
+  TheLog().Take();
+  net.Loss(Batch(0, 0)).backward();
+  ASSERT_EQ(finished, 1);
+  const std::vector<Entry> log = TheLog().Take();
+  SCOPED_TRACE(Dump(log));
+  ASSERT_FALSE(log.empty());
+  ASSERT_EQ(log.back().what, "finished");
+  size_t last_collective = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].what == "allreduce") last_collective = i;
+  }
+  ASSERT_GT(last_collective, 0u);
+  const size_t done =
+      Find(log, last_collective, log.size(), [](const Entry& e) { return e.what == "record"; });
+  ASSERT_NE(done, std::string::npos);
+  const size_t wait = Find(log, done, log.size(), [&](const Entry& e) {
+    return e.what == "block" && e.event == log[done].event;
+  });
+  ASSERT_NE(wait, std::string::npos) << "the compute stream never waits for the collectives";
+  EXPECT_NE(log[wait].stream, log[done].stream);
+  EXPECT_LT(wait, log.size() - 1);
+}
 
 TEST(ReducerStreams, CpuParametersWithoutStreamDevice_NothingRecordedOrAwaited) {
   for (HostStaging staging : {HostStaging::kWhenNeeded, HostStaging::kAlways}) {
