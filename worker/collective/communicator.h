@@ -26,6 +26,13 @@ class Communicator {
   // "gloo" or "nccl".
   virtual std::string backend() const = 0;
 
+  // Whether the collectives take device (accelerator) memory. False: host
+  // memory only; a reducer stages device buckets through host buffers. A
+  // reducer calls a communicator that takes device memory with its
+  // communication stream current: the collective must run after what that
+  // stream has queued, and before what it queues later.
+  virtual bool takes_device_memory() const { return false; }
+
   // Sums `count` floats at `data` over all ranks, in place; returns when the
   // result is in `data`. UNAVAILABLE when a peer failed, DEADLINE_EXCEEDED
   // past the collective timeout, ABORTED after Abort.

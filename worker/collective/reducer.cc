@@ -9,6 +9,8 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <c10/core/StreamGuard.h>
+
 #include <limits>
 #include <optional>
 #include <thread>
@@ -16,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/collective/device_sync.h"
 
 namespace ddp {
 namespace {
@@ -31,14 +34,27 @@ constexpr size_t kAgreeOnStep = std::numeric_limits<size_t>::max();
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor> params,
                                                          Communicator* comm, Options options) {
   if (params.empty()) return absl::InvalidArgumentError("the model has no trainable parameters");
+  const c10::Device device = params.front().second.device();
   for (const auto& [name, t] : params) {
-    if (t.scalar_type() != at::kFloat || !t.device().is_cpu() || !t.is_contiguous() ||
-        !t.requires_grad()) {
+    if (t.scalar_type() != at::kFloat || !t.is_contiguous() || !t.requires_grad()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter ", name, " is ", std::string(t.dtype().name()), " on ", t.device().str(),
-          "; the reducer takes contiguous float32 CPU parameters that require grad"));
+          "; the reducer takes contiguous float32 parameters that require grad"));
+    }
+    if (t.device() != device) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", params.front().first, " is on ", device.str(), " and ", name,
+                       " on ", t.device().str(), "; the reducer takes parameters on one device"));
     }
   }
+  const c10::Device stream_device = options.stream_device.value_or(device);
+  if (stream_device != device && !device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat("the parameters are on ", device.str(),
+                                                   ", their work can't be ordered on ",
+                                                   stream_device.str(), "'s streams"));
+  }
+  absl::StatusOr<std::unique_ptr<StepStreams>> streams = StepStreams::Create(stream_device);
+  if (!streams.ok()) return streams.status();
   if (options.powersgd) {
     if (options.compression) {
       return absl::InvalidArgumentError("PowerSGD replaces fp16/bf16 compression: choose one");
@@ -46,6 +62,10 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(std::vector<NamedTensor
     if (absl::Status s = CheckPowerSgdOptions(*options.powersgd); !s.ok()) return s;
   }
   std::unique_ptr<Reducer> reducer(new Reducer(std::move(params), comm, options));
+  reducer->streams_ = std::move(*streams);
+  // PowerSGD's state and numbers stay on the host, as on CPU.
+  reducer->stage_ = options.staging == HostStaging::kAlways ||
+                    (!device.is_cpu() && (!comm->takes_device_memory() || options.powersgd));
   reducer->BuildBuckets(ReverseOrder(reducer->params_.size()));
   reducer->InstallHooks();
   reducer->comm_thread_ = std::thread([r = reducer.get()] { r->CommLoop(); });
@@ -99,6 +119,7 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
       PlanBuckets(bytes, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes,
                   options_.split_tail);
   buckets_.clear();
+  if (streams_) streams_->ResetBuckets(plan.size());
   for (size_t b = 0; b < plan.size(); ++b) {
     Bucket bucket;
     bucket.params = std::move(plan[b]);
@@ -109,7 +130,8 @@ void Reducer::BuildBuckets(const std::vector<size_t>& order) {
     bucket.control_words = b + 1 == plan.size() ? kControlWords : 0;
     bucket.buffer = torch::zeros(
         {bucket.grad_elements + static_cast<int64_t>(bucket.params.size()) + bucket.control_words},
-        torch::kFloat32);
+        torch::TensorOptions().dtype(torch::kFloat32).device(params_.front().tensor.device()));
+    if (streams_) streams_->UsedOnComm(bucket.buffer);
     int64_t offset = 0;
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       Param& param = params_[bucket.params[j]];
@@ -278,7 +300,16 @@ void Reducer::MarkReady(size_t param) {
 
 void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
   Bucket& bucket = buckets_[b];
-  float* flags = bucket.buffer.data_ptr<float>() + bucket.grad_elements;
+  // On a device the flags and words are written on the host, then copied
+  // in on the compute stream, ahead of the bucket's ready event.
+  const int64_t tail_size = bucket.buffer.numel() - bucket.grad_elements;
+  const bool on_host = bucket.buffer.is_cpu();
+  if (!on_host && !bucket.host_tail.defined()) {
+    bucket.host_tail = at::empty(
+        {tail_size}, at::TensorOptions().dtype(at::kFloat).pinned_memory(bucket.buffer.is_cuda()));
+  }
+  float* flags = on_host ? bucket.buffer.data_ptr<float>() + bucket.grad_elements
+                         : bucket.host_tail.data_ptr<float>();
   for (size_t j = 0; j < bucket.params.size(); ++j) {
     // Used in any backward of the group, no_sync micro-batches included
     // (PyTorch counts only the synchronized one, and leaves a gradient that
@@ -295,6 +326,14 @@ void Reducer::CompleteBucketLocked(size_t b, bool from_backward) {
     control[0] = static_cast<float>(control_.token);
     control[1] = control_.leave != nullptr && control_.leave->load() ? 1.0f : 0.0f;
   }
+  if (!on_host) {
+    // Without blocking backward (pinned memory). Rewriting host_tail next
+    // step is safe: FinishBackward's blocking read of the tails drained the
+    // compute stream, this copy included.
+    bucket.buffer.narrow(0, bucket.grad_elements, tail_size)
+        .copy_(bucket.host_tail, /*non_blocking=*/true);
+  }
+  if (streams_) streams_->BucketReady(b);
   bucket.ready = true;
   if (b < timings_.size()) timings_[b].ready_ms = SinceBackwardStartLocked(absl::Now());
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
@@ -318,6 +357,10 @@ double Reducer::SinceBackwardStartLocked(absl::Time t) const {
 
 void Reducer::CommLoop() {
   const float world = static_cast<float>(comm_->world_size());
+  // This thread's tensor work (averaging, staging copies) goes on the
+  // communication stream.
+  std::optional<c10::StreamGuard> on_comm_stream;
+  if (streams_) on_comm_stream.emplace(streams_->comm_stream());
   while (true) {
     size_t b;
     {
@@ -330,7 +373,10 @@ void Reducer::CommLoop() {
       if (queue_head_ >= queue_.size()) return;  // stopping, nothing queued
       b = queue_[queue_head_++];
       if (!error_.ok()) {
-        if (b != kAgreeOnStep) ++done_;
+        if (b == kAgreeOnStep) continue;
+        // Still the step's end: what the stream queued before is awaited.
+        if (streams_ && b + 1 == buckets_.size()) streams_->CollectivesDone();
+        ++done_;
         continue;
       }
     }
@@ -344,16 +390,17 @@ void Reducer::CommLoop() {
     }
     uint64_t wire = 0;
     absl::Status s;
-    if (powersgd_ && powersgd_->active()) {
-      s = ReducePowerSgd(buckets_[b], b, world, &wire);
-    } else if (options_.compression) {
-      s = ReduceCompressed(buckets_[b], world);
-    } else {
-      s = Reduce(buckets_[b], world);
+    try {
+      s = ReduceBucket(b, world, &wire);
+    } catch (const c10::Error& e) {
+      s = absl::InternalError(
+          absl::StrCat("reducing bucket ", b, ": ", e.what_without_backtrace()));
     }
     // Every rank counts the same steps: a failed one ends the generation,
     // and with it this reducer.
     if (powersgd_ && b + 1 == buckets_.size()) powersgd_->StepDone();
+    // Before done_ counts it: FinishBackward then waits on this event.
+    if (streams_ && b + 1 == buckets_.size()) streams_->CollectivesDone();
     const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
@@ -375,49 +422,6 @@ absl::Status Reducer::AgreeOnStep() {
                                           options_.bytes_after_step});
 }
 
-absl::Status Reducer::Reduce(Bucket& bucket, float world) {
-  at::Tensor& buffer = bucket.buffer;
-  // Average as DDP does: divide before summing (ATen's vectorized kernel).
-  // The control words are summed as they are.
-  buffer.narrow(0, 0, buffer.numel() - bucket.control_words).div_(world);
-  return comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
-}
-
-absl::Status Reducer::ReduceCompressed(Bucket& bucket, float world) {
-  // As PyTorch's fp16/bf16 compress hooks: the gradients cast to the 16-bit
-  // type, divided by the world in it, summed in it, and cast back.
-  at::Tensor grads = bucket.buffer.narrow(0, 0, bucket.grad_elements);
-  if (!bucket.compressed.defined()) {
-    bucket.compressed =
-        at::empty({bucket.grad_elements},
-                  grads.options().dtype(
-                      *options_.compression == HalfType::kFloat16 ? at::kHalf : at::kBFloat16));
-  }
-  bucket.compressed.copy_(grads).div_(world);
-  absl::Status s =
-      comm_->AllReduceSumHalf(static_cast<uint16_t*>(bucket.compressed.data_ptr()),
-                              static_cast<size_t>(bucket.grad_elements), *options_.compression);
-  if (!s.ok()) return s;
-  grads.copy_(bucket.compressed);
-  return ReduceTail(bucket, world);
-}
-
-absl::Status Reducer::ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire) {
-  at::Tensor grads = bucket.buffer.narrow(0, 0, bucket.grad_elements);
-  absl::Status s = powersgd_->Reduce(index, grads, bucket.shapes, *comm_, world, wire);
-  if (!s.ok()) return s;
-  *wire += (bucket.buffer.numel() - bucket.grad_elements) * sizeof(float);
-  return ReduceTail(bucket, world);
-}
-
-absl::Status Reducer::ReduceTail(Bucket& bucket, float world) {
-  // The used flags and control words are counts: they stay exact, in float.
-  at::Tensor tail =
-      bucket.buffer.narrow(0, bucket.grad_elements, bucket.buffer.numel() - bucket.grad_elements);
-  tail.narrow(0, 0, tail.numel() - bucket.control_words).div_(world);
-  return comm_->AllReduceSum(tail.data_ptr<float>(), static_cast<size_t>(tail.numel()));
-}
-
 absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
   const absl::Time start = absl::Now();
   ReductionStats stats;
@@ -431,6 +435,8 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
         +[](Reducer* r)
              ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return r->done_ == r->buckets_.size(); },
         this));
+    // The compute stream (the optimizer's) waits for the collectives.
+    if (streams_) streams_->StepEnd();
     if (!error_.ok()) return error_;
     stats.allreduce_ms = allreduce_ms_;
     stats.buckets = timings_;
@@ -444,10 +450,22 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
     first_sync_done_ = true;
   }
+  // Device buffers: the flags and control words come to the host once,
+  // ordered after the collectives by StepEnd.
+  std::vector<at::Tensor> host_tails;
+  if (!buckets_.front().buffer.is_cpu()) {
+    for (const Bucket& b : buckets_) {
+      host_tails.push_back(
+          b.buffer.narrow(0, b.grad_elements, b.buffer.numel() - b.grad_elements).to(at::kCPU));
+    }
+  }
+  auto tail = [&](size_t b) -> const float* {
+    return host_tails.empty() ? buckets_[b].buffer.data_ptr<float>() + buckets_[b].grad_elements
+                              : host_tails[b].data_ptr<float>();
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
-    const Bucket& bucket = buckets_[p.bucket];
-    const float flag = bucket.buffer.data_ptr<float>()[bucket.grad_elements + p.index_in_bucket];
+    const float flag = tail(p.bucket)[p.index_in_bucket];
     if (flag <= 0.0f) {
       ++stats.globally_unused;
       // No rank produced this gradient in the whole group: .grad stays as
@@ -473,9 +491,7 @@ absl::StatusOr<ReductionStats> Reducer::FinishBackward() {
     }
     stats.bytes += stats.buckets[i].bytes;
   }
-  const Bucket& last = buckets_.back();
-  const float* control =
-      last.buffer.data_ptr<float>() + last.grad_elements + static_cast<int64_t>(last.params.size());
+  const float* control = tail(buckets_.size() - 1) + buckets_.back().params.size();
   stats.token_sum = static_cast<uint64_t>(std::lround(control[0]));
   stats.leave_votes = static_cast<uint32_t>(std::lround(control[1]));
   stats.buckets_reduced = stats.buckets_total;

@@ -31,6 +31,17 @@
 // (and none on a rank that had none), and its replicas drift apart. Here it
 // is averaged like any other, so replicas stay bit-identical.
 //
+// Devices: buckets live on the parameters' device. On an accelerator the
+// communication thread works on a stream of its own, ordered against the
+// compute stream by events (device_sync.h: a bucket's collective waits for
+// its gradients, the step's end waits for the collectives). A communicator
+// that takes host memory (Communicator::takes_device_memory false: shm,
+// Gloo) gets each bucket staged: copied to a host buffer (pinned on CUDA)
+// on the communication stream, the collective run there, the result copied
+// back. fp16/bf16 compression runs where the collective's memory is (on
+// the device with a device communicator, else on the host copy); PowerSGD
+// always runs on the host copy, with the same numbers as on CPU.
+//
 // Not thread-safe: one trainer thread calls every method; the autograd
 // hooks run on the thread that calls backward.
 #ifndef DDP_WORKER_COLLECTIVE_REDUCER_H_
@@ -46,6 +57,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -62,6 +74,8 @@ struct Node;
 }
 
 namespace ddp {
+
+class StepStreams;
 
 // One bucket's all-reduce in one synchronized step. Times are milliseconds
 // from PrepareBackward, so a bucket launched late (started well after
@@ -110,6 +124,13 @@ struct ControlWords {
 // The token for completing `step`: small, and different for neighbours.
 inline uint32_t StepToken(uint64_t step) { return static_cast<uint32_t>(step % 1024) + 1; }
 
+// Whether bucket buffers are copied to host memory for the collective.
+enum class HostStaging {
+  // Device buffers with a host-memory communicator, or PowerSGD.
+  kWhenNeeded,
+  kAlways,
+};
+
 class Reducer {
  public:
   struct Options {
@@ -134,10 +155,19 @@ class Reducer {
     // buffers, from `bytes_after_step_root`), agreed on with the step.
     uint64_t bytes_after_step = 0;
     int bytes_after_step_root = 0;
+    // The device whose streams order the work; none: the parameters'.
+    // Only the parameters' own device, or any with CPU parameters (which
+    // lets a test watch the ordering with CPU tensors and fake streams).
+    std::optional<c10::Device> stream_device;
+    // kAlways stages buckets through host buffers even when the
+    // communicator could take them as they are (CPU too: the same path).
+    HostStaging staging = HostStaging::kWhenNeeded;
   };
 
-  // `params`: float32 CPU tensors that require grad. `comm` outlives this.
-  // INVALID_ARGUMENT for other parameters.
+  // `params`: contiguous float32 tensors that require grad, all on one
+  // device. `comm` outlives this. INVALID_ARGUMENT for other parameters
+  // (naming them), for parameters on several devices, and for a stream
+  // device without streams.
   static absl::StatusOr<std::unique_ptr<Reducer>> Create(std::vector<NamedTensor> params,
                                                          Communicator* comm, Options options);
   ~Reducer();
@@ -209,6 +239,12 @@ class Reducer {
     at::Tensor compressed;
     // Its parameters' shapes, in bucket order (PowerSGD's matrices).
     std::vector<std::vector<int64_t>> shapes;
+    // The buffer's host copy when staged (communication thread; made on
+    // first use).
+    at::Tensor staged;
+    // Device buffers: the flags and control words as written on the host
+    // (under mu_; made on first use).
+    at::Tensor host_tail;
   };
 
   Reducer(std::vector<NamedTensor> params, Communicator* comm, Options options);
@@ -230,21 +266,29 @@ class Reducer {
   void CompleteBucketLocked(size_t bucket, bool from_backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommLoop();
   double SinceBackwardStartLocked(absl::Time t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One bucket's all-reduce (communication thread), in float32 or
+  // One bucket's all-reduce (communication thread), through a host copy
+  // when staged; the float32 bytes PowerSGD sent in `*wire`.
+  absl::Status ReduceBucket(size_t index, float world, uint64_t* wire);
+  // On `buffer`: the bucket's own, or its host copy. In float32 or
   // compressed.
-  absl::Status Reduce(Bucket& bucket, float world);
-  absl::Status ReduceCompressed(Bucket& bucket, float world);
-  // PowerSGD's, once it has started; the float32 bytes sent in `*wire`.
-  absl::Status ReducePowerSgd(Bucket& bucket, size_t index, float world, uint64_t* wire);
+  absl::Status Reduce(const at::Tensor& buffer, Bucket& bucket, float world);
+  absl::Status ReduceCompressed(const at::Tensor& buffer, Bucket& bucket, float world);
+  // PowerSGD's, once it has started.
+  absl::Status ReducePowerSgd(const at::Tensor& buffer, Bucket& bucket, size_t index, float world,
+                              uint64_t* wire);
   // Before the step's first bucket: all ranks are at the same step with
   // the same buckets (Options::check).
   absl::Status AgreeOnStep();
   // The flags and control words after the gradients, exactly: flags
   // averaged, control words summed.
-  absl::Status ReduceTail(Bucket& bucket, float world);
+  absl::Status ReduceTail(const at::Tensor& buffer, const Bucket& bucket, float world);
 
   Communicator* comm_;
   const Options options_;
+  // Null on CPU: no stream ordering at all.
+  std::unique_ptr<StepStreams> streams_;
+  // Buckets go through host copies (set at Create).
+  bool stage_ = false;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
