@@ -127,10 +127,12 @@ class WorkerDaemon {
   absl::Status InitDevice() {
     absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
     if (!device.ok()) return Prefixed("--device: ", device.status());
-    if (device->is_cuda() && !ThisBuild().nccl) {
+    // NCCL is bound at run time (a generation that needs it says so when it
+    // connects); only LibTorch's CUDA is the build's.
+    if (device->is_cuda() && !ThisBuild().cuda) {
       return absl::InvalidArgumentError(
           absl::StrCat("--device ", device->ToString(),
-                       ": this build has no CUDA-enabled LibTorch with NCCL; use --device cpu"));
+                       ": this build's LibTorch has no CUDA; use --device cpu"));
     }
     if (absl::GetFlag(FLAGS_threads) < 0) {
       return absl::InvalidArgumentError("--threads must be >= 0");

@@ -1,5 +1,7 @@
 // NCCL collectives on CUDA memory: rank 0's ncclUniqueId goes through the
-// coordinator's store, then ncclCommInitRank; ncclCommAbort on Abort.
+// coordinator's store, then ncclCommInitRank; ncclCommAbort on Abort. NCCL
+// and the CUDA runtime are bound at run time (nccl_library.h), so every
+// build has this communicator and a machine without them refuses at Create.
 //
 // Buffers are device pointers on this rank's GPU. Each collective runs on
 // the communicator's own stream and returns once it completed there; the
@@ -28,8 +30,10 @@ class NcclCommunicator final : public Communicator {
     absl::Duration timeout = absl::Minutes(5);
   };
 
-  // FAILED_PRECONDITION when there is no usable CUDA device; UNAVAILABLE
-  // when the rendezvous or ncclCommInitRank fails.
+  // FAILED_PRECONDITION when NCCL or the CUDA runtime can't be loaded
+  // ("no NCCL: ...", "no CUDA runtime: ...") or there is no usable CUDA
+  // device ("no CUDA device: ..."); UNAVAILABLE when the rendezvous or
+  // ncclCommInitRank fails.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(StoreClient* store,
                                                                   const Options& options);
   ~NcclCommunicator() override;
@@ -42,7 +46,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   void Abort() override;
 
-  // NCCL's version as "major.minor.patch".
+  // NCCL's version as "major.minor.patch", or "none" where it can't be
+  // loaded.
   static std::string Version();
 
  private:
