@@ -27,9 +27,13 @@ inline constexpr uint64_t kMaxTrainSize = uint64_t{1} << 31;
 // Any path in a spec, in bytes (PATH_MAX).
 inline constexpr size_t kMaxPathBytes = 4096;
 
-// What this build can run; a spec asking for more is refused.
+// What this build can run. Every build has every backend: NCCL is bound at
+// run time (worker/collective/nccl_library.h), so whether it works is the
+// worker's question when a generation connects, never the job check's (the
+// coordinator runs no NCCL). What is left is LibTorch's reach.
 struct BuildCapabilities {
-  bool nccl = false;
+  // LibTorch here can train on CUDA devices (ddp-worker --device cuda:N).
+  bool cuda = false;
 };
 BuildCapabilities ThisBuild();
 

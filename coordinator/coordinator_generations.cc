@@ -30,7 +30,7 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
       return !w.device.is_cuda();
     case v1::BACKEND_NCCL:
       return w.device.is_cuda() && has_nccl;
-    case v1::BACKEND_AUTO:  // nccl on CUDA devices
+    case v1::BACKEND_AUTO:  // nccl when every rank has its own GPU (transport_choice.h)
       return !w.device.is_cuda() || has_nccl;
     case v1::BACKEND_UNKNOWN:  // refused by the job's check
       return false;

@@ -60,6 +60,7 @@ const Generation& GenerationManager::Form(std::vector<RankCandidate> members,
   for (const RankCandidate& m : g.members) {
     g.single_machine &= !m.machine_id.empty() && m.machine_id == g.members[0].machine_id;
   }
+  g.why_not_own_gpus = WhyNotOwnGpus(g.members);
   g.formed_at = clock_->Now();
   current_ = g;
   last_ = g;
@@ -85,6 +86,7 @@ void GenerationManager::RestoreCurrent(const v1::DurableGeneration& saved) {
   g.source.cursor = saved.start_cursor();
   g.lr = saved.lr();
   g.single_machine = saved.single_machine();
+  g.why_not_own_gpus = WhyNotOwnGpus(g.members);
   g.formed_at = clock_->Now();
   latest_ = std::max(latest_, g.number);
   current_ = g;

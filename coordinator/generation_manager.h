@@ -35,6 +35,9 @@ struct Generation {
   double lr = 0;
   // Every member runs on one machine (shared memory is possible).
   bool single_machine = false;
+  // Why not every member has a GPU of its own (WhyNotOwnGpus); empty when
+  // each has: "auto" may then pick NCCL.
+  std::string why_not_own_gpus;
   absl::Time formed_at;
   // Members that joined the job with this generation holding no trained
   // state: a fault before it trains re-forms without waiting for them to

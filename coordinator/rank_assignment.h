@@ -27,6 +27,12 @@ struct RankCandidate {
 // worker id. Rank r is element r. Independent of the input order.
 std::vector<RankCandidate> OrderByRank(std::vector<RankCandidate> candidates);
 
+// Why the members (in rank order) can't each drive a CUDA device of their
+// own, as NCCL needs: the first member on the CPU, or the first two on one
+// machine's cuda:N (a machine is a machine_id, or a host without one).
+// Empty when every member has its own GPU. O(members).
+std::string WhyNotOwnGpus(const std::vector<RankCandidate>& members);
+
 }  // namespace ddp
 
 #endif  // DDP_COORDINATOR_RANK_ASSIGNMENT_H_

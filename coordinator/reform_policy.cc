@@ -259,6 +259,8 @@ v1::Assignment BuildAssignment(const Generation& g, uint32_t rank, const Assignm
   *a.mutable_spec() = *job.spec;
   a.set_worker_id(g.members[rank].worker_id);
   a.set_single_machine(g.single_machine);
+  a.set_own_gpus(g.why_not_own_gpus.empty());
+  a.set_own_gpus_why_not(g.why_not_own_gpus);
   const int machine = g.MachineOf(static_cast<int>(rank));
   a.set_machine(static_cast<uint32_t>(machine));
   a.set_local_rank(rank - g.machine_starts[machine]);

@@ -51,8 +51,10 @@ v1::RegisterRequest WorkerAgent::MakeRegister() {
   r.set_name(options_.name);
   auto* caps = r.mutable_capabilities();
   caps->add_backends("gloo");
-  if (ThisBuild().nccl) caps->add_backends("nccl");
-  caps->set_cuda(ThisBuild().nccl);
+  // Every build binds NCCL at run time; one that can't load it fails the
+  // generation with NCCL's own FAILED_PRECONDITION when it connects.
+  caps->add_backends("nccl");
+  caps->set_cuda(ThisBuild().cuda);
   caps->set_cpu_threads(options_.threads);
   // What it trains in and holds, so that a restarted coordinator can adopt
   // its generation, or re-form from its state.

@@ -11,11 +11,6 @@
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "tests/torch/ranks.h"
-#ifdef DDP_HAVE_NCCL
-#include <cuda_runtime_api.h>
-
-#include "worker/collective/nccl_communicator.h"
-#endif
 
 namespace ddp {
 namespace {
@@ -367,22 +362,6 @@ TEST(GlooCommunicator, Create_PeerNeverComes_UnavailableAfterTimeout) {
   EXPECT_THAT(GlooCommunicator::Create(store, options),
               StatusIs(absl::StatusCode::kUnavailable, testing::HasSubstr("rendezvous")));
 }
-
-#ifdef DDP_HAVE_NCCL
-TEST(NcclCommunicator, Create_WithoutUsableGpu_FailedPreconditionSaysSo) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
-    GTEST_SKIP() << "a CUDA device is present: this test proves the refusal without one (no "
-                    "test runs an NCCL collective yet)";
-  }
-  NcclCommunicator::Options options;
-  options.device = 0;
-  // Fails on the device check, before it would touch the store.
-  EXPECT_THAT(NcclCommunicator::Create(/*store=*/nullptr, options),
-              StatusIs(absl::StatusCode::kFailedPrecondition, testing::HasSubstr("CUDA")));
-  EXPECT_THAT(NcclCommunicator::Version(), testing::MatchesRegex("2\\.[0-9]+\\.[0-9]+"));
-}
-#endif
 
 }  // namespace
 }  // namespace ddp

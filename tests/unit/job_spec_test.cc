@@ -14,10 +14,11 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-BuildCapabilities NoNccl() { return BuildCapabilities{}; }
+// A build whose LibTorch has no CUDA (a coordinator's, or a CPU worker's).
+BuildCapabilities CpuBuild() { return BuildCapabilities{}; }
 
 TEST(JobSpec, ParseJobSpecJson_Minimal_FillsDefaults) {
-  auto spec = ParseJobSpecJson(R"({"name": "demo"})", NoNccl());
+  auto spec = ParseJobSpecJson(R"({"name": "demo"})", CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_EQ(spec->model().kind(), "cnn");
   EXPECT_EQ(spec->dataset().kind(), "fashion-mnist");
@@ -34,7 +35,7 @@ TEST(JobSpec, ParseJobSpecJson_Minimal_FillsDefaults) {
 }
 
 TEST(JobSpec, ParseJobSpecJson_ProgramJob_DataIsTheProgramsToo) {
-  auto spec = ParseJobSpecJson(R"({"name": "mine", "model": {"kind": "program"}})", NoNccl());
+  auto spec = ParseJobSpecJson(R"({"name": "mine", "model": {"kind": "program"}})", CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_TRUE(IsProgramJob(*spec));
   EXPECT_EQ(spec->dataset().kind(), "program");
@@ -45,7 +46,7 @@ TEST(JobSpec, ParseJobSpecJson_AdamDefaultsAndSnakeCase_Accepted) {
   auto spec = ParseJobSpecJson(
       R"({"name": "a", "optimizer": {"kind": "adam"}, "batch_size": 32, "min_workers": 2,
           "shuffle": false})",
-      NoNccl());
+      CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.001);
   EXPECT_DOUBLE_EQ(spec->optimizer().beta2(), 0.999);
@@ -55,14 +56,14 @@ TEST(JobSpec, ParseJobSpecJson_AdamDefaultsAndSnakeCase_Accepted) {
 }
 
 TEST(JobSpec, ParseJobSpecJson_UnknownField_NamesIt) {
-  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "batch_sise": 3})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "batch_sise": 3})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_sise")));
 }
 
 TEST(JobSpec, ParseJobSpecJson_Malformed_InvalidArgument) {
-  EXPECT_THAT(ParseJobSpecJson(R"({"name": )", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"name": )", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("JobSpec")));
-  EXPECT_THAT(ParseJobSpecJson(R"({"epochs": "many"})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"epochs": "many"})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("epochs")));
 }
 
@@ -74,7 +75,7 @@ struct BadSpecCase {
 class JobSpecBadField : public testing::TestWithParam<BadSpecCase> {};
 
 TEST_P(JobSpecBadField, Validate_NamesTheField) {
-  EXPECT_THAT(ParseJobSpecJson(GetParam().json, NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(GetParam().json, CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().field)));
 }
 
@@ -162,58 +163,58 @@ TEST(JobSpec, ParseJobSpecJson_SyntheticAtItsLimits_Accepted) {
   // 1,369,568 samples of 3136 bytes fit in 4 GiB; one more does not.
   EXPECT_THAT(ParseJobSpecJson(
                   R"({"dataset": {"kind": "synthetic", "trainSize": 1000000, "testSize": 369568}})",
-                  NoNccl()),
+                  CpuBuild()),
               IsOk());
   EXPECT_THAT(ParseJobSpecJson(
                   R"({"dataset": {"kind": "synthetic", "trainSize": 1000000, "testSize": 369569}})",
-                  NoNccl()),
+                  CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("4294967296 bytes")));
   EXPECT_THAT(ParseJobSpecJson(R"({"dataset": {"kind": "tensors", "path": "/d/x.pt",
                                                "trainSize": "2147483648"}})",
-                               NoNccl()),
+                               CpuBuild()),
               IsOk());
 }
 
 TEST(JobSpec, ParseJobSpecJson_DuplicateKey_InvalidArgumentNamingIt) {
-  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "optimizer": {"lr": 0.1, "lr": 0.2}})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "optimizer": {"lr": 0.1, "lr": 0.2}})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("job.optimizer.lr"), HasSubstr("twice"))));
-  EXPECT_THAT(ParseJobSpecJson(R"({"epochs": 1, "name": "a", "epochs": 2})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"epochs": 1, "name": "a", "epochs": 2})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.epochs")));
 }
 
 TEST(JobSpec, ParseJobSpecJson_BothJsonNamesOfAField_InvalidArgument) {
-  EXPECT_THAT(ParseJobSpecJson(R"({"batchSize": 8, "batch_size": 16})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"batchSize": 8, "batch_size": 16})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("job.batch_size"), HasSubstr("\"batchSize\""))));
 }
 
 TEST(JobSpec, ParseJobSpecJson_SameKeyInDifferentObjects_Accepted) {
-  EXPECT_THAT(
-      ParseJobSpecJson(R"({"model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"}})", NoNccl()),
-      IsOk());
+  EXPECT_THAT(ParseJobSpecJson(R"({"model": {"kind": "mlp"}, "dataset": {"kind": "synthetic"}})",
+                               CpuBuild()),
+              IsOk());
 }
 
 TEST(JobSpec, Validate_HugeStrings_EchoedShort) {
   v1::JobSpec spec = WithDefaults(v1::JobSpec());
   spec.set_name(std::string(3 << 20, 'x'));
-  absl::Status s = ValidateJobSpec(spec, NoNccl());
+  absl::Status s = ValidateJobSpec(spec, CpuBuild());
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(3145728 bytes)")));
   EXPECT_LT(s.message().size(), 300u);
   spec = WithDefaults(v1::JobSpec());
   spec.mutable_model()->set_kind(std::string(1 << 20, 'm') + "\n2026-01-01 I coordinator] x");
-  s = ValidateJobSpec(spec, NoNccl());
+  s = ValidateJobSpec(spec, CpuBuild());
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.model.kind")));
   EXPECT_LT(s.message().size(), 300u);
   spec = WithDefaults(v1::JobSpec());
   spec.set_output_path("/" + std::string(5000, 'p'));
-  EXPECT_THAT(ValidateJobSpec(spec, NoNccl()),
+  EXPECT_THAT(ValidateJobSpec(spec, CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("job.output_path"), HasSubstr("4096"))));
 }
 
 TEST(JobSpec, ParseJobSpecJson_Minimal_ElasticDefaults) {
-  auto spec = ParseJobSpecJson(R"({"name": "demo"})", NoNccl());
+  auto spec = ParseJobSpecJson(R"({"name": "demo"})", CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_DOUBLE_EQ(spec->rejoin_timeout_seconds(), 300);
   EXPECT_EQ(spec->lr_scaling(), "keep");
@@ -229,7 +230,7 @@ TEST(JobSpec, ParseJobSpecJson_ZeroesSetOnPurpose_Kept) {
   auto spec = ParseJobSpecJson(
       R"({"faultBudget": 0, "rejoinTimeoutSeconds": 0, "reformMinIntervalSeconds": 0,
           "lrScaling": "linear"})",
-      NoNccl());
+      CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_EQ(spec->fault_budget(), 0u);
   EXPECT_DOUBLE_EQ(spec->rejoin_timeout_seconds(), 0);
@@ -250,7 +251,7 @@ TEST(JobSpec, ParseJobSpecJson_CheckpointDir_KeepAndEveryStepsDefaulted) {
       {R"({"checkpoint": {"dir": "/c", "keep": 1}})", 1000, 0, 1},
   };
   for (const Row& row : rows) {
-    auto spec = ParseJobSpecJson(row.json, NoNccl());
+    auto spec = ParseJobSpecJson(row.json, CpuBuild());
     ASSERT_THAT(spec, IsOk()) << row.json;
     EXPECT_EQ(spec->checkpoint().dir(), "/c");
     EXPECT_EQ(spec->checkpoint().every_steps(), row.every_steps) << row.json;
@@ -292,52 +293,46 @@ TEST(JobSpec, SpecDigest_StateShapingFieldsDiffer_Different) {
   for (size_t i = 0; i < other.size(); ++i) EXPECT_NE(SpecDigest(other[i]), digest) << i;
 }
 
-TEST(JobSpec, Validate_NcclWithoutNcclBuild_SaysWhatToDo) {
-  EXPECT_THAT(ParseJobSpecJson(R"({"backend": "nccl"})", NoNccl()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("job.backend"), HasSubstr("NCCL"), HasSubstr("gloo"))));
-  BuildCapabilities with_nccl;
-  with_nccl.nccl = true;
-  EXPECT_THAT(ParseJobSpecJson(R"({"backend": "nccl"})", with_nccl), IsOk());
-}
-
-TEST(JobSpec, Backends_AllFourAccepted) {
-  BuildCapabilities with_nccl;
-  with_nccl.nccl = true;
+// NCCL is bound at run time: the coordinator, which runs none, accepts the
+// backend in any build, and a worker without NCCL says so when it connects.
+TEST(JobSpec, Backends_AllFourAccepted_EvenByACpuBuild) {
   for (const char* backend : {"gloo", "shm", "nccl", "auto"}) {
-    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"backend": ")", backend, R"("})"), with_nccl),
+    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"backend": ")", backend, R"("})"), CpuBuild()),
+                IsOk())
+        << backend;
+    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"backend": ")", backend, R"("})"), ThisBuild()),
                 IsOk())
         << backend;
   }
 }
 
 TEST(JobSpec, Compression_NoneByDefault_Fp16Bf16Accepted_OthersNamed) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson("{}", NoNccl());
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson("{}", CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_EQ(spec->compression(), "none");
   for (const char* kind : {"none", "fp16", "bf16"}) {
-    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"compression": ")", kind, R"("})"), NoNccl()),
+    EXPECT_THAT(ParseJobSpecJson(absl::StrCat(R"({"compression": ")", kind, R"("})"), CpuBuild()),
                 IsOk())
         << kind;
   }
-  EXPECT_THAT(ParseJobSpecJson(R"({"compression": "int8"})", NoNccl()),
+  EXPECT_THAT(ParseJobSpecJson(R"({"compression": "int8"})", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("job.compression"), HasSubstr("int8"), HasSubstr("bf16"))));
   // A program compresses in its own DistributedDataParallel.
   EXPECT_THAT(
-      ParseJobSpecJson(R"({"model": {"kind": "program"}, "compression": "fp16"})", NoNccl()),
+      ParseJobSpecJson(R"({"model": {"kind": "program"}, "compression": "fp16"})", CpuBuild()),
       StatusIs(absl::StatusCode::kInvalidArgument,
                AllOf(HasSubstr("job.compression"), HasSubstr("Options::compression"))));
 }
 
 TEST(JobSpec, PowerSgd_DefaultsAsPyTorchsState_BoundsAndStrayFieldsNamed) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(R"({"compression": "powersgd"})", NoNccl());
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(R"({"compression": "powersgd"})", CpuBuild());
   ASSERT_THAT(spec, IsOk());
   EXPECT_EQ(spec->powersgd_rank(), 1u);
   EXPECT_EQ(spec->powersgd_start_step(), 1000u);
   EXPECT_THAT(
       ParseJobSpecJson(R"({"compression": "powersgd", "powersgdRank": 4, "powersgdStartStep": 2})",
-                       NoNccl()),
+                       CpuBuild()),
       IsOk());
   for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
            {R"({"compression": "powersgd", "powersgdRank": 0})", "job.powersgd_rank"},
@@ -346,7 +341,7 @@ TEST(JobSpec, PowerSgd_DefaultsAsPyTorchsState_BoundsAndStrayFieldsNamed) {
             "job.powersgd_start_step"},
            {R"({"compression": "fp16", "powersgdRank": 2})", "job.powersgd_rank"},
            {R"({"powersgdStartStep": 10})", "job.powersgd_start_step"}}) {
-    EXPECT_THAT(ParseJobSpecJson(json, NoNccl()),
+    EXPECT_THAT(ParseJobSpecJson(json, CpuBuild()),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
         << json;
   }
@@ -360,7 +355,7 @@ TEST(JobSpec, WithDefaults_Idempotent) {
 
 TEST(JobSpec, DefaultJobSpec_IsValidCnnOnFashionMnist) {
   v1::JobSpec spec = DefaultJobSpec(3);
-  EXPECT_THAT(ValidateJobSpec(spec, NoNccl()), IsOk());
+  EXPECT_THAT(ValidateJobSpec(spec, CpuBuild()), IsOk());
   EXPECT_EQ(spec.model().kind(), "cnn");
   EXPECT_EQ(spec.dataset().kind(), "fashion-mnist");
   EXPECT_EQ(spec.min_workers(), 3u);
@@ -368,7 +363,7 @@ TEST(JobSpec, DefaultJobSpec_IsValidCnnOnFashionMnist) {
 }
 
 TEST(JobSpec, LoadJobSpecFile_Missing_NotFoundNamingThePath) {
-  EXPECT_THAT(LoadJobSpecFile("/nonexistent/job.json", NoNccl()),
+  EXPECT_THAT(LoadJobSpecFile("/nonexistent/job.json", CpuBuild()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/job.json")));
 }
 

@@ -34,5 +34,33 @@ TEST(RankAssignment, OrderByRank_IndependentOfArrivalOrder) {
   EXPECT_EQ(first, (std::vector<std::string>{"w0", "w1", "w2"}));
 }
 
+TEST(RankAssignment, WhyNotOwnGpus_Table) {
+  const auto cuda = Device::Kind::kCuda;
+  const auto cpu = Device::Kind::kCpu;
+  auto M = [](const char* host, Device::Kind kind, int index, const char* machine) {
+    return RankCandidate{"w", host, Device{kind, index}, machine};
+  };
+  struct Row {
+    const char* name;
+    std::vector<RankCandidate> members;
+    std::string want;  // empty: every member has its own GPU
+  };
+  const Row rows[] = {
+      {"one GPU each on one machine", {M("h", cuda, 0, "m"), M("h", cuda, 1, "m")}, ""},
+      {"cuda:0 on two machines", {M("h1", cuda, 0, "m1"), M("h2", cuda, 0, "m2")}, ""},
+      {"cuda:0 on two hosts without machine ids", {M("h1", cuda, 0, ""), M("h2", cuda, 0, "")}, ""},
+      {"two addresses of one machine on cuda:0",
+       {M("10.0.0.1", cuda, 0, "m"), M("10.0.0.2", cuda, 1, "m"), M("127.0.0.1", cuda, 0, "m")},
+       "ranks 0 and 2 share cuda:0 on m (NCCL refuses two ranks on one device)"},
+      {"a CPU member",
+       {M("h", cuda, 0, "m"), M("h", cpu, 0, "m")},
+       "rank 1 is on cpu:0 (NCCL needs a GPU on every rank)"},
+      {"no members", {}, "no members"},
+  };
+  for (const Row& row : rows) {
+    EXPECT_EQ(WhyNotOwnGpus(row.members), row.want) << row.name;
+  }
+}
+
 }  // namespace
 }  // namespace ddp

@@ -582,6 +582,25 @@ TEST(ReformPolicy, ScaledLr_Table_KeepIsTheSpecsLinearFollowsTheWorld) {
 
 // ---- BuildAssignment --------------------------------------------------------
 
+TEST(ReformPolicy, BuildAssignment_GpuMembers_OwnGpusOnlyWhenNoneShared) {
+  FakeClock clock;
+  GenerationManager generations(&clock);
+  v1::JobSpec spec;
+  const AssignmentJob job{"job", &spec, 0};
+  const Device gpu0{Device::Kind::kCuda, 0};
+  const Device gpu1{Device::Kind::kCuda, 1};
+  const Generation& own = generations.Form(
+      {RankCandidate{"a", "h1", gpu0, "m1"}, RankCandidate{"b", "h1", gpu1, "m1"}}, {}, 0.1);
+  EXPECT_TRUE(BuildAssignment(own, 1, job).own_gpus());
+  EXPECT_EQ(BuildAssignment(own, 1, job).own_gpus_why_not(), "");
+  // Two addresses of one machine, one GPU.
+  const Generation& shared = generations.Form(
+      {RankCandidate{"a", "h1", gpu0, "m1"}, RankCandidate{"b", "h2", gpu0, "m1"}}, {}, 0.1);
+  const v1::Assignment a = BuildAssignment(shared, 0, job);
+  EXPECT_FALSE(a.own_gpus());
+  EXPECT_THAT(a.own_gpus_why_not(), HasSubstr("ranks 0 and 1 share cuda:0"));
+}
+
 TEST(ReformPolicy, BuildAssignment_Table_EachRankGetsItsPlaceStateAndToken) {
   FakeClock clock;
   GenerationManager generations(&clock);
@@ -628,6 +647,8 @@ TEST(ReformPolicy, BuildAssignment_Table_EachRankGetsItsPlaceStateAndToken) {
     EXPECT_EQ(a.machines(), 2u);
     EXPECT_EQ(a.max_local_size(), 3u);
     EXPECT_FALSE(a.single_machine());
+    EXPECT_FALSE(a.own_gpus());  // CPU members: "auto" keeps off NCCL
+    EXPECT_THAT(a.own_gpus_why_not(), HasSubstr("rank 0 is on cpu:0"));
     EXPECT_EQ(a.start_epoch(), 3u);
     EXPECT_EQ(a.start_step(), 120u);
     EXPECT_EQ(a.start_cursor(), 64u);

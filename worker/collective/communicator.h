@@ -28,9 +28,10 @@ class Communicator {
 
   // Whether the collectives take device (accelerator) memory. False: host
   // memory only; a reducer stages device buckets through host buffers. A
-  // reducer calls a communicator that takes device memory with its
-  // communication stream current: the collective must run after what that
-  // stream has queued, and before what it queues later.
+  // reducer calls a communicator that takes device memory once what it
+  // queued on the buffer has completed (it synchronizes its communication
+  // stream first), so the communicator may run on a stream of its own; it
+  // must return only once the collective completed (as it must anyway).
   virtual bool takes_device_memory() const { return false; }
 
   // Sums `count` floats at `data` over all ranks, in place; returns when the

@@ -8,42 +8,12 @@
 #include "worker/collective/gloo_communicator.h"
 #include "worker/collective/gloo_store.h"
 #include "worker/collective/hierarchical_communicator.h"
-#include "worker/collective/shm_communicator.h"
-#ifdef DDP_HAVE_NCCL
 #include "worker/collective/nccl_communicator.h"
-#endif
+#include "worker/collective/shm_communicator.h"
+#include "worker/collective/transport_choice.h"
 
 namespace ddp {
 namespace {
-
-// Several machines, and one of them with several ranks: only the
-// machines' leaders need the network. Decided from what every member's
-// assignment says alike, so all choose the same.
-bool Hierarchical(const v1::Assignment& a) {
-  return a.machines() > 1 && a.world_size() > a.machines() &&
-         a.max_local_size() <= static_cast<uint32_t>(ShmCommunicator::kMaxRanks);
-}
-
-// How this generation's ranks talk: the job's backend, with "auto"
-// resolved (the same on every rank: the assignment decides).
-enum class Transport { kShm, kHierarchical, kNccl, kGloo };
-
-Transport ChooseTransport(const v1::Assignment& a, const Device& device) {
-  switch (BackendOf(a.spec())) {
-    case v1::BACKEND_SHM:
-      return Transport::kShm;
-    case v1::BACKEND_NCCL:
-      return Transport::kNccl;
-    case v1::BACKEND_GLOO:
-    case v1::BACKEND_UNKNOWN:  // refused by the job's check
-      return Transport::kGloo;
-    case v1::BACKEND_AUTO:
-      break;
-  }
-  if (device.is_cuda()) return Transport::kNccl;
-  if (a.single_machine() && a.world_size() <= ShmCommunicator::kMaxRanks) return Transport::kShm;
-  return Hierarchical(a) ? Transport::kHierarchical : Transport::kGloo;
-}
 
 absl::StatusOr<std::shared_ptr<Communicator>> ConnectHierarchical(const v1::Assignment& a,
                                                                   const std::string& host,
@@ -67,7 +37,6 @@ absl::StatusOr<std::shared_ptr<Communicator>> ConnectNccl(const v1::Assignment& 
                                                           const Device& device,
                                                           absl::Duration timeout,
                                                           StoreClient* store) {
-#ifdef DDP_HAVE_NCCL
   NcclCommunicator::Options options;
   options.rank = static_cast<int>(a.rank());
   options.world_size = static_cast<int>(a.world_size());
@@ -76,13 +45,6 @@ absl::StatusOr<std::shared_ptr<Communicator>> ConnectNccl(const v1::Assignment& 
   auto created = NcclCommunicator::Create(store, options);
   if (!created.ok()) return created.status();
   return std::shared_ptr<Communicator>(std::move(*created));
-#else
-  (void)a;
-  (void)device;
-  (void)timeout;
-  (void)store;
-  return absl::FailedPreconditionError("this worker was built without NCCL");
-#endif
 }
 
 absl::StatusOr<std::shared_ptr<Communicator>> ConnectGloo(const v1::Assignment& a,
@@ -107,7 +69,9 @@ absl::StatusOr<std::shared_ptr<Communicator>> ConnectForAssignment(const v1::Ass
                                                                    StoreClient* store) {
   const absl::Duration timeout = absl::Seconds(a.spec().collective_timeout_seconds());
   CoordinatorGlooStore gloo_store(store, timeout);
-  switch (ChooseTransport(a, device)) {
+  const TransportChoice choice = ChooseTransport(a, device);
+  DDP_LOG(Info) << "generation " << a.generation() << ": " << choice.why;
+  switch (choice.transport) {
     case Transport::kShm: {
       ShmCommunicator::Options options;
       options.rank = static_cast<int>(a.rank());

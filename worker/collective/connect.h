@@ -1,10 +1,9 @@
 // Builds the communicator an assignment calls for, through the generation's
 // rendezvous store: shared memory, Gloo over TCP or NCCL, as the job's
-// backend says ("auto": NCCL on a CUDA device, shared memory when every
-// rank is on one machine; with several machines, one of them holding
-// several ranks, shared memory within each and Gloo among one leader per
-// machine; else Gloo). Shared memory that turns out unusable
-// under "auto" falls back to Gloo on every rank together.
+// backend says, "auto" resolved by ChooseTransport (transport_choice.h:
+// NCCL only when every rank has a GPU of its own). Shared memory that turns
+// out unusable under "auto" falls back to Gloo on every rank together. A
+// worker without NCCL or a GPU gets NCCL's FAILED_PRECONDITION here.
 #ifndef DDP_WORKER_COLLECTIVE_CONNECT_H_
 #define DDP_WORKER_COLLECTIVE_CONNECT_H_
 

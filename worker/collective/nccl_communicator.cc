@@ -1,79 +1,82 @@
 #include "worker/collective/nccl_communicator.h"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/collective/nccl_library.h"
 
 namespace ddp {
 namespace {
 
 constexpr char kIdKey[] = "nccl/unique_id";
 
-absl::Status CudaError(const char* what, cudaError_t e) {
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
-
-absl::Status NcclError(const char* what, ncclResult_t r) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
-}
-
 }  // namespace
 
 struct NcclCommunicator::Handles {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
+  const NcclLibrary* lib = nullptr;
+  nccl::Comm comm = nullptr;
+  cuda::Stream stream = nullptr;
+  // Device memory for collectives on host memory (see OnDevice), grown as
+  // needed.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 
 std::string NcclCommunicator::Version() {
-  int v = 0;
-  ncclGetVersion(&v);
-  // Since NCCL 2.9 the code is major*10000 + minor*100 + patch.
-  return absl::StrCat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+  absl::StatusOr<const NcclLibrary*> lib = LoadNcclLibrary();
+  return lib.ok() ? (*lib)->Version() : "none";
 }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(StoreClient* store,
                                                                            const Options& options) {
+  absl::StatusOr<const NcclLibrary*> loaded = LoadNcclLibrary();
+  if (!loaded.ok()) return loaded.status();
+  const NcclLibrary& lib = **loaded;
   int devices = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
-    return CudaError("no usable CUDA device for the nccl backend", e);
+  if (cuda::Error e = lib.cudaGetDeviceCount(&devices); e != cuda::kSuccess) {
+    return lib.CudaError(
+        "no CUDA device for the nccl backend (no NVIDIA driver or GPU visible to this "
+        "process): cudaGetDeviceCount",
+        e);
+  }
+  if (devices == 0) {
+    return absl::FailedPreconditionError("no CUDA device for the nccl backend on this host");
   }
   if (options.device < 0 || options.device >= devices) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda:", options.device, " does not exist: this host has ", devices, " CUDA device(s)"));
   }
-  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
-    return CudaError("cudaSetDevice", e);
+  if (cuda::Error e = lib.cudaSetDevice(options.device); e != cuda::kSuccess) {
+    return lib.CudaError("cudaSetDevice", e);
   }
-  ncclUniqueId id;
+  nccl::UniqueId id;
   if (options.rank == 0) {
-    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-      return NcclError("ncclGetUniqueId", r);
+    if (nccl::Result r = lib.ncclGetUniqueId(&id); r != nccl::kSuccess) {
+      return lib.NcclError("ncclGetUniqueId", r);
     }
     absl::Status s = store->Set(kIdKey, std::string(id.internal, sizeof(id.internal)));
     if (!s.ok()) return s;
   } else {
     absl::StatusOr<std::string> bytes = store->Get(kIdKey, options.timeout);
     if (!bytes.ok()) return bytes.status();
+    // A peer's bytes, checked before they are believed.
     if (bytes->size() != sizeof(id.internal)) {
       return absl::DataLossError("the ncclUniqueId in the store has the wrong size");
     }
     std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
   }
   auto handles = std::make_unique<Handles>();
-  if (cudaError_t e = cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking);
-      e != cudaSuccess) {
-    return CudaError("cudaStreamCreate", e);
+  handles->lib = &lib;
+  if (cuda::Error e = lib.cudaStreamCreateWithFlags(&handles->stream, cuda::kStreamNonBlocking);
+      e != cuda::kSuccess) {
+    return lib.CudaError("cudaStreamCreateWithFlags", e);
   }
-  if (ncclResult_t r = ncclCommInitRank(&handles->comm, options.world_size, id, options.rank);
-      r != ncclSuccess) {
-    cudaStreamDestroy(handles->stream);
-    return NcclError("ncclCommInitRank", r);
+  if (nccl::Result r = lib.ncclCommInitRank(&handles->comm, options.world_size, id, options.rank);
+      r != nccl::kSuccess) {
+    lib.cudaStreamDestroy(handles->stream);
+    return lib.NcclError("ncclCommInitRank", r);
   }
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(handles), options));
 }
@@ -82,20 +85,22 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Handles> handles, const Optio
     : handles_(std::move(handles)), options_(options) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (!aborted_) ncclCommDestroy(handles_->comm);
-  cudaStreamDestroy(handles_->stream);
+  if (!aborted_) handles_->lib->ncclCommDestroy(handles_->comm);
+  if (handles_->scratch != nullptr) handles_->lib->cudaFree(handles_->scratch);
+  handles_->lib->cudaStreamDestroy(handles_->stream);
 }
 
 absl::Status NcclCommunicator::Wait(const char* op) {
+  const NcclLibrary& lib = *handles_->lib;
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
-    const cudaError_t e = cudaStreamQuery(handles_->stream);
-    if (e == cudaSuccess) return absl::OkStatus();
-    if (e != cudaErrorNotReady) return CudaError(op, e);
+    const cuda::Error e = lib.cudaStreamQuery(handles_->stream);
+    if (e == cuda::kSuccess) return absl::OkStatus();
+    if (e != cuda::kErrorNotReady) return lib.CudaError(op, e);
     if (aborted_) return absl::AbortedError(absl::StrCat("nccl ", op, " aborted"));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(handles_->comm, &async);
-    if (async != ncclSuccess) return NcclError(op, async);
+    nccl::Result async = nccl::kSuccess;
+    lib.ncclCommGetAsyncError(handles_->comm, &async);
+    if (async != nccl::kSuccess) return lib.NcclError(op, async);
     if (absl::Now() > deadline) {
       Abort();
       return absl::DeadlineExceededError(absl::StrCat("nccl ", op, " on rank ", options_.rank,
@@ -106,40 +111,73 @@ absl::Status NcclCommunicator::Wait(const char* op) {
   }
 }
 
-absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
+absl::Status NcclCommunicator::OnDevice(void* data, size_t bytes, const char* op,
+                                        const std::function<nccl::Result(void*)>& launch) {
   if (aborted_) return absl::AbortedError("communicator aborted");
-  if (ncclResult_t r =
-          ncclAllReduce(data, data, count, ncclFloat, ncclSum, handles_->comm, handles_->stream);
-      r != ncclSuccess) {
-    return NcclError("ncclAllReduce", r);
+  const NcclLibrary& lib = *handles_->lib;
+  Handles& h = *handles_;
+  cuda::PointerAttributes attributes{};
+  const bool on_device =
+      lib.cudaPointerGetAttributes(&attributes, data) == cuda::kSuccess &&
+      (attributes.type == cuda::kMemoryTypeDevice || attributes.type == cuda::kMemoryTypeManaged);
+  void* buffer = data;
+  if (!on_device && bytes > 0) {
+    // Host memory (the control words, the probe, a state's bytes): NCCL
+    // reads only device memory, so it goes through the scratch buffer.
+    if (bytes > h.scratch_bytes) {
+      if (h.scratch != nullptr) lib.cudaFree(h.scratch);
+      h.scratch = nullptr;
+      h.scratch_bytes = 0;
+      if (cuda::Error e = lib.cudaMalloc(&h.scratch, bytes); e != cuda::kSuccess) {
+        return lib.CudaError(absl::StrCat("nccl ", op, ": cudaMalloc of ", bytes, " bytes"), e);
+      }
+      h.scratch_bytes = bytes;
+    }
+    buffer = h.scratch;
+    if (cuda::Error e =
+            lib.cudaMemcpyAsync(buffer, data, bytes, cuda::kMemcpyHostToDevice, h.stream);
+        e != cuda::kSuccess) {
+      return lib.CudaError(absl::StrCat("nccl ", op, ": copying to the device"), e);
+    }
   }
-  return Wait("all-reduce");
+  if (nccl::Result r = launch(buffer); r != nccl::kSuccess) {
+    return lib.NcclError(absl::StrCat("nccl ", op), r);
+  }
+  if (buffer != data) {
+    if (cuda::Error e =
+            lib.cudaMemcpyAsync(data, buffer, bytes, cuda::kMemcpyDeviceToHost, h.stream);
+        e != cuda::kSuccess) {
+      return lib.CudaError(absl::StrCat("nccl ", op, ": copying from the device"), e);
+    }
+  }
+  return Wait(op);
+}
+
+absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
+  return OnDevice(data, count * sizeof(float), "all-reduce", [&](void* buffer) {
+    return handles_->lib->ncclAllReduce(buffer, buffer, count, nccl::kFloat32, nccl::kSum,
+                                        handles_->comm, handles_->stream);
+  });
 }
 
 absl::Status NcclCommunicator::AllReduceSumHalf(uint16_t* data, size_t count, HalfType type) {
-  if (aborted_) return absl::AbortedError("communicator aborted");
-  const ncclDataType_t nccl_type = type == HalfType::kFloat16 ? ncclHalf : ncclBfloat16;
-  if (ncclResult_t r =
-          ncclAllReduce(data, data, count, nccl_type, ncclSum, handles_->comm, handles_->stream);
-      r != ncclSuccess) {
-    return NcclError("ncclAllReduce", r);
-  }
-  return Wait("all-reduce");
+  const nccl::DataType nccl_type = type == HalfType::kFloat16 ? nccl::kFloat16 : nccl::kBfloat16;
+  return OnDevice(data, count * sizeof(uint16_t), "all-reduce", [&](void* buffer) {
+    return handles_->lib->ncclAllReduce(buffer, buffer, count, nccl_type, nccl::kSum,
+                                        handles_->comm, handles_->stream);
+  });
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
-  if (aborted_) return absl::AbortedError("communicator aborted");
-  if (ncclResult_t r =
-          ncclBroadcast(data, data, bytes, ncclUint8, root, handles_->comm, handles_->stream);
-      r != ncclSuccess) {
-    return NcclError("ncclBroadcast", r);
-  }
-  return Wait("broadcast");
+  return OnDevice(data, bytes, "broadcast", [&](void* buffer) {
+    return handles_->lib->ncclBroadcast(buffer, buffer, bytes, nccl::kUint8, root, handles_->comm,
+                                        handles_->stream);
+  });
 }
 
 void NcclCommunicator::Abort() {
   if (aborted_.exchange(true)) return;
-  ncclCommAbort(handles_->comm);
+  handles_->lib->ncclCommAbort(handles_->comm);
 }
 
 }  // namespace ddp

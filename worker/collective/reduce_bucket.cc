@@ -36,10 +36,19 @@ absl::Status Reducer::ReduceBucket(size_t index, float world, uint64_t* wire) {
   return s;
 }
 
+void Reducer::DeviceBufferReady() {
+  // A device collective (NCCL) runs on a stream of its own: what the
+  // communication stream queued on the buffer (the wait for backward, the
+  // division) must have completed. The communication thread waits, not
+  // backward.
+  if (streams_ && !stage_) streams_->SynchronizeComm();
+}
+
 absl::Status Reducer::Reduce(const at::Tensor& buffer, Bucket& bucket, float world) {
   // Average as DDP does: divide before summing (ATen's vectorized kernel).
   // The control words are summed as they are.
   buffer.narrow(0, 0, buffer.numel() - bucket.control_words).div_(world);
+  DeviceBufferReady();
   return comm_->AllReduceSum(buffer.data_ptr<float>(), static_cast<size_t>(buffer.numel()));
 }
 
@@ -54,6 +63,7 @@ absl::Status Reducer::ReduceCompressed(const at::Tensor& buffer, Bucket& bucket,
                       *options_.compression == HalfType::kFloat16 ? at::kHalf : at::kBFloat16));
   }
   bucket.compressed.copy_(grads).div_(world);
+  DeviceBufferReady();
   absl::Status s =
       comm_->AllReduceSumHalf(static_cast<uint16_t*>(bucket.compressed.data_ptr()),
                               static_cast<size_t>(bucket.grad_elements), *options_.compression);
@@ -75,6 +85,7 @@ absl::Status Reducer::ReduceTail(const at::Tensor& buffer, const Bucket& bucket,
   // The used flags and control words are counts: they stay exact, in float.
   at::Tensor tail = buffer.narrow(0, bucket.grad_elements, buffer.numel() - bucket.grad_elements);
   tail.narrow(0, 0, tail.numel() - bucket.control_words).div_(world);
+  DeviceBufferReady();
   return comm_->AllReduceSum(tail.data_ptr<float>(), static_cast<size_t>(tail.numel()));
 }
 

@@ -279,6 +279,8 @@ class Reducer {
   // Before the step's first bucket: all ranks are at the same step with
   // the same buckets (Options::check).
   absl::Status AgreeOnStep();
+  // Before a collective on device memory: see reduce_bucket.cc.
+  void DeviceBufferReady();
   // The flags and control words after the gradients, exactly: flags
   // averaged, control words summed.
   absl::Status ReduceTail(const at::Tensor& buffer, const Bucket& bucket, float world);
