@@ -27,11 +27,11 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
   switch (BackendOf(spec)) {
     case v1::BACKEND_GLOO:
     case v1::BACKEND_SHM:
-      return !w.device.is_cuda();
+      return true;  // a GPU's buckets are staged through host memory
     case v1::BACKEND_NCCL:
       return w.device.is_cuda() && has_nccl;
     case v1::BACKEND_AUTO:  // nccl when every rank has its own GPU (transport_choice.h)
-      return !w.device.is_cuda() || has_nccl;
+      return true;
     case v1::BACKEND_UNKNOWN:  // refused by the job's check
       return false;
   }

@@ -541,3 +541,28 @@ TEST_F(CoordinatorTest, Checkpoint_ResultOfAnotherJob_RejectedAndIgnored) {
 
 }  // namespace
 }  // namespace ddp
+
+namespace ddp {
+namespace {
+
+// Two workers on one machine's GPUs, a Gloo job: assigned (their buckets are
+// staged through host memory). An NCCL job is not given a CPU worker.
+TEST_F(CoordinatorTest, GpuWorkers_GlooJobAssigned_NcclJobNotGivenACpuWorker) {
+  auto a = *Attach("h", "cuda:0", "m1");
+  auto b = *Attach("h", "cuda:1", "m1");
+  ASSERT_THAT(Submit(*core_, Job(2)), IsOk());
+  EXPECT_EQ(a.assignment().world_size(), 2u);
+  EXPECT_EQ(b.assignment().world_size(), 2u);
+  EXPECT_TRUE(a.assignment().own_gpus());
+  for (const auto& w : {a, b}) SendState(w, 1, v1::WORKER_STATE_DONE);
+
+  auto c = *Attach("h2", "cpu:0", "m2");
+  v1::JobSpec nccl = Job(1);
+  nccl.set_name("nccl");
+  nccl.set_backend("nccl");
+  ASSERT_THAT(Submit(*core_, nccl), IsOk());
+  EXPECT_EQ(c.assignment().generation(), 0u);
+}
+
+}  // namespace
+}  // namespace ddp
