@@ -31,7 +31,11 @@ for p in $deps; do
   [[ $p =~ $base ]] || take+=("$p")
 done
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-(cd "$out.tmp" && apt-get download -q "${take[@]}" >/dev/null)
+# Exit 3: the archive could not be reached (the configure test then skips).
+(cd "$out.tmp" && apt-get download -q "${take[@]}" >/dev/null) || {
+  echo "pack: apt-get download failed (is the Debian archive reachable? apt-get update run?)" >&2
+  exit 3
+}
 printf '%s\n' "${take[@]}" >"$out.tmp/PACKAGES"
 size=$(du -sm "$out.tmp" | cut -f1)
 if ((size > limit_mib)); then
