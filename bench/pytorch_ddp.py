@@ -13,6 +13,7 @@ Same data, same initial weights (built-in models are seeded like ours; a
 TorchScript file is loaded as it is), same sampler, same optimizer math.
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -167,22 +168,43 @@ def main():
     parser.add_argument("--output", help="rank 0 saves the trained state dict here")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--find-unused-parameters", action="store_true")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda:N: the model and each batch there, with TF32 off and "
+                        "deterministic algorithms (as ddp-worker --deterministic)")
+    parser.add_argument("--no-ddp", action="store_true",
+                        help="one process, no DistributedDataParallel (the single-GPU ceiling)")
     parser.add_argument("--serialize-hook", action="store_true",
                         help="wait for PowerSGD's hook bucket by bucket (see one_bucket_at_a_time)")
     args = parser.parse_args()
     with open(args.job) as f:
         job = json.load(f)
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(True)
+        torch.cuda.set_device(device)
+    if args.no_ddp:
+        rank, world = 0, 1
+    else:
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
 
     seed = int(job.get("seed", 0))
     train_x, train_y, test_x, test_y = load_dataset(job.get("dataset", {}), seed)
     classes = int(max(train_y.max(), test_y.max() if test_y is not None else 0)) + 1
-    model = make_model(job.get("model", {}), list(train_x.shape[1:]), classes, seed)
-    ddp = DDP(model, bucket_cap_mb=float(job.get("bucketCapMb", 25)),
-              find_unused_parameters=args.find_unused_parameters)
-    register_compression(ddp, job, args.serialize_hook)
+    model = make_model(job.get("model", {}), list(train_x.shape[1:]), classes, seed).to(device)
+    if args.no_ddp:
+        ddp = model
+        ddp.no_sync = contextlib.nullcontext
+    else:
+        ddp = DDP(model, bucket_cap_mb=float(job.get("bucketCapMb", 25)),
+                  device_ids=[device.index or 0] if device.type == "cuda" else None,
+                  find_unused_parameters=args.find_unused_parameters)
+        register_compression(ddp, job, args.serialize_hook)
 
     shuffle = job.get("shuffle", True)
     drop_last = job.get("dropLast", False)
@@ -220,6 +242,7 @@ def main():
             n = 0
             for m in range(group):
                 x, y = next(iterator)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 if m < group - 1:
                     with ddp.no_sync():
                         loss = loss_fn(ddp(x), y)
@@ -243,8 +266,9 @@ def main():
     if metrics:
         metrics.close()
     if rank == 0 and args.output:
-        torch.save({k: v.detach() for k, v in model.state_dict().items()}, args.output)
-    dist.destroy_process_group()
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, args.output)
+    if not args.no_ddp:
+        dist.destroy_process_group()
     if job.get("compression", "none") != "none":
         # PyTorch 1.13 deadlocks at exit with a Python comm hook on Gloo
         # (seen in gdb: the reducer's destructor joins Gloo's worker thread

@@ -1,6 +1,9 @@
 #include "worker/device_placement.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
+
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,6 +30,17 @@ absl::Status CheckDeviceUsable(const Device& device) {
                      " CUDA device(s), cuda:0 to cuda:", count - 1));
   }
   return absl::OkStatus();
+}
+
+void UseDeterministicAlgorithms() {
+  // cuBLAS reads this when it starts: deterministic workspaces.
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::Context& context = at::globalContext();
+  context.setAllowTF32CuBLAS(false);
+  context.setAllowTF32CuDNN(false);
+  context.setBenchmarkCuDNN(false);
+  context.setDeterministicCuDNN(true);
+  context.setDeterministicAlgorithms(true, /*warn_only=*/false);
 }
 
 }  // namespace ddp

@@ -18,6 +18,11 @@ c10::Device TorchDevice(const Device& device);
 // CUDA and the machine a GPU of that index, saying which is missing.
 absl::Status CheckDeviceUsable(const Device& device);
 
+// For --deterministic: no TF32 in matrix products or convolutions,
+// deterministic cuDNN and cuBLAS algorithms, as PyTorch's
+// use_deterministic_algorithms(True) with TF32 off. Before CUDA starts.
+void UseDeterministicAlgorithms();
+
 }  // namespace ddp
 
 #endif  // DDP_WORKER_DEVICE_PLACEMENT_H_

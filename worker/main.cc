@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, name, "", "worker id (default: HOST/DEVICE)");
 ABSL_FLAG(std::string, host, "",
           "address peers reach this worker at (default: this machine's host name)");
 ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
+ABSL_FLAG(bool, deterministic, false,
+          "GPU arithmetic that repeats bit for bit and matches PyTorch's deterministic mode: "
+          "no TF32, deterministic cuDNN and cuBLAS algorithms (slower; for comparisons)");
 ABSL_FLAG(bool, send_reports, true,
           "send step reports to the coordinator (turn off only to measure their cost)");
 ABSL_FLAG(bool, allow_unconfined, false,
@@ -134,6 +137,7 @@ class WorkerDaemon {
       return absl::InvalidArgumentError("--threads must be >= 0");
     }
     options_.device = *device;
+    if (absl::GetFlag(FLAGS_deterministic)) UseDeterministicAlgorithms();
     return absl::OkStatus();
   }
 

@@ -14,7 +14,8 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("DDP_BIN", os.path.join(HERE, "../../build/bin"))
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
+# Debian's, with python3-torch; DDP_PYTHON for another (the GPU machine's).
+PYTHON = os.environ.get("DDP_PYTHON", "/usr/bin/python3")
 REFERENCE = os.path.join(HERE, "../../bench/pytorch_ddp.py")
 
 

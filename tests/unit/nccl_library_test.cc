@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -79,6 +81,63 @@ TEST(NcclCommunicator, Create_WithoutGpuOrNccl_FailedPreconditionNotACrash) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr(lib.ok() ? "no CUDA device" : "no NCCL")));
   EXPECT_EQ(NcclCommunicator::Version() == "none", !lib.ok());
+}
+
+// On a GPU (tests/gpu/device_check.sh runs these; they skip elsewhere):
+// NCCL at world 1 on cuda:0, on device memory and on host memory (the
+// control words' path, through the communicator's device buffer).
+class NcclGpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<const NcclLibrary*> lib = LoadNcclLibrary();
+    int devices = 0;
+    if (!lib.ok() || (*lib)->cudaGetDeviceCount(&devices) != cuda::kSuccess || devices == 0) {
+      GTEST_SKIP() << "no NCCL or no CUDA device here";
+    }
+    lib_ = *lib;
+    NcclCommunicator::Options options;
+    options.world_size = 1;
+    options.timeout = absl::Seconds(30);
+    auto comm = NcclCommunicator::Create(/*store=*/nullptr, options);
+    ASSERT_THAT(comm, IsOk());
+    comm_ = std::move(*comm);
+  }
+
+  const NcclLibrary* lib_ = nullptr;
+  std::unique_ptr<NcclCommunicator> comm_;
+};
+
+TEST_F(NcclGpu, WorldOne_HostMemory_AllReduceAndBroadcastKeepTheValues) {
+  std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  ASSERT_THAT(comm_->AllReduceSum(values.data(), values.size()), IsOk());
+  EXPECT_EQ(values, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  std::string bytes = "state bytes";
+  ASSERT_THAT(comm_->Broadcast(bytes.data(), bytes.size(), 0), IsOk());
+  EXPECT_EQ(bytes, "state bytes");
+}
+
+TEST_F(NcclGpu, WorldOne_DeviceMemory_AllReduceInPlace) {
+  const std::vector<float> values = {4.0f, 5.0f, -6.0f, 0.5f};
+  const size_t bytes = values.size() * sizeof(float);
+  void* device = nullptr;
+  ASSERT_EQ(lib_->cudaMalloc(&device, bytes), cuda::kSuccess);
+  ASSERT_EQ(lib_->cudaMemcpyAsync(device, values.data(), bytes, cuda::kMemcpyHostToDevice, nullptr),
+            cuda::kSuccess);
+  ASSERT_EQ(lib_->cudaStreamSynchronize(nullptr), cuda::kSuccess);
+  EXPECT_THAT(comm_->AllReduceSum(static_cast<float*>(device), values.size()), IsOk());
+  std::vector<float> back(values.size());
+  ASSERT_EQ(lib_->cudaMemcpyAsync(back.data(), device, bytes, cuda::kMemcpyDeviceToHost, nullptr),
+            cuda::kSuccess);
+  ASSERT_EQ(lib_->cudaStreamSynchronize(nullptr), cuda::kSuccess);
+  lib_->cudaFree(device);
+  EXPECT_EQ(back, values);
+}
+
+TEST_F(NcclGpu, Aborted_LaterCollectivesReturnAborted) {
+  comm_->Abort();
+  float value = 1;
+  EXPECT_THAT(comm_->AllReduceSum(&value, 1), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(comm_->Broadcast(&value, sizeof(value), 0), StatusIs(absl::StatusCode::kAborted));
 }
 
 }  // namespace

@@ -56,8 +56,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Store
     if (nccl::Result r = lib.ncclGetUniqueId(&id); r != nccl::kSuccess) {
       return lib.NcclError("ncclGetUniqueId", r);
     }
-    absl::Status s = store->Set(kIdKey, std::string(id.internal, sizeof(id.internal)));
-    if (!s.ok()) return s;
+    // A world of one has no peer to tell (and may come without a store).
+    if (options.world_size > 1) {
+      absl::Status s = store->Set(kIdKey, std::string(id.internal, sizeof(id.internal)));
+      if (!s.ok()) return s;
+    }
   } else {
     absl::StatusOr<std::string> bytes = store->Get(kIdKey, options.timeout);
     if (!bytes.ok()) return bytes.status();
