@@ -65,8 +65,8 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
         return absl::AbortedError("aborted");
       }
       const int64_t len = std::min(chunk, end - at);
-      at::Tensor x = in.test_x.narrow(0, at, len), y = in.test_y.narrow(0, at, len);
-      if (!device.is_cpu()) std::tie(x, y) = std::make_tuple(x.to(device), y.to(device));
+      const at::Tensor x = in.test_x.narrow(0, at, len).to(device);
+      const at::Tensor y = in.test_y.narrow(0, at, len).to(device);
       at::Tensor out = in.model->Forward(x);
       correct += out.argmax(1).eq(y).sum().item<int64_t>();
       loss += JobLoss(*in.spec, out, y, /*sum=*/true).item<double>();

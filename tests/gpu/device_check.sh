@@ -63,7 +63,7 @@ machine() {
 }
 
 configure() {
-  local torch_prefix nccl_dir
+  local torch_prefix
   torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
   export PKG_CONFIG="$prefix/usr/bin/pkgconf"
   export PKG_CONFIG_SYSROOT_DIR="$prefix"
