@@ -17,13 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/coordinator_targets.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "common/version.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400", "the coordinator's HOST:PORT");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
+          "the coordinator's HOST:PORT, or a comma list of several (the leader is found once, "
+          "at the start)");
 ABSL_FLAG(int32_t, workers, 100, "simulated workers");
 ABSL_FLAG(int32_t, streams_per_channel, 100, "Attach streams sharing one HTTP/2 connection");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "between heartbeats");
@@ -214,9 +217,32 @@ class SimWorker final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Co
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// The coordinator of `list` that answers as the leader (asked with
+// GetStatus), or the last one tried: its error then shows at the submit.
+std::string FindLeader(const std::string& list) {
+  CoordinatorTargets targets(list);
+  std::string target = targets.current();
+  const size_t tries = 2 * targets.addresses().size() + kMaxLeaderHops;
+  for (size_t i = 0; i < tries; ++i) {
+    auto stub =
+        v1::Coordinator::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::JobStatus status;
+    const grpc::Status s = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return target;
+    target = targets.OnFailure(target, s, context).target;
+  }
+  return target;
+}
+
 int Run() {
   const int n = absl::GetFlag(FLAGS_workers);
-  const std::string target = absl::GetFlag(FLAGS_coordinator);
+  if (auto list = ParseCoordinatorList(absl::GetFlag(FLAGS_coordinator)); !list.ok()) {
+    std::fprintf(stderr, "--coordinator: %s\n", std::string(list.status().message()).c_str());
+    return 2;
+  }
+  const std::string target = FindLeader(absl::GetFlag(FLAGS_coordinator));
   std::vector<std::unique_ptr<Stub>> stubs;
   for (int c = 0; c * absl::GetFlag(FLAGS_streams_per_channel) < n; ++c) {
     grpc::ChannelArguments args;

@@ -104,4 +104,13 @@ bool IsLocalAddress(absl::string_view address) {
   return parsed.ok() && IsLoopbackHost(parsed->host);
 }
 
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+bool IsWildcardHost(absl::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "::";
+}
+
 }  // namespace ddp

@@ -33,6 +33,13 @@ bool IsLoopbackHost(absl::string_view host);
 // loopback HOST:PORT, or a unix-domain socket ("unix:PATH").
 bool IsLocalAddress(absl::string_view address);
 
+// "host:port", with brackets around an IPv6 address.
+std::string JoinHostPort(absl::string_view host, int port);
+
+// Whether `host` is a listener's "any address" (0.0.0.0, ::, or empty),
+// which no client can dial.
+bool IsWildcardHost(absl::string_view host);
+
 }  // namespace ddp
 
 #endif  // DDP_COMMON_NET_ADDRESS_H_

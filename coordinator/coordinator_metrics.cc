@@ -135,6 +135,16 @@ std::vector<prometheus::MetricFamily> CoordinatorFamilies(const CoordinatorSampl
                       static_cast<double>(sample.store_bytes)));
   out.push_back(Gauge("ddp_coordinator_store_waiters", "store gets waiting for their key",
                       static_cast<double>(sample.store_waiters)));
+  if (sample.replicated) {
+    out.push_back(Gauge("ddp_coordinator_is_leader",
+                        "1 while this coordinator leads (its etcd lease holds), else 0",
+                        sample.is_leader ? 1 : 0));
+    prometheus::MetricFamily changes =
+        Family("ddp_coordinator_leader_changes_total",
+               "changes of leader this coordinator process saw", MetricType::Counter);
+    AddValue(&changes, static_cast<double>(sample.leader_changes));
+    out.push_back(std::move(changes));
+  }
   return out;
 }
 

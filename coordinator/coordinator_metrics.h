@@ -11,6 +11,8 @@
 //   ddp_coordinator_workers{state}          workers by state (no worker ids: unbounded)
 //   ddp_coordinator_attach_streams          worker streams open (registered or not)
 //   ddp_coordinator_store_keys, ddp_coordinator_store_bytes, ddp_coordinator_store_waiters
+//   ddp_coordinator_is_leader, ddp_coordinator_leader_changes_total (coordinators that fail
+//   over through etcd only)
 //
 // RPC counts and latencies come from rpc_metrics.h.
 #ifndef DDP_COORDINATOR_COORDINATOR_METRICS_H_
@@ -38,6 +40,11 @@ struct CoordinatorSample {
   uint64_t store_bytes = 0;
   uint64_t store_waiters = 0;
   uint64_t attach_streams = 0;
+  // Coordinators that fail over to each other: whether this one leads, and
+  // the changes of leader it saw.
+  bool replicated = false;
+  bool is_leader = false;
+  uint64_t leader_changes = 0;
 };
 
 // Counts generation changes by cause across scrapes. The status keeps only

@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/version.h"
+#include "coordinator/file_state_store.h"
 #include "coordinator/helper_check.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -108,21 +109,22 @@ absl::Status CoordinatorServer::InitValidation() {
 }
 
 absl::Status CoordinatorServer::InitCore() {
+  state_store_ = std::move(options_.state_store);
   if (!options_.state_dir.empty()) {
-    auto opened = StateStore::Open(options_.state_dir);
+    auto opened = FileStateStore::Open(options_.state_dir);
     if (!opened.ok())
       return absl::Status(opened.status().code(),
                           absl::StrCat("--state_dir: ", opened.status().message()));
     state_store_ = std::move(*opened);
-    options_.core.state_store = state_store_.get();
   }
+  options_.core.state_store = state_store_.get();
   core_ = std::make_unique<Coordinator>(RealClock::Get(), options_.core);
   if (!state_store_) return absl::OkStatus();
   auto saved = state_store_->Load();
   if (!saved.ok()) return saved.status();
   if (saved->has_value()) {
     core_->Restore(**saved);
-    DDP_LOG(Info) << "restored state from " << state_store_->path();
+    DDP_LOG(Info) << "restored state from " << state_store_->Describe();
   }
   return absl::OkStatus();
 }
@@ -148,21 +150,27 @@ absl::Status CoordinatorServer::InitGrpcServer() {
   rpc_registry_ = std::make_shared<prometheus::Registry>();
   rpc_metrics_ = std::make_unique<RpcMetrics>(rpc_registry_.get(), RealClock::Get());
   Coordinator* core = core_.get();
-  core_metrics_ = std::make_shared<CoordinatorMetrics>([core] {
+  const Leadership* leadership = options_.leadership;
+  core_metrics_ = std::make_shared<CoordinatorMetrics>([core, leadership] {
     CoordinatorSample sample;
     sample.status = core->Snapshot();
     sample.store_keys = core->store_keys();
     sample.store_bytes = core->store_bytes();
     sample.store_waiters = core->store_waiters();
     sample.attach_streams = core->streams()->open();
+    if (leadership != nullptr) {
+      sample.replicated = true;
+      sample.is_leader = leadership->IsLeader();
+      sample.leader_changes = leadership->leader_changes();
+    }
     return sample;
   });
   const bool metrics_on = !options_.metrics_listen.empty();
   // Attach streams tell rpc_metrics themselves: an interceptor would see
   // each of their messages.
-  service_ = std::make_unique<CoordinatorService>(core, watchers_.get(),
-                                                  options_.security.authorizer.get(),
-                                                  metrics_on ? rpc_metrics_.get() : nullptr);
+  service_ = std::make_unique<CoordinatorService>(
+      core, watchers_.get(), options_.security.authorizer.get(),
+      metrics_on ? rpc_metrics_.get() : nullptr, options_.leadership);
   if (metrics_on) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(rpc_metrics_->InterceptorFactory({method::kAttach}));
@@ -258,6 +266,11 @@ void CoordinatorServer::StartTicker() {
 void CoordinatorServer::TickLoop() {
   absl::Time trimmed = absl::Now();
   while (!stopping_) {
+    // A leader whose lease may have lapsed decides nothing more.
+    if (options_.leadership != nullptr && !options_.leadership->IsLeader()) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
     core_->Tick();
     const absl::Time now = absl::Now();
     watchers_->Broadcast(core_->StatusView(), now);
@@ -279,6 +292,9 @@ int CoordinatorServer::Wait() {
       return exit_code;
     }
     if (options_.exit_when_done && JobOver(ended_at, exit_code)) return exit_code;
+    if (options_.leadership != nullptr && !options_.leadership->IsLeader()) {
+      return kLostLeadership;
+    }
   }
 }
 

@@ -27,6 +27,7 @@
 #include "coordinator/health_service.h"
 #include "coordinator/helper_process.h"
 #include "coordinator/job_validator.h"
+#include "coordinator/leadership.h"
 #include "coordinator/path_policy.h"
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/service.h"
@@ -56,9 +57,13 @@ class CoordinatorServer {
  public:
   // Everything from the flags, checked already (main.cc).
   struct Options {
-    std::string listen;           // --listen
-    std::string job_file;         // --job; empty: none
-    std::string state_dir;        // --state_dir; empty: memory only
+    std::string listen;     // --listen
+    std::string job_file;   // --job; empty: none
+    std::string state_dir;  // --state_dir; empty: memory only
+    // Where the state is kept when not in --state_dir (etcd); with it, the
+    // leadership that lets this coordinator act (null: it always may).
+    std::unique_ptr<StateStore> state_store;
+    const Leadership* leadership = nullptr;
     std::string port_file;        // --port_file
     std::string status_file;      // --status_file
     bool exit_when_done = false;  // --exit_when_done
@@ -87,8 +92,10 @@ class CoordinatorServer {
   absl::Status Start();
   int failure_exit_code() const { return failure_exit_code_; }
   // Until SIGINT or SIGTERM, or (exit_when_done) the job ended and its
-  // workers hung up. Returns the exit code: 0, or the ended job's.
+  // workers hung up, or this coordinator no longer leads. Returns the exit
+  // code: 0, the ended job's, or kLostLeadership.
   int Wait();
+  static constexpr int kLostLeadership = 75;  // EX_TEMPFAIL
   // Stops checks, saves the state, ends every stream and the servers.
   // Idempotent.
   void Stop();
@@ -118,7 +125,7 @@ class CoordinatorServer {
   // Declared in the order they are built: each is destroyed before what it
   // uses.
   std::unique_ptr<JobValidator> validator_;
-  std::unique_ptr<StateStore> state_store_;
+  std::unique_ptr<StateStore> state_store_;  // from state_dir or Options
   std::unique_ptr<Coordinator> core_;
   std::unique_ptr<StatusWatchers> watchers_;
   HealthService health_;

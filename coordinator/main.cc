@@ -2,14 +2,20 @@
 // their rendezvous store, and shows operators the whole job.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/credentials.h"
 #include "common/http_server.h"
 #include "common/local_tokens.h"
@@ -20,6 +26,7 @@
 #include "common/version.h"
 #include "coordinator/authorizer.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/failover.h"
 #include "coordinator/helper_process.h"
 #include "coordinator/path_policy.h"
 #include "coordinator/status_summary.h"
@@ -128,6 +135,21 @@ ABSL_FLAG(bool, allow_anonymous_loopback, false,
           "token are made and written, readable by this user only, to "
           "$XDG_RUNTIME_DIR/ddp/coordinator-PORT-{worker,admin}.token (/tmp/ddp-UID/ without "
           "XDG_RUNTIME_DIR), where this user's workers, ddp-run and clients find them");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "HOST:PORT,... of an etcd cluster: keep the state there instead of --state_dir, and "
+          "fail over with the other coordinators given the same endpoints and --etcd_prefix (one "
+          "leads, the others stand by)");
+ABSL_FLAG(std::string, etcd_prefix, "/ddp/default",
+          "the etcd key prefix of this cluster of coordinators' state");
+ABSL_FLAG(std::string, etcd_tls_ca, "", "PEM CA that etcd's certificate must chain to (TLS)");
+ABSL_FLAG(std::string, etcd_tls_cert, "", "PEM client certificate for etcd (mutual TLS)");
+ABSL_FLAG(std::string, etcd_tls_key, "", "PEM private key of --etcd_tls_cert");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(2),
+          "the leader's etcd lease: a standby takes over this long after the leader is lost "
+          "(whole seconds, etcd's unit)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "HOST:PORT clients dial this coordinator at, told to them by the others (default: "
+          "--listen)");
 ABSL_FLAG(bool, allow_readable_tokens, false,
           "start even when --tokens_file may be read by other users (as ssh refuses such "
           "keys, the coordinator otherwise refuses to start)");
@@ -334,12 +356,87 @@ absl::StatusOr<CoordinatorServer::Options> OptionsFromFlags() {
   return options;
 }
 
+// The failover settings, or nullopt without --etcd_endpoints.
+absl::StatusOr<std::optional<FailoverOptions>> FailoverFromFlags() {
+  const std::string endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  if (endpoints.empty()) return std::optional<FailoverOptions>();
+  if (!absl::GetFlag(FLAGS_state_dir).empty()) {
+    return absl::InvalidArgumentError(
+        "--state_dir and --etcd_endpoints: the state is kept in one place; give one of them");
+  }
+  FailoverOptions failover;
+  for (absl::string_view endpoint : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
+    if (auto parsed = ParseHostPort(endpoint); !parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd_endpoints: ", endpoint, ": ", parsed.status().message()));
+    }
+    failover.etcd.endpoints.emplace_back(endpoint);
+  }
+  failover.etcd.ca_file = absl::GetFlag(FLAGS_etcd_tls_ca);
+  failover.etcd.cert_file = absl::GetFlag(FLAGS_etcd_tls_cert);
+  failover.etcd.key_file = absl::GetFlag(FLAGS_etcd_tls_key);
+  failover.prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  if (!absl::StartsWith(failover.prefix, "/") || absl::EndsWith(failover.prefix, "/") ||
+      failover.prefix.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--etcd_prefix ", failover.prefix, ": a key path like /ddp/NAME (no trailing '/')"));
+  }
+  failover.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  if (failover.lease_ttl < absl::Seconds(1) ||
+      failover.lease_ttl != absl::Trunc(failover.lease_ttl, absl::Seconds(1))) {
+    return absl::InvalidArgumentError("--lease_ttl: whole seconds, at least 1s (etcd's unit)");
+  }
+  // Each call to etcd within a quarter of the TTL: a renewal that hangs must
+  // leave time for another before the leader has to stop.
+  failover.etcd.timeout =
+      std::clamp(failover.lease_ttl / 4, absl::Milliseconds(250), absl::Seconds(2));
+  failover.advertise = absl::GetFlag(FLAGS_advertise_address);
+  if (!failover.advertise.empty()) {
+    if (auto parsed = ParseHostPort(failover.advertise); !parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--advertise_address: ", parsed.status().message()));
+    }
+  }
+  return std::optional<FailoverOptions>(std::move(failover));
+}
+
+// The command line this process started with, to execute again.
+std::vector<std::string>& Arguments() {
+  static auto* args = new std::vector<std::string>();
+  return *args;
+}
+
+// A deposed leader starts over as a fresh process (same pid, same port),
+// so that nothing of its term's memory can act again.
+[[noreturn]] void StartOver(int port) {
+  std::vector<std::string> args = Arguments();
+  // Later flags win: the port it had, when --listen asked for any.
+  absl::StatusOr<HostPort> listen = ParseHostPort(absl::GetFlag(FLAGS_listen), true);
+  if (listen.ok() && listen->port == 0) {
+    args.push_back(absl::StrCat("--listen=", JoinHostPort(listen->host, port)));
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  DDP_LOG(Error) << "can't execute itself again: " << std::strerror(errno);
+  std::_Exit(1);
+}
+
 int Run() {
   SetLogIdentity("coordinator");
   absl::StatusOr<CoordinatorServer::Options> options = OptionsFromFlags();
   if (!options.ok()) {
     DDP_LOG(Error) << options.status().message();
     return 2;
+  }
+  absl::StatusOr<std::optional<FailoverOptions>> failover = FailoverFromFlags();
+  if (!failover.ok()) {
+    DDP_LOG(Error) << failover.status().message();
+    return 2;
+  }
+  if (failover->has_value()) {
+    return RunWithFailover(std::move(*options), **failover, [](int port) { StartOver(port); });
   }
   CoordinatorServer server(std::move(*options));
   if (absl::Status s = server.Start(); !s.ok()) {
@@ -355,6 +452,7 @@ int Run() {
 }  // namespace ddp
 
 int main(int argc, char** argv) {
+  ddp::Arguments().assign(argv, argv + argc);
   ddp::CatchTerminationSignals();
   ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
   return ddp::Run();

@@ -81,13 +81,21 @@ std::string StoreToken(const grpc::CallbackServerContext* context) {
 }  // namespace
 
 CoordinatorService::CoordinatorService(Coordinator* core, StatusWatchers* watchers,
-                                       const Authorizer* authorizer, CallObserver* attach_observer)
+                                       const Authorizer* authorizer, CallObserver* attach_observer,
+                                       const Leadership* leadership)
     : core_(core),
       watchers_(watchers),
       authorizer_(authorizer),
-      attach_observer_(attach_observer) {}
+      attach_observer_(attach_observer),
+      leadership_(leadership) {}
 
 absl::Status CoordinatorService::Allow(grpc::CallbackServerContext* context, const char* method) {
+  // A leader whose lease may have lapsed answers nothing: another may lead.
+  if (leadership_ != nullptr && !leadership_->IsLeader()) {
+    const std::string leader = leadership_->LeaderAddress();
+    if (!leader.empty()) context->AddTrailingMetadata(kLeaderMetadata, leader);
+    return absl::UnavailableError(NotLeaderMessage(leader, leadership_->EtcdTrouble()));
+  }
   if (authorizer_ == nullptr) return absl::OkStatus();
   absl::Status s = authorizer_->Check(method, *context);
   if (s.ok()) return s;
@@ -147,6 +155,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
                                                         v1::JobStatus* response) {
   if (absl::Status s = Allow(context, method::kGetStatus); !s.ok()) return Reply(context, s);
   *response = *core_->StatusView();
+  if (leadership_ != nullptr) *response->mutable_leadership() = leadership_->Describe();
   return Reply(context, absl::OkStatus());
 }
 

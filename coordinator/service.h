@@ -17,6 +17,7 @@
 #include "coordinator/authorizer.h"
 #include "coordinator/call_observer.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/leadership.h"
 #include "coordinator/status_watchers.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 
@@ -38,10 +39,13 @@ class CoordinatorService final : public CoordinatorServiceBase {
   // `core`, `watchers`, `authorizer` and `attach_observer` must outlive the
   // service; a null `authorizer` lets every call through. `attach_observer`
   // (may be null) hears of every Attach stream (RpcMetrics, which observes
-  // the other calls through an interceptor).
+  // the other calls through an interceptor). `leadership` (may be null: a
+  // coordinator on its own) refuses every call while this coordinator does
+  // not lead, naming the leader.
   CoordinatorService(Coordinator* core, StatusWatchers* watchers,
                      const Authorizer* authorizer = nullptr,
-                     CallObserver* attach_observer = nullptr);
+                     CallObserver* attach_observer = nullptr,
+                     const Leadership* leadership = nullptr);
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Attach(
       grpc::CallbackServerContext* context) override;
@@ -72,13 +76,16 @@ class CoordinatorService final : public CoordinatorServiceBase {
       grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) override;
 
  private:
-  // OK, or why the caller may not call `method` (logged, rate-limited).
+  // OK, or why the caller may not call `method` (logged, rate-limited), or
+  // that this coordinator does not lead (UNAVAILABLE, the leader named in
+  // the message and the trailer).
   absl::Status Allow(grpc::CallbackServerContext* context, const char* method);
 
   Coordinator* core_;
   StatusWatchers* watchers_;
   const Authorizer* authorizer_;
   CallObserver* attach_observer_;
+  const Leadership* leadership_;
   absl::Mutex log_mu_;
   // Refusals are logged, but a client hammering with a bad token must not
   // flood the log.

@@ -1,8 +1,8 @@
-// The coordinator's durable state in --state-dir: one file, replaced
-// atomically (write a temporary, fsync, rename), so a crash leaves either
-// the old state or the new one.
+// Where the coordinator's durable state lives: a file in --state-dir (one
+// machine), or etcd (coordinators that fail over to each other). The core
+// saves through this interface and does not know which it has.
 //
-// Thread-safe.
+// Implementations are thread-safe.
 #ifndef DDP_COORDINATOR_STATE_STORE_H_
 #define DDP_COORDINATOR_STATE_STORE_H_
 
@@ -10,33 +10,26 @@
 #include <optional>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "ddp/v1/state.pb.h"
 
 namespace ddp {
 
 class StateStore {
  public:
-  // Creates `dir` if needed. FAILED_PRECONDITION if it can't be written.
-  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& dir);
+  virtual ~StateStore() = default;
 
-  // The saved state, or nullopt in a fresh directory. DATA_LOSS if the file
-  // is unreadable.
-  absl::StatusOr<std::optional<v1::DurableState>> Load() const;
+  // The saved state, or nullopt when none was saved. DATA_LOSS if it is
+  // unreadable.
+  virtual absl::StatusOr<std::optional<v1::DurableState>> Load() const = 0;
 
   // Saves `state` as version `sequence`; an older sequence than the last
   // saved one is skipped, so concurrent savers can't go back in time.
-  absl::Status Save(const v1::DurableState& state, uint64_t sequence);
+  virtual absl::Status Save(const v1::DurableState& state, uint64_t sequence) = 0;
 
-  const std::string& path() const { return path_; }
-
- private:
-  explicit StateStore(std::string path) : path_(std::move(path)) {}
-  const std::string path_;
-  absl::Mutex mu_;
-  uint64_t saved_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where the state is, for the log ("/var/lib/ddp/coordinator.state").
+  virtual std::string Describe() const = 0;
 };
 
 }  // namespace ddp

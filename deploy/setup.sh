@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev
   prometheus-cpp-dev libmicrohttpd-dev prometheus chromium
   python3 python3-torch python3-grpcio python3-protobuf
-  dataset-fashion-mnist systemd iproute2 util-linux
+  dataset-fashion-mnist systemd iproute2 util-linux etcd-server etcd-client
 )
 missing=()
 # The status page's browser test drives Chromium from Node (playwright-core

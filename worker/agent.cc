@@ -93,6 +93,7 @@ void WorkerAgent::OnAssignment(const v1::Assignment& assignment,
   }
   GenerationRun::Environment env;
   env.stub = std::move(stub);
+  env.leader_stubs = link_.stub_factory();
   env.host = options_.host;
   env.device = options_.device;
   env.metrics_file = options_.metrics_file;

@@ -190,7 +190,7 @@ absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   const v1::Assignment& a = assignment_;
   PushState(v1::WORKER_STATE_RENDEZVOUS,
             absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
-  StoreClient store(env_.stub, a.job_id(), a.generation(), a.store_token());
+  StoreClient store(env_.stub, a.job_id(), a.generation(), a.store_token(), env_.leader_stubs);
   absl::StatusOr<std::shared_ptr<Communicator>> connected =
       ConnectForAssignment(a, env_.device, env_.host, &store);
   if (!connected.ok()) return connected.status();

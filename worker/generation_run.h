@@ -38,6 +38,8 @@ class GenerationRun {
  public:
   struct Environment {
     std::shared_ptr<v1::Coordinator::StubInterface> stub;
+    // Stubs for the leader a standby names, so the store follows it.
+    StoreClient::StubFactory leader_stubs;
     // Address peers reach this worker at.
     std::string host;
     Device device;

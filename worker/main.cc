@@ -2,12 +2,13 @@
 // what it is assigned, all-reduces gradients directly with its peers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/coordinator_targets.h"
 #include "common/credentials.h"
 #include "common/device.h"
 #include "common/job_spec.h"
@@ -22,7 +23,9 @@
 #include "worker/link/worker_metrics.h"
 #include "worker/threads.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400", "the coordinator's HOST:PORT");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
+          "the coordinator's HOST:PORT, or a comma list of replicated coordinators "
+          "(a:29400,b:29400,c:29400), of which the worker attaches to the leader");
 ABSL_FLAG(std::string, device, "cpu", "device this worker owns: cpu, cpu:N or cuda:N");
 ABSL_FLAG(std::string, name, "", "worker id (default: HOST/DEVICE)");
 ABSL_FLAG(std::string, host, "",
@@ -143,16 +146,15 @@ class WorkerDaemon {
 
   absl::Status InitLink() {
     const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-    if (!absl::StartsWith(coordinator, "unix:")) {
-      if (auto parsed = ParseHostPort(coordinator); !parsed.ok()) {
-        return Prefixed("--coordinator: ", parsed.status());
-      }
-    }
+    auto coordinators = ParseCoordinatorList(coordinator);
+    if (!coordinators.ok()) return Prefixed("--coordinator: ", coordinators.status());
     const TlsFlags tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                        absl::GetFlag(FLAGS_tls_ca)};
     auto security = LoadClientSecurity(tls, absl::GetFlag(FLAGS_token_file));
     if (!security.ok()) return security.status();
-    if (!security->tls && !security->token.empty() && !IsLocalAddress(coordinator)) {
+    if (!security->tls && !security->token.empty() &&
+        !std::all_of(coordinators->begin(), coordinators->end(),
+                     [](const std::string& address) { return IsLocalAddress(address); })) {
       DDP_LOG(Warning) << "--token_file without TLS: the token crosses the network in clear "
                           "text; set --tls_ca (and --tls_cert/--tls_key for mutual TLS)";
     }

@@ -82,7 +82,8 @@ class Session {
     // reach MASTER_ADDR:MASTER_PORT can then write to it.
     bool allow_anonymous_store = false;
 
-    // Set: join this coordinator (HOST:PORT) instead; rank, world_size,
+    // Set: join this coordinator (HOST:PORT, or a comma list of several,
+    // of which the leader is followed) instead; rank, world_size,
     // master_addr, master_port and backend are then the job's.
     std::string coordinator;
     // For a coordinator that asks for them: a file holding the worker

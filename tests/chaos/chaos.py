@@ -91,10 +91,14 @@ class ChaosRun(RunFiles):
             # under test here is faults, not authentication (auth_test).
             self.coordinator_args.append("--insecure")
         self.start_coordinator()
-        self.client = ReflectionClient(self.target)
+        self.client = ReflectionClient(self.status_target())
         wait_for(self.status, 30, "the coordinator to serve")
         for i in range(workers):
             self.start_worker(i)
+
+    def status_target(self):
+        """The one coordinator address status calls go to."""
+        return self.target
 
     # ---- processes -------------------------------------------------------
 

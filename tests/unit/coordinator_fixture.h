@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/state_store.h"
+#include "coordinator/file_state_store.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -315,7 +315,7 @@ class PersistTest : public CoordinatorTest {
   // A coordinator process starting over on the same state directory.
   void Reopen() {
     core_.reset();
-    store_ = *StateStore::Open(dir_);
+    store_ = *FileStateStore::Open(dir_);
     Coordinator::Options options = TestOptions();
     options.state_store = store_.get();
     core_ = std::make_unique<Coordinator>(&clock_, options);
@@ -337,7 +337,7 @@ class PersistTest : public CoordinatorTest {
   }
 
   const std::string dir_;
-  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<FileStateStore> store_;
 };
 
 }  // namespace ddp

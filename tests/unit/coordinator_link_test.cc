@@ -7,6 +7,11 @@
 // link that read the real clock would fail them.
 #include "worker/link/coordinator_link.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -18,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
+#include "common/coordinator_targets.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -33,11 +39,19 @@ using ::testing::HasSubstr;
 struct Answer {
   enum Kind { kAccept, kRefuse, kSilent } kind = kAccept;
   grpc::Status refusal;  // kRefuse
+  std::string leader;    // kRefuse: sent in the "ddp-leader" trailer
 
-  static Answer Accept() { return Answer{kAccept, grpc::Status::OK}; }
-  static Answer Silent() { return Answer{kSilent, grpc::Status::OK}; }
+  static Answer Accept() { return Answer{kAccept, grpc::Status::OK, ""}; }
+  static Answer Silent() { return Answer{kSilent, grpc::Status::OK, ""}; }
   static Answer Refuse(grpc::StatusCode code, const std::string& message) {
-    return Answer{kRefuse, grpc::Status(code, message)};
+    return Answer{kRefuse, grpc::Status(code, message), ""};
+  }
+  // A coordinator that is not the leader, as the real one answers.
+  static Answer Standby(const std::string& leader) {
+    return Answer{kRefuse,
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "this coordinator is a standby; the leader is at " + leader),
+                  leader};
   }
 };
 
@@ -46,12 +60,21 @@ struct Command {
   enum Kind { kClose, kStop } kind;
   grpc::Status close;  // kClose
   std::string reason;  // kStop
+  std::string leader;  // kClose: sent in the "ddp-leader" trailer
 
   static Command Close(grpc::StatusCode code, const std::string& message) {
-    return Command{kClose, grpc::Status(code, message), ""};
+    return Command{kClose, grpc::Status(code, message), "", ""};
+  }
+  // A leader that lost its lease, naming its successor.
+  static Command StepDown(const std::string& leader) {
+    return Command{
+        kClose,
+        grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                     "this coordinator is no longer the leader; the leader is at " + leader),
+        "", leader};
   }
   static Command Stop(const std::string& reason) {
-    return Command{kStop, grpc::Status::OK, reason};
+    return Command{kStop, grpc::Status::OK, reason, ""};
   }
 };
 
@@ -97,6 +120,7 @@ class ScriptedCoordinator final : public v1::Coordinator::Service {
     }
     switch (answer.kind) {
       case Answer::kRefuse:
+        if (!answer.leader.empty()) context->AddTrailingMetadata(kLeaderMetadata, answer.leader);
         return answer.refusal;
       case Answer::kSilent:
         // Until the worker gives up on the register (bounded).
@@ -145,6 +169,9 @@ class ScriptedCoordinator final : public v1::Coordinator::Service {
       if (command->kind == Command::kClose) {
         closing = true;
         result = command->close;
+        if (!command->leader.empty()) {
+          context->AddTrailingMetadata(kLeaderMetadata, command->leader);
+        }
         break;
       }
       v1::CoordinatorMessage stop;
@@ -211,13 +238,44 @@ bool Eventually(F done) {
 // Gives the link's threads time to act on the clock, to show they did not.
 void Settle() { absl::SleepFor(absl::Milliseconds(100)); }
 
+// A real server for `service` on a free loopback port.
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
+std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+// A loopback port bound but not listening: connections to it are refused
+// (a coordinator that is down), and no other test can take it meanwhile.
+class ClosedPort {
+ public:
+  ClosedPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  ~ClosedPort() { ::close(fd_); }
+  std::string address() const { return Loopback(port_); }
+
+ private:
+  const int fd_;
+  int port_ = 0;
+};
+
 class CoordinatorLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&coordinator_);
-    server_ = builder.BuildAndStart();
+    server_ = Serve(&coordinator_, &port_);
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port_, 0);
   }
@@ -229,8 +287,13 @@ class CoordinatorLinkTest : public ::testing::Test {
     server_->Shutdown(std::chrono::system_clock::now());
   }
 
-  void StartLink(CoordinatorLink::Options options = {}) {
-    options.coordinator = "127.0.0.1:" + std::to_string(port_);
+  // The test's coordinator's address.
+  std::string address() const { return Loopback(port_); }
+
+  void StartLink(CoordinatorLink::Options options = {}) { StartLinkTo(address(), options); }
+  // To `coordinators`: one address or a comma list.
+  void StartLinkTo(const std::string& coordinators, CoordinatorLink::Options options = {}) {
+    options.coordinator = coordinators;
     link_ = std::make_unique<CoordinatorLink>(&clock_, options, &handler_, &outbox_, &board_);
     runner_ = std::thread([this] { result_ = link_->Run(); });
   }
@@ -386,6 +449,105 @@ TEST_F(CoordinatorLinkTest, ReportsQueuedWhileAway_SentFirstOnAttach) {
   const std::vector<v1::WorkerMessage> received = coordinator_.received();
   ASSERT_FALSE(received.empty());
   EXPECT_EQ(received[0].state().detail(), "queued while away");
+}
+
+// Several coordinators: the test's own (coordinator_) is the leader.
+
+TEST_F(CoordinatorLinkTest, StandbyNamesTheLeader_AttachesThereWithoutABackoff) {
+  ScriptedCoordinator standby;
+  standby.Script({Answer::Standby(address())});
+  int standby_port = 0;
+  std::unique_ptr<grpc::Server> standby_server = Serve(&standby, &standby_port);
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(10);
+  StartLinkTo(Loopback(standby_port) + "," + address(), options);
+  // The clock never moves: no backoff was waited for.
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  EXPECT_EQ(standby.attaches(), 1);
+  EXPECT_EQ(coordinator_.attaches(), 1);
+  EXPECT_TRUE(link_->ever_attached());
+  standby_server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST_F(CoordinatorLinkTest, StandbyNamesALeaderNotListed_FollowedAnyway) {
+  ScriptedCoordinator standby;
+  standby.Script({Answer::Standby(address())});
+  int standby_port = 0;
+  std::unique_ptr<grpc::Server> standby_server = Serve(&standby, &standby_port);
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(10);
+  // One address, a standby's: its leader is where the link goes.
+  StartLinkTo(Loopback(standby_port), options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  EXPECT_EQ(standby.attaches(), 1);
+  standby_server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST_F(CoordinatorLinkTest, FirstCoordinatorDown_MovesToTheNextAfterTheBackoff) {
+  ClosedPort closed;
+  const std::string down = closed.address();
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  StartLinkTo(down + "," + address(), options);
+  const absl::Duration backoff = AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60));
+  EXPECT_EQ(coordinator_.attaches(), 0);
+  EXPECT_THAT(link_->last_error(), HasSubstr(down + ": UNAVAILABLE"));
+  clock_.Advance(backoff);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  EXPECT_EQ(link_->last_error(), "");
+}
+
+TEST_F(CoordinatorLinkTest, AllDown_BackoffDoublesPerRoundNotPerAddress) {
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  options.max_backoff = absl::Minutes(8);
+  ClosedPort a, b;
+  StartLinkTo(a.address() + "," + b.address(), options);
+  // Both addresses at 30-60 s apart, then both at 60-120 s.
+  for (absl::Duration from : {absl::Seconds(30), absl::Seconds(30), absl::Seconds(60),
+                              absl::Seconds(60), absl::Seconds(120)}) {
+    clock_.Advance(AwaitWaitWithin(from, from * 2));
+  }
+  EXPECT_FALSE(link_->ever_attached());
+}
+
+TEST_F(CoordinatorLinkTest, LeaderStepsDown_ReattachesToItsSuccessorAtOnce) {
+  ScriptedCoordinator successor;
+  int successor_port = 0;
+  std::unique_ptr<grpc::Server> successor_server = Serve(&successor, &successor_port);
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(10);
+  StartLinkTo(address() + "," + Loopback(successor_port), options);
+  ASSERT_TRUE(Eventually([&] { return coordinator_.heartbeats() == 1; }));
+  // The close waits for the worker's next message, the heartbeat a minute
+  // on; the clock moves no further.
+  coordinator_.Tell(Command::StepDown(Loopback(successor_port)));
+  clock_.Advance(AwaitWaitWithin(absl::Seconds(60), absl::Seconds(61)));
+  ASSERT_TRUE(Eventually([&] { return successor.heartbeats() == 1; }));
+  EXPECT_EQ(coordinator_.attaches(), 1);
+  EXPECT_TRUE(handler_.dropped().empty());
+  link_->Shutdown();
+  runner_.join();
+  successor_server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST_F(CoordinatorLinkTest, StandbysNamingEachOther_BackoffAfterAFewHops) {
+  ScriptedCoordinator a, b;
+  int a_port = 0, b_port = 0;
+  std::unique_ptr<grpc::Server> a_server = Serve(&a, &a_port);
+  std::unique_ptr<grpc::Server> b_server = Serve(&b, &b_port);
+  a.Script({Answer::Standby(Loopback(b_port))});
+  b.Script({Answer::Standby(Loopback(a_port))});
+  CoordinatorLink::Options options;
+  options.min_backoff = absl::Minutes(1);
+  StartLinkTo(Loopback(a_port) + "," + Loopback(b_port), options);
+  AwaitWaitWithin(absl::Seconds(30), absl::Seconds(60));
+  EXPECT_EQ(a.attaches() + b.attaches(), 1 + kMaxLeaderHops);
+  EXPECT_THAT(link_->last_error(), HasSubstr("this coordinator is a standby"));
+  link_->Shutdown();
+  runner_.join();
+  a_server->Shutdown(std::chrono::system_clock::now());
+  b_server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

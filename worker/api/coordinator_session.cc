@@ -10,12 +10,22 @@
 #include "worker/collective/connect.h"
 
 namespace ddp {
+namespace {
+
+CoordinatorLink::Options LinkOptions(const CoordinatorSession::Options& options) {
+  CoordinatorLink::Options link;
+  link.coordinator = options.coordinator;
+  link.security = options.security;
+  link.find_local_token = options.find_local_token;
+  return link;
+}
+
+}  // namespace
 
 CoordinatorSession::CoordinatorSession(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      link_(RealClock::Get(), CoordinatorLink::Options{options_.coordinator, options_.security},
-            this, &outbox_, &board_) {
+      link_(RealClock::Get(), LinkOptions(options_), this, &outbox_, &board_) {
   link_thread_ = std::thread([this] {
     const int result = link_.Run();
     absl::MutexLock lock(&mu_);
@@ -79,7 +89,8 @@ absl::Status CoordinatorSession::Connect(std::shared_ptr<v1::Coordinator::StubIn
                 << a.rank() << " of " << a.world_size();
   PushState(a.generation(), v1::WORKER_STATE_RENDEZVOUS,
             absl::StrCat("building the communicator with ", a.world_size() - 1, " peer(s)"));
-  StoreClient store(std::move(stub), a.job_id(), a.generation(), a.store_token());
+  StoreClient store(std::move(stub), a.job_id(), a.generation(), a.store_token(),
+                    link_.stub_factory());
   absl::StatusOr<std::shared_ptr<Communicator>> connected =
       ConnectForAssignment(a, Device{}, options_.host, &store);
   if (!connected.ok()) return connected.status();

@@ -36,8 +36,12 @@ namespace ddp {
 class CoordinatorSession final : public CoordinatorLink::Handler {
  public:
   struct Options {
+    // HOST:PORT, or a comma list of them (the leader is followed).
     std::string coordinator;
     ClientSecurity security;
+    // Without a token in `security`: use the one a local coordinator made
+    // (common/local_tokens.h), looked up for each address it connects to.
+    bool find_local_token = false;
     // Registered as: where peers reach it, device "cpu:N", a name.
     std::string host;
     std::string device;

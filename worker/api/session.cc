@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/coordinator_targets.h"
 #include "common/credentials.h"
 #include "common/local_tokens.h"
 #include "common/logging.h"
@@ -90,20 +91,6 @@ void Check(const absl::Status& s, const std::string& what) {
   if (!s.ok()) throw Error(absl::StrCat(what, ": ", s.message()));
 }
 
-// The host part of HOST:PORT ([v6]:port too).
-std::pair<std::string, int> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-    throw Error(absl::StrCat("coordinator \"", address, "\" is not HOST:PORT"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return {host, port};
-}
-
 // Before any communicator: every rank arrives once. A second arrival at a
 // rank means another job's ranks found this rendezvous (two jobs on one
 // MASTER_PORT: the second's rank 0 could not serve it) or two ranks share
@@ -145,18 +132,27 @@ std::unique_ptr<Session::Impl> Session::Join(const Options& options) {
   tls.ca = options.tls_ca;
   tls.cert = options.tls_cert;
   tls.key = options.tls_key;
+  // HOST:PORT, or a comma list of them: the link follows the leader.
+  absl::StatusOr<std::vector<std::string>> coordinators = ParseCoordinatorList(options.coordinator);
+  Check(coordinators.status(), "ddp::Session: the coordinator");
   // Without a token file, a coordinator of this user's on this machine
-  // made its own tokens (common/local_tokens.h).
-  const std::string token_file = options.token_file.empty()
-                                     ? FindLocalTokenFile(options.coordinator, Role::kWorker)
+  // made its own tokens (common/local_tokens.h): read now for one address,
+  // and looked up at each connection otherwise (each has its own).
+  const std::string token_file = options.token_file.empty() && coordinators->size() == 1
+                                     ? FindLocalTokenFile(coordinators->front(), Role::kWorker)
                                      : options.token_file;
   absl::StatusOr<ClientSecurity> security = LoadClientSecurity(tls, token_file);
   Check(security.status(), "ddp::Session");
-  const auto [host, port] = SplitHostPort(options.coordinator);
+  // Every coordinator of a list is reached the same way from here; a
+  // unix-domain socket is on this machine.
+  const absl::StatusOr<HostPort> first = ParseHostPort(coordinators->front());
+  const HostPort coordinator = first.ok() ? *first : HostPort{"localhost", 0};
   CoordinatorSession::Options joined;
   joined.coordinator = options.coordinator;
   joined.security = *security;
-  joined.host = options.host.empty() ? LocalAddressTowards(host, port) : options.host;
+  joined.find_local_token = options.token_file.empty();
+  joined.host =
+      options.host.empty() ? LocalAddressTowards(coordinator.host, coordinator.port) : options.host;
   // What the coordinator knows this rank by (and its choice of transport).
   joined.device = LocalDevice(options.local_rank).is_cuda()
                       ? absl::StrCat("cuda:", options.local_rank)

@@ -66,6 +66,26 @@ class Watchdog {
 
 bool IsSet(std::atomic<bool>* flag) { return flag->load(); }
 
+std::shared_ptr<v1::Coordinator::StubInterface> NewStub(const std::string& target,
+                                                        ClientSecurity security,
+                                                        bool find_local_token) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Reconnect quickly once the coordinator is back; our own backoff paces us.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Each coordinator of this user's on this machine has its own token file.
+  if (security.token.empty() && find_local_token) {
+    if (const std::string file = FindLocalTokenFile(target, Role::kWorker); !file.empty()) {
+      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
+      if (token.ok()) security.token = *token;
+    }
+  }
+  return v1::Coordinator::NewStub(MakeChannel(target, security, args));
+}
+
 }  // namespace
 
 CoordinatorLink::CoordinatorLink(const Clock* clock, Options options, Handler* handler,
@@ -123,41 +143,32 @@ void CoordinatorLink::SendLoop(
   }
 }
 
-std::shared_ptr<v1::Coordinator::StubInterface> CoordinatorLink::MakeStub() const {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Reconnect quickly once the coordinator is back; our own backoff paces us.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  ClientSecurity security = options_.security;
-  if (security.token.empty() && options_.find_local_token) {
-    if (const std::string file = FindLocalTokenFile(options_.coordinator, Role::kWorker);
-        !file.empty()) {
-      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
-      if (token.ok()) security.token = *token;
-    }
-  }
-  return v1::Coordinator::NewStub(MakeChannel(options_.coordinator, security, args));
+StoreClient::StubFactory CoordinatorLink::stub_factory() const {
+  return [security = options_.security, find_local_token = options_.find_local_token](
+             const std::string& target) { return NewStub(target, security, find_local_token); };
 }
 
 CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
-  std::shared_ptr<v1::Coordinator::StubInterface> stub = MakeStub();
+  const std::string target = targets_.current();
+  std::shared_ptr<v1::Coordinator::StubInterface> stub =
+      NewStub(target, options_.security, options_.find_local_token);
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return SessionEnd::kStopped;
     context_ = &context;
   }
-  const SessionEnd end = Attach(stub, context);
+  attached_ = false;
+  next_ = CoordinatorTargets::Next{target, CoordinatorTargets::Move::kStay};
+  const SessionEnd end = Attach(target, stub, context);
   absl::MutexLock lock(&mu_);
   context_ = nullptr;
   return end;
 }
 
 CoordinatorLink::SessionEnd CoordinatorLink::Attach(
-    const std::shared_ptr<v1::Coordinator::StubInterface>& stub, grpc::ClientContext& context) {
+    const std::string& target, const std::shared_ptr<v1::Coordinator::StubInterface>& stub,
+    grpc::ClientContext& context) {
   // The stream lives for days, so it has no deadline of its own; only the
   // handshake has one. Armed before the call starts: opening it already
   // waits for the transport.
@@ -172,10 +183,12 @@ CoordinatorLink::SessionEnd CoordinatorLink::Attach(
     const grpc::Status status = stream->Finish();
     const bool timed_out = handshake.Disarm();
     if (stopping_) return SessionEnd::kStopped;
-    return OnRegisterFailed(status, timed_out);
+    next_ =
+        timed_out ? targets_.OnUnreachable(target) : targets_.OnFailure(target, status, context);
+    return OnRegisterFailed(target, status, timed_out, next_);
   }
   handshake.Disarm();
-  OnAttached(reply.registered());
+  OnAttached(target, reply.registered());
   // What queued while the coordinator was away goes first.
   std::atomic<bool> send_done{false};
   std::thread sender([&] {
@@ -194,11 +207,14 @@ CoordinatorLink::SessionEnd CoordinatorLink::Attach(
     handler_->OnStop(stop);
     return SessionEnd::kStopped;
   }
-  OnStreamClosed(status);
+  next_ = targets_.OnFailure(target, status, context);
+  OnStreamClosed(target, status);
   return SessionEnd::kRetry;
 }
 
-void CoordinatorLink::OnAttached(const v1::Registered& registered) {
+void CoordinatorLink::OnAttached(const std::string& target, const v1::Registered& registered) {
+  attached_ = true;
+  targets_.OnSuccess();
   complaints_.Reset();
   unreachable_since_ = absl::InfiniteFuture();
   {
@@ -207,8 +223,7 @@ void CoordinatorLink::OnAttached(const v1::Registered& registered) {
   }
   ever_attached_ = true;
   SetLogIdentity(absl::StrCat("worker ", registered.worker_id()));
-  DDP_LOG(Info) << "attached to coordinator " << options_.coordinator << " as "
-                << registered.worker_id();
+  DDP_LOG(Info) << "attached to coordinator " << target << " as " << registered.worker_id();
 }
 
 CoordinatorLink::SessionEnd CoordinatorLink::Serve(
@@ -234,25 +249,35 @@ CoordinatorLink::SessionEnd CoordinatorLink::Serve(
   return SessionEnd::kRetry;
 }
 
-void CoordinatorLink::OnStreamClosed(const grpc::Status& status) {
-  if (status.error_code() == grpc::StatusCode::ABORTED) {
+void CoordinatorLink::OnStreamClosed(const std::string& target, const grpc::Status& status) {
+  if (next_.move == CoordinatorTargets::Move::kLeader) {
+    // The leader stepped down (or was deposed) and named its successor.
+    DDP_LOG(Warning) << "the coordinator at " << target << " is no longer the leader ("
+                     << status.error_message() << "); training goes on, attaching to the leader at "
+                     << next_.target;
+  } else if (status.error_code() == grpc::StatusCode::ABORTED) {
     // The coordinator marked this worker lost or evicted it: its generation
     // goes on without it.
     DDP_LOG(Warning) << "the coordinator dropped this worker: " << status.error_message();
     handler_->OnDropped(status.error_message());
   } else {
     // The coordinator is gone or unreachable: train on, and reconnect.
-    DDP_LOG(Warning) << "lost the coordinator (" << StatusCodeName(status.error_code()) << ": "
-                     << status.error_message() << "); training goes on, reconnecting";
+    // With one address, said as it always was.
+    const std::string at = target == options_.coordinator ? "" : absl::StrCat(" at ", target);
+    const std::string to = next_.target == target ? "" : absl::StrCat(" to ", next_.target);
+    DDP_LOG(Warning) << "lost the coordinator" << at << " (" << StatusCodeName(status.error_code())
+                     << ": " << status.error_message() << "); training goes on, reconnecting" << to;
   }
 }
 
-CoordinatorLink::SessionEnd CoordinatorLink::OnRegisterFailed(const grpc::Status& status,
-                                                              bool timed_out) {
+CoordinatorLink::SessionEnd CoordinatorLink::OnRegisterFailed(
+    const std::string& target, const grpc::Status& status, bool timed_out,
+    const CoordinatorTargets::Next& next) {
   const grpc::StatusCode code = status.error_code();
+  const bool standby = next.move == CoordinatorTargets::Move::kLeader;
   const RegisterFailure kind =
       timed_out ? RegisterFailure::kUnreachable : ClassifyRegisterFailure(code);
-  const std::string hint = timed_out ? "" : RegisterFailureHint(code);
+  const std::string hint = timed_out || standby ? "" : RegisterFailureHint(code);
   const std::string reason = timed_out
                                  ? absl::StrCat("no answer to register within ",
                                                 absl::FormatDuration(options_.register_timeout))
@@ -260,37 +285,48 @@ CoordinatorLink::SessionEnd CoordinatorLink::OnRegisterFailed(const grpc::Status
                                                 hint.empty() ? "" : absl::StrCat(" (", hint, ")"));
   {
     absl::MutexLock lock(&mu_);
-    last_error_ = reason;
+    // Which of several coordinators said so.
+    last_error_ = target == options_.coordinator ? reason : absl::StrCat(target, ": ", reason);
   }
   if (kind == RegisterFailure::kFatal) {
-    DDP_LOG(Error) << "the coordinator at " << options_.coordinator
+    DDP_LOG(Error) << "the coordinator at " << target
                    << " refused this worker, and retrying can't change that: " << reason
                    << "; exiting";
     return SessionEnd::kFatal;
   }
   const absl::Time now = clock_->Now();
-  if (kind == RegisterFailure::kUnreachable && unreachable_since_ == absl::InfiniteFuture()) {
+  // A standby answered: the coordinators are there, and one leads.
+  if (kind == RegisterFailure::kUnreachable && !standby &&
+      unreachable_since_ == absl::InfiniteFuture()) {
     unreachable_since_ = now;
   }
-  // A timeout is its own kind of complaint: it says something else.
+  // A timeout is its own kind of complaint: it says something else; so is
+  // a standby's answer.
+  const int complaint = timed_out ? -1 : (standby ? -2 : static_cast<int>(code));
   uint64_t held_back = 0;
-  if (!complaints_.ShouldLog(timed_out ? -1 : static_cast<int>(code), now, &held_back)) {
+  if (!complaints_.ShouldLog(complaint, now, &held_back)) {
     return SessionEnd::kRetry;
   }
   const std::string repeats =
       held_back ? absl::StrCat(" [", held_back, " more like it since the last report]") : "";
-  if (kind == RegisterFailure::kRefusedForNow) {
-    DDP_LOG(Warning) << "the coordinator at " << options_.coordinator
-                     << " refused this worker for now: " << reason << "; retrying" << repeats;
+  const std::string retrying =
+      next.target == target ? "retrying" : absl::StrCat("trying ", next.target, " next");
+  if (standby) {
+    DDP_LOG(Info) << "the coordinator at " << target << " is not the leader ("
+                  << status.error_message() << "); attaching to the leader at " << next.target
+                  << repeats;
+  } else if (kind == RegisterFailure::kRefusedForNow) {
+    DDP_LOG(Warning) << "the coordinator at " << target
+                     << " refused this worker for now: " << reason << "; " << retrying << repeats;
   } else if (timed_out) {
-    DDP_LOG(Warning) << "no answer to register from " << options_.coordinator << " within "
+    DDP_LOG(Warning) << "no answer to register from " << target << " within "
                      << absl::FormatDuration(options_.register_timeout)
                      << " (a silent listener, a server that is not a ddp-coordinator, or a "
-                        "TLS/plaintext mismatch?); retrying"
-                     << repeats;
+                        "TLS/plaintext mismatch?); "
+                     << retrying << repeats;
   } else {
-    DDP_LOG(Warning) << "can't reach the coordinator at " << options_.coordinator << ": " << reason
-                     << "; retrying"
+    DDP_LOG(Warning) << "can't reach the coordinator at " << target << ": " << reason << "; "
+                     << retrying
                      << (now - unreachable_since_ > absl::Seconds(1)
                              ? absl::StrCat(" (for ",
                                             absl::FormatDuration(absl::Trunc(
@@ -306,6 +342,7 @@ int CoordinatorLink::Run() {
   std::mt19937 rng(::getpid());
   absl::Duration backoff = options_.min_backoff;
   bool announced = false;
+  int leader_hops = 0;
   while (!stopping_) {
     const absl::Time start = clock_->Now();
     const SessionEnd end = RunSession();
@@ -313,6 +350,14 @@ int CoordinatorLink::Run() {
     if (end == SessionEnd::kStopped || stopping_) break;
     // A session that lasted was healthy: start the backoff over.
     if (clock_->Now() - start > absl::Seconds(10)) backoff = options_.min_backoff;
+    if (attached_) leader_hops = 0;
+    // A standby named the leader: go there now, not after a backoff (a few
+    // hops in a row at most).
+    if (next_.move == CoordinatorTargets::Move::kLeader && leader_hops < kMaxLeaderHops) {
+      ++leader_hops;
+      continue;
+    }
+    leader_hops = 0;
     if (!announced) {
       DDP_LOG(Info) << "waiting for the coordinator at " << options_.coordinator;
       announced = true;
@@ -323,7 +368,11 @@ int CoordinatorLink::Run() {
       absl::MutexLock lock(&mu_);
       clock_->AwaitWithDeadline(mu_, absl::Condition(&IsSet, &stopping_), wake);
     }
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    // The backoff grows once per round through the list, not per address
+    // (with one address every try is a round).
+    if (next_.move != CoordinatorTargets::Move::kNextAddress) {
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
   }
   return 0;
 }

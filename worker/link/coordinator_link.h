@@ -9,6 +9,13 @@
 // claiming its generation and rank. Only the coordinator ends a generation:
 // an Abort, or closing the stream with ABORTED (marked lost or evicted).
 //
+// With several coordinators (Options::coordinator is a comma list), the
+// link follows the leader (common/coordinator_targets.h): a standby's
+// answer naming the leader sends it there at once, without a backoff (a few
+// times in a row at most); a coordinator it can't reach sends it on to the
+// next address of the list after the backoff, which doubles once per round
+// through the list rather than per address.
+//
 // A register that is refused says why in the log: refusals that retrying
 // can't cure (a wrong token or role, another version, a malformed request)
 // end Run with 2 and last_error() says why; a duplicate device is retried,
@@ -26,8 +33,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/coordinator_targets.h"
 #include "common/credentials.h"
 #include "common/log_limiter.h"
+#include "common/store_client.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/link/outbox.h"
 #include "worker/link/progress_board.h"
@@ -37,6 +46,8 @@ namespace ddp {
 class CoordinatorLink {
  public:
   struct Options {
+    // HOST:PORT, or a comma list of them (the leader is followed); checked
+    // by the caller (ParseCoordinatorList).
     std::string coordinator = "127.0.0.1:29400";
     // TLS and the bearer token for every call to the coordinator.
     ClientSecurity security;
@@ -92,23 +103,31 @@ class CoordinatorLink {
   bool ever_attached() const { return ever_attached_; }
   // Why the last register failed ("" once one succeeded). Thread-safe.
   std::string last_error() const;
+  // Makes stubs to any coordinator address with this link's TLS and token
+  // (and its local token lookup, per address): for a StoreClient to follow
+  // the leader. It holds copies of what it needs, so it may outlive the
+  // link. Thread-safe.
+  StoreClient::StubFactory stub_factory() const;
 
  private:
   enum class SessionEnd { kRetry, kStopped, kFatal };
   using Stream = grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>;
-  std::shared_ptr<v1::Coordinator::StubInterface> MakeStub() const;
-  // One connection: register, serve the stream until it ends, say why.
+  // One connection to the current target: register, serve the stream
+  // until it ends, say why; next_ says where the next one goes.
   SessionEnd RunSession();
-  SessionEnd Attach(const std::shared_ptr<v1::Coordinator::StubInterface>& stub,
+  SessionEnd Attach(const std::string& target,
+                    const std::shared_ptr<v1::Coordinator::StubInterface>& stub,
                     grpc::ClientContext& context);
-  void OnAttached(const v1::Registered& registered);
+  void OnAttached(const std::string& target, const v1::Registered& registered);
   // Hands what the coordinator sends to the handler until the stream ends
   // (kRetry) or a Stop (kStopped, `stop` set).
   SessionEnd Serve(Stream& stream, const std::shared_ptr<v1::Coordinator::StubInterface>& stub,
                    v1::Stop* stop);
-  void OnStreamClosed(const grpc::Status& status);
-  // The register got no Registered: log why (rate-limited) and decide.
-  SessionEnd OnRegisterFailed(const grpc::Status& status, bool timed_out);
+  void OnStreamClosed(const std::string& target, const grpc::Status& status);
+  // The register to `target` got no Registered: log why (rate-limited) and
+  // decide; `next` is where the next try goes.
+  SessionEnd OnRegisterFailed(const std::string& target, const grpc::Status& status, bool timed_out,
+                              const CoordinatorTargets::Next& next);
   void SendLoop(Stream* stream, absl::Duration heartbeat_interval, std::atomic<bool>* done);
   v1::RegisterRequest MakeRegister();
 
@@ -119,9 +138,12 @@ class CoordinatorLink {
   const ProgressBoard* const board_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ever_attached_{false};
+  CoordinatorTargets targets_{options_.coordinator};
   // Touched only by Run's thread.
   LogLimiter complaints_{options_.complaint_interval};
   absl::Time unreachable_since_ = absl::InfiniteFuture();
+  CoordinatorTargets::Next next_;
+  bool attached_ = false;  // in the session now ending
 
   mutable absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;

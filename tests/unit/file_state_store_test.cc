@@ -1,4 +1,4 @@
-#include "coordinator/state_store.h"
+#include "coordinator/file_state_store.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -14,8 +14,8 @@ std::string TempDir() {
   return ::mkdtemp(tmpl);
 }
 
-TEST(StateStore, SaveLoad_RoundTrip) {
-  auto store = StateStore::Open(TempDir());
+TEST(FileStateStore, SaveLoad_RoundTrip) {
+  auto store = FileStateStore::Open(TempDir());
   ASSERT_THAT(store, IsOk());
   auto empty = (*store)->Load();
   ASSERT_THAT(empty, IsOk());
@@ -31,8 +31,8 @@ TEST(StateStore, SaveLoad_RoundTrip) {
   EXPECT_EQ((*loaded)->job().name(), "j");
 }
 
-TEST(StateStore, Save_OlderSequence_Skipped) {
-  auto store = *StateStore::Open(TempDir());
+TEST(FileStateStore, Save_OlderSequence_Skipped) {
+  auto store = *FileStateStore::Open(TempDir());
   v1::DurableState newer, older;
   newer.set_latest_generation(2);
   older.set_latest_generation(1);
@@ -41,15 +41,15 @@ TEST(StateStore, Save_OlderSequence_Skipped) {
   EXPECT_EQ((*store->Load())->latest_generation(), 2u);
 }
 
-TEST(StateStore, Load_CorruptFile_DataLoss) {
+TEST(FileStateStore, Load_CorruptFile_DataLoss) {
   const std::string dir = TempDir();
   std::ofstream(dir + "/coordinator.state") << "\xff\xff\xff garbage";
-  auto store = *StateStore::Open(dir);
+  auto store = *FileStateStore::Open(dir);
   EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
-TEST(StateStore, Open_Unwritable_FailedPrecondition) {
-  EXPECT_THAT(StateStore::Open("/proc/ddp-no-such-dir"),
+TEST(FileStateStore, Open_Unwritable_FailedPrecondition) {
+  EXPECT_THAT(FileStateStore::Open("/proc/ddp-no-such-dir"),
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 

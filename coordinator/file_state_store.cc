@@ -1,4 +1,4 @@
-#include "coordinator/state_store.h"
+#include "coordinator/file_state_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,15 +20,16 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<FileStateStore>> FileStateStore::Open(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Errno(absl::StrCat("can't create state directory ", dir));
   }
   if (::access(dir.c_str(), W_OK) != 0) return Errno(absl::StrCat("can't write to ", dir));
-  return std::unique_ptr<StateStore>(new StateStore(absl::StrCat(dir, "/coordinator.state")));
+  return std::unique_ptr<FileStateStore>(
+      new FileStateStore(absl::StrCat(dir, "/coordinator.state")));
 }
 
-absl::StatusOr<std::optional<v1::DurableState>> StateStore::Load() const {
+absl::StatusOr<std::optional<v1::DurableState>> FileStateStore::Load() const {
   std::ifstream in(path_, std::ios::binary);
   if (!in) return std::optional<v1::DurableState>();
   v1::DurableState state;
@@ -38,7 +39,7 @@ absl::StatusOr<std::optional<v1::DurableState>> StateStore::Load() const {
   return std::optional<v1::DurableState>(std::move(state));
 }
 
-absl::Status StateStore::Save(const v1::DurableState& state, uint64_t sequence) {
+absl::Status FileStateStore::Save(const v1::DurableState& state, uint64_t sequence) {
   absl::MutexLock lock(&mu_);
   if (sequence < saved_sequence_) return absl::OkStatus();
   const std::string tmp = path_ + ".tmp";

@@ -1,0 +1,146 @@
+#include "coordinator/failover.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/clock.h"
+#include "common/log_limiter.h"
+#include "common/logging.h"
+#include "common/net_address.h"
+#include "common/process.h"
+#include "coordinator/etcd_state_store.h"
+#include "coordinator/health_service.h"
+#include "coordinator/leader_election.h"
+#include "coordinator/standby_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+
+namespace ddp {
+namespace {
+
+// How a standby forwards reads to the leader: its own certificate, trusting
+// --tls_ca (coordinators of one cluster share a CA); plaintext without TLS.
+absl::StatusOr<ClientSecurity> ToLeaderSecurity(const HttpAccess& http) {
+  if (http.tls_cert.empty()) return ClientSecurity();
+  return LoadClientSecurity(TlsFlags{http.tls_cert, http.tls_key, http.tls_ca}, "");
+}
+
+// Calls `step` until it succeeds or fails for good (not UNAVAILABLE or
+// DEADLINE_EXCEEDED), waiting between tries and telling `election` why
+// (its refusals say so); returns its last status, or CANCELLED on SIGINT
+// or SIGTERM.
+absl::Status RetryWhileUnreachable(const std::string& what,
+                                   const std::function<absl::Status()>& step,
+                                   LeaderElection& election) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  LogLimiter complaints(absl::Seconds(30));
+  while (true) {
+    absl::Status s = step();
+    election.NoteEtcdTrouble(s.ok() ? "" : std::string(s.message()));
+    if (s.ok() || (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s))) return s;
+    uint64_t held_back = 0;
+    if (complaints.ShouldLog(static_cast<int>(s.code()), absl::Now(), &held_back)) {
+      DDP_LOG(Warning) << what << ": " << s.message() << "; trying again every "
+                       << absl::FormatDuration(backoff) << " up to 5s";
+    }
+    if (WaitForTermination(backoff) != 0) return absl::CancelledError("terminated");
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+}  // namespace
+
+int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& failover,
+                    const std::function<void(int port)>& start_over) {
+  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Create(failover.etcd);
+  if (!etcd.ok()) {
+    DDP_LOG(Error) << "--etcd_endpoints: " << etcd.status().message();
+    return 2;
+  }
+  absl::StatusOr<ClientSecurity> to_leader = ToLeaderSecurity(options.security.http);
+  if (!to_leader.ok()) {
+    DDP_LOG(Error) << to_leader.status().message();
+    return 2;
+  }
+  LeaderElection election(etcd->get(), RealClock::Get(), {failover.prefix, failover.lease_ttl});
+
+  // The standby's server, on the port the leader's will take over.
+  StandbyService standby(&election, std::move(*to_leader));
+  HealthService health;
+  health.SetServing(false);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, options.security.credentials, &port);
+  builder.RegisterService(&standby);
+  builder.RegisterService(&health);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    DDP_LOG(Error) << "can't listen on " << options.listen
+                   << " (address in use, or not an address of this host?)";
+    return 1;
+  }
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen, /*allow_port_zero=*/true);
+  if (listen.ok()) options.listen = JoinHostPort(listen->host, port);
+  std::string advertise = failover.advertise;
+  if (advertise.empty()) {
+    if (!listen.ok() || IsWildcardHost(listen->host)) {
+      DDP_LOG(Error) << "--listen " << options.listen
+                     << " names no address clients can dial: set --advertise_address";
+      return 2;
+    }
+    advertise = options.listen;
+  }
+  const std::string endpoints = absl::StrJoin(failover.etcd.endpoints, ",");
+  DDP_LOG(Info) << "standby on port " << port << " (as " << advertise << "), state in etcd at "
+                << endpoints << " under " << failover.prefix;
+
+  absl::Status s = RetryWhileUnreachable(
+      absl::StrCat("etcd at ", endpoints),
+      [&] { return EtcdStateStore::ClaimPrefix(etcd->get(), failover.prefix); }, election);
+  if (s.ok()) {
+    s = RetryWhileUnreachable(
+        absl::StrCat("campaign in etcd at ", endpoints), [&] { return election.Start(advertise); },
+        election);
+  }
+  if (absl::IsCancelled(s)) return 0;
+  if (!s.ok()) {
+    DDP_LOG(Error) << s.message();
+    return 2;
+  }
+  while (!election.AwaitLeadership(absl::Milliseconds(50))) {
+    if (WaitForTermination(absl::ZeroDuration()) != 0) {
+      election.Stop(/*resign=*/true);
+      return 0;
+    }
+  }
+  DDP_LOG(Info) << "leading: loading the state from etcd and taking over";
+  options.state_store = std::make_unique<EtcdStateStore>(etcd->get(), failover.prefix, &election);
+  options.leadership = &election;
+  CoordinatorServer coordinator(std::move(options));
+  // The leader's server binds the port beside the standby's (SO_REUSEPORT,
+  // gRPC's default), and only then does the standby's go: a client never
+  // finds the port closed, which would set its channel backing off.
+  const absl::Status started = coordinator.Start();
+  server->Shutdown(std::chrono::system_clock::now());
+  server.reset();
+  if (!started.ok()) {
+    DDP_LOG(Error) << started.message();
+    // A failure of the term (etcd lost while loading, say): campaign again.
+    if (!election.IsLeader() || absl::IsUnavailable(started)) start_over(port);
+    election.Stop(/*resign=*/true);
+    return coordinator.failure_exit_code();
+  }
+  const int code = coordinator.Wait();
+  if (code == CoordinatorServer::kLostLeadership) {
+    DDP_LOG(Warning) << "no longer the leader (" << election.loss_reason()
+                     << "); starting over as a standby";
+    start_over(port);
+  }
+  coordinator.Stop();
+  election.Stop(/*resign=*/true);
+  return code;
+}
+
+}  // namespace ddp

@@ -1,0 +1,352 @@
+#include "coordinator/leader_election.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+
+namespace ddp {
+namespace {
+
+// How soon a failed renewal or read is tried again.
+constexpr absl::Duration kRetry = absl::Milliseconds(100);
+
+}  // namespace
+
+LeaderElection::LeaderElection(EtcdClient* etcd, const Clock* clock, Options options)
+    : etcd_(etcd),
+      clock_(clock),
+      options_(std::move(options)),
+      candidates_prefix_(absl::StrCat(options_.prefix, "/leader/")),
+      // A quarter of the TTL: at the default 2 s the leader stops acting
+      // 1.5 s after its last confirmed renewal, with two more renewals
+      // (every TTL/3) tried before that.
+      margin_(options_.lease_ttl / 4) {}
+
+LeaderElection::~LeaderElection() { Stop(/*resign=*/false); }
+
+absl::StatusOr<LeaderElection::Candidate> LeaderElection::Enter() {
+  const absl::Time asked = clock_->Now();
+  absl::StatusOr<int64_t> lease = etcd_->LeaseGrant(options_.lease_ttl);
+  if (!lease.ok()) return lease.status();
+  Candidate me;
+  me.lease = *lease;
+  {
+    absl::MutexLock lock(&mu_);
+    me.address = address_;
+  }
+  me.key = absl::StrFormat("%s%016x", candidates_prefix_, static_cast<uint64_t>(*lease));
+  // Created only if absent: the key's create revision is then the
+  // transaction's, and names this candidacy for Guard().
+  EtcdCompare absent{me.key, EtcdCompare::Target::kCreateRevision, EtcdCompare::Result::kEqual};
+  EtcdOp put{EtcdOp::Kind::kPut, me.key, me.address, me.lease};
+  EtcdOp read{EtcdOp::Kind::kRange, me.key};
+  absl::StatusOr<EtcdTxnResult> txn = etcd_->Txn({absent}, {put}, {read});
+  if (!txn.ok()) return txn.status();
+  if (txn->succeeded) {
+    me.create_revision = txn->revision;
+  } else if (!txn->ranges.empty() && txn->ranges[0].size() == 1 &&
+             txn->ranges[0][0].lease == me.lease) {
+    // Our own put, applied by a member that timed out and retried on
+    // another: the key is ours all the same.
+    me.create_revision = txn->ranges[0][0].create_revision;
+  } else {
+    return absl::InternalError(absl::StrCat("candidate key ", me.key, " exists already"));
+  }
+  absl::MutexLock lock(&mu_);
+  renewed_at_ = asked;
+  return me;
+}
+
+absl::Status LeaderElection::Start(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return absl::FailedPreconditionError("the campaign has started already");
+    address_ = address;
+  }
+  absl::StatusOr<Candidate> me = Enter();
+  if (!me.ok()) return me.status();
+  absl::MutexLock lock(&mu_);
+  started_ = true;
+  lease_ = me->lease;
+  key_ = me->key;
+  create_revision_ = me->create_revision;
+  renewer_ = std::thread([this] { RenewLoop(); });
+  observer_ = std::thread([this] { ObserveLoop(); });
+  DDP_LOG(Info) << "campaigning for leadership as " << address_ << " (key " << key_
+                << ", lease TTL " << options_.lease_ttl << ")";
+  return absl::OkStatus();
+}
+
+void LeaderElection::Stop(bool resign) {
+  std::unique_ptr<EtcdWatch> watch;
+  int64_t lease = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    watch = std::move(watch_);
+    lease = lease_;
+  }
+  // Outside the lock: the watch's thread may be waiting for it.
+  watch.reset();
+  if (renewer_.joinable()) renewer_.join();
+  if (observer_.joinable()) observer_.join();
+  if (resign && lease != 0) {
+    if (absl::Status s = etcd_->LeaseRevoke(lease); !s.ok()) {
+      DDP_LOG(Warning) << "couldn't resign (revoke lease " << lease << "): " << s.message()
+                       << "; a standby takes over when the lease expires";
+    }
+  }
+}
+
+bool LeaderElection::AwaitLeadership(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  clock_->AwaitWithDeadline(mu_,
+                            absl::Condition(
+                                +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+                                  return e->stopping_ || e->won_;
+                                },
+                                this),
+                            clock_->Now() + timeout);
+  return LeadingLocked() && !stopping_;
+}
+
+bool LeaderElection::AwaitLoss(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time end = clock_->Now() + timeout;
+  auto over = +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+    return e->stopping_ || !e->lost_.empty();
+  };
+  while (true) {
+    // Wakes when the lease's time runs out, too: leadership ends then even
+    // if no renewal came back to say so (etcd unreachable, or this process
+    // was paused).
+    absl::Time deadline = end;
+    if (won_) deadline = std::min(deadline, renewed_at_ + options_.lease_ttl - margin_);
+    clock_->AwaitWithDeadline(mu_, absl::Condition(over, this), deadline);
+    if (!lost_.empty()) return true;
+    if (stopping_) return false;
+    if (won_ && !LeadingLocked()) {
+      LoseLocked(absl::StrCat("its lease was not renewed within ",
+                              absl::FormatDuration(options_.lease_ttl - margin_)));
+      return true;
+    }
+    if (clock_->Now() >= end) return false;
+  }
+}
+
+bool LeaderElection::LeadingLocked() const {
+  return won_ && lost_.empty() && clock_->Now() < renewed_at_ + options_.lease_ttl - margin_;
+}
+
+bool LeaderElection::IsLeader() const {
+  absl::MutexLock lock(&mu_);
+  return LeadingLocked();
+}
+
+std::string LeaderElection::LeaderAddress() const {
+  absl::MutexLock lock(&mu_);
+  if (candidates_.empty()) return "";
+  // A leader that lost its lease names no one: the next one is not known
+  // until etcd says so.
+  if (candidates_.front().key == key_ && !LeadingLocked()) return "";
+  return candidates_.front().address;
+}
+
+v1::CoordinatorLeadership LeaderElection::Describe() const {
+  absl::MutexLock lock(&mu_);
+  v1::CoordinatorLeadership out;
+  out.set_this_coordinator(address_);
+  out.set_is_leader(LeadingLocked());
+  out.set_lease_ttl_seconds(absl::ToDoubleSeconds(options_.lease_ttl));
+  out.set_etcd_prefix(options_.prefix);
+  if (!candidates_.empty()) {
+    out.set_leader(candidates_.front().address);
+    out.set_lease_id(candidates_.front().lease);
+    out.set_leader_since_unix_seconds(absl::ToDoubleSeconds(leader_since_ - absl::UnixEpoch()));
+    for (size_t i = 1; i < candidates_.size(); ++i) out.add_standbys(candidates_[i].address);
+  }
+  return out;
+}
+
+std::vector<EtcdCompare> LeaderElection::Guard() const {
+  absl::MutexLock lock(&mu_);
+  return {EtcdCompare{key_, EtcdCompare::Target::kCreateRevision, EtcdCompare::Result::kEqual,
+                      create_revision_}};
+}
+
+int64_t LeaderElection::lease() const {
+  absl::MutexLock lock(&mu_);
+  return lease_;
+}
+
+std::string LeaderElection::loss_reason() const {
+  absl::MutexLock lock(&mu_);
+  // Time ran out before a thread of the campaign looked.
+  if (lost_.empty() && won_ && !LeadingLocked()) {
+    return absl::StrCat("its lease was not renewed within ",
+                        absl::FormatDuration(options_.lease_ttl - margin_));
+  }
+  return lost_;
+}
+
+std::string LeaderElection::EtcdTrouble() const {
+  absl::MutexLock lock(&mu_);
+  return trouble_;
+}
+
+void LeaderElection::NoteEtcdTrouble(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  trouble_ = why;
+}
+
+uint64_t LeaderElection::leader_changes() const {
+  absl::MutexLock lock(&mu_);
+  return leader_changes_;
+}
+
+void LeaderElection::LoseLocked(const std::string& why) {
+  if (!lost_.empty()) return;
+  lost_ = why;
+  DDP_LOG(Error) << "lost leadership: " << why;
+}
+
+void LeaderElection::RenewLoop() {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = clock_->Now() + options_.lease_ttl / 3;
+  auto stopping =
+      +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_; };
+  while (!clock_->AwaitWithDeadline(mu_, absl::Condition(stopping, this), next)) {
+    if (won_ && !LeadingLocked()) {
+      LoseLocked(absl::StrCat("its lease was not renewed within ",
+                              absl::FormatDuration(options_.lease_ttl - margin_)));
+    }
+    // A leader that lost is done: the coordinator starts over.
+    if (won_ && !lost_.empty()) return;
+    const int64_t lease = lease_;
+    const absl::Time sent = clock_->Now();
+    mu_.Unlock();
+    absl::StatusOr<absl::Duration> renewed = etcd_->LeaseKeepAlive(lease);
+    absl::StatusOr<Candidate> again;
+    if (absl::IsNotFound(renewed.status())) {
+      bool standby;
+      {
+        absl::MutexLock relock(&mu_);
+        standby = !won_;
+      }
+      // A standby whose lease lapsed (it was paused, or cut off) stands
+      // again at the back of the line.
+      if (standby) again = Enter();
+    }
+    mu_.Lock();
+    trouble_ = renewed.ok() || absl::IsNotFound(renewed.status())
+                   ? ""
+                   : std::string(renewed.status().message());
+    if (renewed.ok()) {
+      renewed_at_ = std::max(renewed_at_, sent);
+      next = sent + options_.lease_ttl / 3;
+    } else if (absl::IsNotFound(renewed.status()) && won_) {
+      LoseLocked("its lease expired");
+    } else if (again.ok() && !again->key.empty()) {
+      DDP_LOG(Warning) << "lease " << lease << " had expired; standing again with key "
+                       << again->key;
+      lease_ = again->lease;
+      key_ = again->key;
+      create_revision_ = again->create_revision;
+      dirty_ = true;
+      next = clock_->Now() + options_.lease_ttl / 3;
+    } else {
+      next = clock_->Now() + kRetry;
+    }
+  }
+}
+
+void LeaderElection::ObserveLoop() {
+  auto wake = +[](LeaderElection* e)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || e->dirty_; };
+  auto stopping =
+      +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_; };
+  while (true) {
+    bool need_watch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(wake, this));
+      if (stopping_) return;
+      dirty_ = false;
+      need_watch = watch_ == nullptr || watch_failed_;
+    }
+    absl::StatusOr<int64_t> revision = Observe();
+    if (!revision.ok()) {
+      // Look again soon; a broken watch is made again then.
+      absl::MutexLock lock(&mu_);
+      dirty_ = true;
+      clock_->AwaitWithDeadline(mu_, absl::Condition(stopping, this), clock_->Now() + kRetry);
+      continue;
+    }
+    // From just after the read: no change between the two is missed.
+    if (need_watch) ReplaceWatch(*revision + 1);
+  }
+}
+
+void LeaderElection::ReplaceWatch(int64_t from_revision) {
+  std::unique_ptr<EtcdWatch> watch = etcd_->Watch(
+      candidates_prefix_, RangeEndForPrefix(candidates_prefix_), from_revision,
+      [this](const std::vector<EtcdEvent>&) {
+        absl::MutexLock lock(&mu_);
+        dirty_ = true;
+      },
+      [this](const absl::Status& s) {
+        absl::MutexLock lock(&mu_);
+        DDP_LOG(Warning) << "watch of " << candidates_prefix_ << " ended: " << s.message();
+        watch_failed_ = true;
+        dirty_ = true;
+      });
+  std::unique_ptr<EtcdWatch> old;
+  {
+    absl::MutexLock lock(&mu_);
+    // Stopping: the new watch is not kept either.
+    if (!stopping_) {
+      old = std::move(watch_);
+      watch_ = std::move(watch);
+      watch_failed_ = false;
+    }
+  }
+  // Both destroyed outside the lock: their threads may be waiting for it.
+  old.reset();
+  watch.reset();
+}
+
+absl::StatusOr<int64_t> LeaderElection::Observe() {
+  absl::StatusOr<EtcdRangeResult> read =
+      etcd_->Range(candidates_prefix_, RangeEndForPrefix(candidates_prefix_));
+  if (!read.ok()) return read.status();
+  std::vector<Candidate> candidates;
+  for (const EtcdKeyValue& kv : read->kvs) {
+    candidates.push_back(Candidate{kv.key, kv.value, kv.create_revision, kv.lease});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.create_revision < b.create_revision;
+  });
+  absl::MutexLock lock(&mu_);
+  const std::string leader = candidates.empty() ? "" : candidates.front().key;
+  if (!leader.empty() && leader != leader_key_) {
+    ++leader_changes_;
+    leader_since_ = clock_->Now();
+    DDP_LOG(Info) << "leader: " << candidates.front().address
+                  << (leader == key_ ? " (this coordinator)" : "");
+  }
+  leader_key_ = leader;
+  candidates_ = std::move(candidates);
+  const bool mine_present = std::any_of(candidates_.begin(), candidates_.end(),
+                                        [&](const Candidate& c) { return c.key == key_; });
+  if (won_ && !mine_present) LoseLocked("its leader key is gone (the lease expired)");
+  if (!won_ && lost_.empty() && leader == key_) {
+    won_ = true;
+  }
+  return read->revision;
+}
+
+}  // namespace ddp

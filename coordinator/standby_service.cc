@@ -1,0 +1,144 @@
+#include "coordinator/standby_service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp {
+namespace {
+
+// A forwarded read waits at most this long for the leader.
+constexpr auto kForwardTimeout = std::chrono::seconds(5);
+
+template <typename Base>
+class Refused final : public Base {
+ public:
+  explicit Refused(const grpc::Status& s) { this->Finish(s); }
+  void OnDone() override { delete this; }
+};
+
+// The caller's token is forwarded; this service sends none of its own.
+ClientSecurity WithoutToken(ClientSecurity security) {
+  security.token.clear();
+  return security;
+}
+
+// The leader's answer, unless the leader could not be reached.
+bool Reached(const grpc::Status& s) {
+  return s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+         s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+StandbyService::StandbyService(const Leadership* leadership, ClientSecurity to_leader)
+    : leadership_(leadership), to_leader_(WithoutToken(std::move(to_leader))) {}
+
+grpc::Status StandbyService::Refusal(grpc::CallbackServerContext* context) const {
+  const std::string leader = leadership_->LeaderAddress();
+  if (!leader.empty()) context->AddTrailingMetadata(kLeaderMetadata, leader);
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      NotLeaderMessage(leader, leadership_->EtcdTrouble()));
+}
+
+grpc::ServerUnaryReactor* StandbyService::RefuseUnary(grpc::CallbackServerContext* context) const {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(Refusal(context));
+  return reactor;
+}
+
+std::shared_ptr<v1::Coordinator::Stub> StandbyService::LeaderStub() {
+  const std::string leader = leadership_->LeaderAddress();
+  if (leader.empty()) return nullptr;
+  absl::MutexLock lock(&mu_);
+  if (stub_ == nullptr || stub_address_ != leader) {
+    stub_address_ = leader;
+    stub_ = v1::Coordinator::NewStub(MakeChannel(leader, to_leader_, grpc::ChannelArguments()));
+  }
+  return stub_;
+}
+
+void StandbyService::Forward(const grpc::CallbackServerContext& from, grpc::ClientContext* to) {
+  for (const auto& [key, value] : from.client_metadata()) {
+    if (key == kAuthorizationMetadata) {
+      to->AddMetadata(kAuthorizationMetadata, std::string(value.data(), value.size()));
+    }
+  }
+  to->set_deadline(std::min(from.deadline(), std::chrono::system_clock::now() + kForwardTimeout));
+}
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* StandbyService::Attach(
+    grpc::CallbackServerContext* context) {
+  return new Refused<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(
+      Refusal(context));
+}
+
+grpc::ServerUnaryReactor* StandbyService::StoreSet(grpc::CallbackServerContext* context,
+                                                   const v1::StoreSetRequest*,
+                                                   v1::StoreSetResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerUnaryReactor* StandbyService::StoreGet(grpc::CallbackServerContext* context,
+                                                   const v1::StoreGetRequest*,
+                                                   v1::StoreGetResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerUnaryReactor* StandbyService::StoreAdd(grpc::CallbackServerContext* context,
+                                                   const v1::StoreAddRequest*,
+                                                   v1::StoreAddResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerUnaryReactor* StandbyService::SubmitJob(grpc::CallbackServerContext* context,
+                                                    const v1::SubmitJobRequest*,
+                                                    v1::SubmitJobResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerUnaryReactor* StandbyService::CancelJob(grpc::CallbackServerContext* context,
+                                                    const v1::CancelJobRequest*,
+                                                    v1::CancelJobResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerWriteReactor<v1::JobStatus>* StandbyService::WatchStatus(
+    grpc::CallbackServerContext* context, const v1::WatchStatusRequest*) {
+  return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(Refusal(context));
+}
+
+// The two reads: the leader's answer as it is; when the leader can't be
+// asked, the refusal naming it.
+grpc::ServerUnaryReactor* StandbyService::GetStatus(grpc::CallbackServerContext* context,
+                                                    const v1::GetStatusRequest* request,
+                                                    v1::JobStatus* response) {
+  std::shared_ptr<v1::Coordinator::Stub> stub = LeaderStub();
+  if (stub == nullptr) return RefuseUnary(context);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto call = std::make_shared<grpc::ClientContext>();
+  Forward(*context, call.get());
+  stub->async()->GetStatus(call.get(), request, response,
+                           [this, reactor, context, call, stub](grpc::Status s) {
+                             reactor->Finish(Reached(s) ? s : Refusal(context));
+                           });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StandbyService::ListWorkers(grpc::CallbackServerContext* context,
+                                                      const v1::ListWorkersRequest* request,
+                                                      v1::ListWorkersResponse* response) {
+  std::shared_ptr<v1::Coordinator::Stub> stub = LeaderStub();
+  if (stub == nullptr) return RefuseUnary(context);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto call = std::make_shared<grpc::ClientContext>();
+  Forward(*context, call.get());
+  stub->async()->ListWorkers(call.get(), request, response,
+                             [this, reactor, context, call, stub](grpc::Status s) {
+                               reactor->Finish(Reached(s) ? s : Refusal(context));
+                             });
+  return reactor;
+}
+
+}  // namespace ddp

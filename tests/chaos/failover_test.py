@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Coordinators that fail over through a real 3-member etcd, faults caused
+for real: the leader killed (kill -9), the leader paused (SIGSTOP) past its
+lease, an etcd member killed, and all of etcd down for 10 s. Training never
+waits for a coordinator; every run ends with every sample trained once per
+epoch and a check of etcd's revision history that no two leadership terms
+overlap in their writes."""
+import os
+import signal
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "py"))
+import grpc  # noqa: E402
+
+import coverage  # noqa: E402
+import faults  # noqa: E402
+from chaos import FASHION_MNIST_TRAIN, chaos_job  # noqa: E402
+from etcd_cluster import EtcdCluster  # noqa: E402
+from failover import FailoverRun, check_terms, etcd_history  # noqa: E402
+from harness import wait_for  # noqa: E402
+
+TTL = 2  # seconds: the default --lease_ttl
+
+
+class FailoverTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.etcd = EtcdCluster(3)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.etcd.close()
+
+    def run_job(self, name, epochs=3, coordinators=2):
+        job = chaos_job(name, epochs=epochs)
+        run = FailoverRun(job, self.etcd, coordinators=coordinators, lease_ttl=TTL)
+        self.addCleanup(run.close)
+        run.wait_state("JOB_STATE_RUNNING", 60)
+        run.wait_step_past(40)
+        return run
+
+    def finish(self, run, since):
+        """The checks every run ends with: success, every sample once, no
+        step lost, no step gap over a second after `since`, and the terms."""
+        final = run.finish(240)
+        self.assertEqual(final["state"], "JOB_STATE_SUCCEEDED", final.get("message"))
+        coverage.check(run.index_lines(), FASHION_MNIST_TRAIN, int(run.job["epochs"]))
+        for change in final.get("generation_changes", []):
+            self.assertEqual(int(change.get("steps_lost", 0)), 0, change)
+        gap = longest_step_gap(run, since)
+        print("longest gap between steps after the fault: %.3fs" % gap, flush=True)
+        self.assertLess(gap, 1.0)
+        terms, problems = check_terms(etcd_history(self.etcd.endpoints, run.prefix), run.prefix)
+        print("terms (lease, first write, last write, writes): %s" % terms, flush=True)
+        self.assertEqual(problems, [])
+        self.assertGreaterEqual(len(terms), 2, "a second term wrote")
+        run.close()
+        self.assertEqual(run.crashed(), [], "processes that crashed")
+        return final
+
+    def test_leader_killed_a_standby_leads_within_the_ttl_training_never_waits(self):
+        run = self.run_job("failover-kill")
+        leader = run.leader()
+        other = 1 - leader
+        t = time.time()
+        run.kill("c%d" % leader)
+        took = run.wait_leader(other, TTL + 5) - t
+        print("c%d killed; c%d led %.2fs later" % (leader, other, took), flush=True)
+        self.assertLess(took, TTL + 1.0)
+        # Back as a standby: it names the new leader.
+        run.start_one(leader)
+        run.wait_refusal_naming(leader, run.addresses[other])
+        final = self.finish(run, t)
+        # The members were adopted: no new generation for the takeover.
+        for change in final.get("generation_changes", []):
+            if float(change.get("at_unix_seconds", 0)) > t:
+                self.assertEqual(change.get("cause"), "CHANGE_CAUSE_ADOPTED", change)
+                self.assertEqual(change.get("from_generation"), change.get("to_generation"))
+
+    def test_leader_paused_past_its_lease_is_deposed_and_comes_back_a_standby(self):
+        run = self.run_job("failover-stop")
+        leader = run.leader()
+        other = 1 - leader
+        t = time.time()
+        run.signal("c%d" % leader, signal.SIGSTOP)
+        took = run.wait_leader(other, TTL + 5) - t
+        print("c%d stopped; c%d led %.2fs later" % (leader, other, took), flush=True)
+        self.assertLess(took, TTL + 1.0)
+        time.sleep(max(0.0, t + 3 * TTL - time.time()))
+        run.signal("c%d" % leader, signal.SIGCONT)
+        # It notices at once that it lost, and starts over as a standby.
+        run.wait_refusal_naming(leader, run.addresses[other])
+        self.finish(run, t)
+
+    def test_etcd_member_lost_then_all_etcd_down_training_goes_on(self):
+        run = self.run_job("failover-etcd", epochs=4)
+        leader = run.leader()
+        # One member of three: nothing to see.
+        self.etcd.kill(2)
+        time.sleep(2 * TTL)
+        self.assertEqual(run.leader(), leader)
+        own = run.leadership_of(leader)
+        self.assertTrue(own and own.get("is_leader"), own)
+        self.etcd.restart(2)
+        # All of etcd: no coordinator may lead, workers train on.
+        step = run.step()
+        t = time.time()
+        for i in range(3):
+            self.etcd.stop(i)
+        try:
+            # The leader stops leading (it can't renew) and starts over; each
+            # coordinator refuses, saying etcd can't be reached.
+            for i in range(len(run.addresses)):
+                wait_for(lambda: "etcd can't be reached" in run.refusal(i)[1], 3 * TTL,
+                         "c%d to say etcd can't be reached" % i, interval=0.1)
+            time.sleep(max(0.0, t + 10 - time.time()))
+            trained = max(m["step"] for m in run.metrics("w0"))
+            self.assertGreater(trained, step + 50, "training went on while etcd was down")
+        finally:
+            for i in range(3):
+                self.etcd.cont(i)
+        self.finish(run, t)
+
+
+def longest_step_gap(run, since):
+    """The longest gap between consecutive completed steps of one worker
+    after `since`, within an epoch and a generation (an epoch's end has
+    its evaluation)."""
+    rec = faults.Records(run)
+    longest = 0.0
+    for lines in rec.step_times().values():
+        for (t1, _, e1, g1), (t2, _, e2, g2) in zip(lines, lines[1:]):
+            if t2 >= since and e1 == e2 and g1 == g2:
+                longest = max(longest, t2 - t1)
+    return longest
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,219 @@
+"""A real etcd cluster for multi-process tests, the twin of tests/etcd_cluster.h:
+N members (1 or 3) on free loopback ports, each in its own temporary folder
+(data/ and etcd.log, read it when a test fails), with timings short enough
+that an election takes under a second.
+
+    with EtcdCluster(3) as etcd:
+        endpoints = ",".join(etcd.endpoints)  # "127.0.0.1:PORT,..."
+        etcd.kill(0)     # or stop(0) / cont(0)
+        etcd.restart(0)  # back on its data, answering
+
+Every wait is bounded and names what it waited for; members are killed
+(SIGKILL) and the folder removed on close."""
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+START_TIMEOUT = 20  # seconds for every member to answer, at start and restart
+_START_ATTEMPTS = 3
+
+
+class _Exited(Exception):
+    """A member exited while starting (most likely: its port was taken)."""
+
+
+def _find_etcd():
+    # /usr/bin: where etcd-server puts it, whatever PATH says.
+    found = shutil.which("etcd") or shutil.which("etcd", path="/usr/bin")
+    if not found:
+        raise RuntimeError("etcd is not installed (no etcd on PATH or in /usr/bin): "
+                           "apt-get install etcd-server (deploy/setup.sh installs it)")
+    return found
+
+
+def _free_ports(n):
+    """`n` different loopback ports nobody listens on now: all bound at once,
+    then released for etcd to take (someone may take one first: the cluster
+    starts again then)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _url(port):
+    return "http://127.0.0.1:%d" % port
+
+
+class _Member:
+    def __init__(self, name, folder, client_port, peer_port):
+        self.name = name
+        self.dir = folder
+        self.client_port = client_port
+        self.peer_port = peer_port
+        self.proc = None
+
+
+class EtcdCluster:
+    """`n` etcd members, started and answering once constructed."""
+
+    def __init__(self, n=1):
+        self._etcd = _find_etcd()
+        self._members = []
+        self.dir = None
+        atexit.register(self.close)
+        for attempt in range(_START_ATTEMPTS):
+            self.dir = tempfile.mkdtemp(prefix="ddp-etcd-")
+            ports = _free_ports(2 * n)
+            self._members = [
+                _Member("m%d" % i, os.path.join(self.dir, "m%d" % i), ports[2 * i],
+                        ports[2 * i + 1]) for i in range(n)]
+            self._token = "ddp-test-%d-%d" % (os.getpid(), attempt)
+            try:
+                for i in range(n):
+                    os.mkdir(self._members[i].dir, 0o700)
+                    self._spawn(i, existing=False)
+                for i in range(n):
+                    self._wait_ready(i)
+                return
+            except _Exited:
+                self.close()
+                if attempt + 1 == _START_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def endpoints(self):
+        """"127.0.0.1:PORT" of each member, in member order."""
+        return ["127.0.0.1:%d" % m.client_port for m in self._members]
+
+    def kill(self, i):
+        """SIGKILL, and waits for it to die; nothing when already dead."""
+        proc = self._members[i].proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._members[i].proc = None
+
+    def stop(self, i):
+        """SIGSTOP: the member hangs with its sockets open."""
+        self._signal(i, signal.SIGSTOP)
+
+    def cont(self, i):
+        self._signal(i, signal.SIGCONT)
+
+    def restart(self, i):
+        """Kills member `i` if it runs, starts it again on its data and ports
+        (--initial-cluster-state existing), and waits until it answers."""
+        self.kill(i)
+        self._spawn(i, existing=True)
+        self._wait_ready(i)
+
+    def log(self, i):
+        """The member's log (its stderr), for failure messages."""
+        try:
+            with open(os.path.join(self._members[i].dir, "etcd.log")) as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def close(self):
+        for i in range(len(self._members)):
+            self.kill(i)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def _signal(self, i, sig):
+        proc = self._members[i].proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+
+    def _spawn(self, i, existing):
+        m = self._members[i]
+        initial = ",".join("%s=%s" % (o.name, _url(o.peer_port)) for o in self._members)
+        args = [
+            self._etcd,
+            "--name=" + m.name,
+            "--data-dir=" + os.path.join(m.dir, "data"),
+            "--listen-client-urls=" + _url(m.client_port),
+            "--advertise-client-urls=" + _url(m.client_port),
+            "--listen-peer-urls=" + _url(m.peer_port),
+            "--initial-advertise-peer-urls=" + _url(m.peer_port),
+            "--initial-cluster=" + initial,
+            "--initial-cluster-state=" + ("existing" if existing else "new"),
+            "--initial-cluster-token=" + self._token,
+            # Elections in well under a second (etcd wants the election
+            # timeout at least 5 heartbeats); 1 s is then the shortest lease.
+            "--heartbeat-interval=50",
+            "--election-timeout=500",
+            # A restarted member would otherwise force an election as it
+            # comes back (off by default in 3.4).
+            "--pre-vote=true",
+            "--snapshot-count=10000",
+            "--logger=zap",
+            "--log-outputs=stderr",
+            "--log-level=error",
+        ]
+        with open(os.path.join(m.dir, "etcd.log"), "a") as log:
+            m.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _wait_ready(self, i):
+        """Until member `i`'s /health says true (it has a leader); _Exited,
+        with its log, if it exits first."""
+        m = self._members[i]
+
+        def healthy():
+            if m.proc.poll() is not None:
+                raise _Exited("etcd member %s exited with %d; its log:\n%s" % (
+                    m.name, m.proc.returncode, self.log(i)))
+            try:
+                with urllib.request.urlopen(_url(m.client_port) + "/health", timeout=1) as r:
+                    return json.load(r).get("health") == "true"
+            except (OSError, ValueError, urllib.error.URLError):
+                return False
+
+        # harness.wait_for's shape, without its grpc import: this fixture
+        # needs nothing but etcd.
+        deadline = time.time() + START_TIMEOUT
+        while not healthy():
+            if time.time() >= deadline:
+                raise AssertionError("timed out after %ds waiting for etcd member %s to answer "
+                                     "at %s; its log:\n%s" % (START_TIMEOUT, m.name,
+                                                               _url(m.client_port), self.log(i)))
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    # A smoke test of the fixture itself: python3 tests/py/etcd_cluster.py
+    started = time.time()
+    with EtcdCluster(3) as etcd:
+        print("3 members up in %.1fs: %s" % (time.time() - started, etcd.endpoints))
+        etcd.kill(0)
+        etcd.stop(1)
+        etcd.cont(1)
+        etcd.restart(0)
+        print("killed, stopped, resumed and restarted: %.1fs" % (time.time() - started))
