@@ -353,9 +353,11 @@ class Poller {
 
 class GrpcEtcdClient final : public EtcdClient {
  public:
-  GrpcEtcdClient(std::vector<Endpoint> endpoints, absl::Duration timeout)
+  GrpcEtcdClient(std::vector<Endpoint> endpoints, absl::Duration timeout,
+                 std::function<void(const char*, absl::Duration, bool)> on_call)
       : endpoints_(std::move(endpoints)),
         timeout_(timeout),
+        on_call_(std::move(on_call)),
         rotation_(std::make_shared<Rotation>(endpoints_.size())) {}
 
   absl::StatusOr<EtcdRangeResult> Range(const std::string& key, const std::string& range_end,
@@ -495,6 +497,14 @@ class GrpcEtcdClient final : public EtcdClient {
   // answers: its status is returned, its errors named by endpoint and `op`.
   template <typename Attempt>
   absl::Status Call(const char* op, Attempt attempt) {
+    const absl::Time start = absl::Now();
+    absl::Status s = CallMembers(op, attempt);
+    if (on_call_) on_call_(op, absl::Now() - start, s.ok());
+    return s;
+  }
+
+  template <typename Attempt>
+  absl::Status CallMembers(const char* op, Attempt attempt) {
     const size_t first = rotation_->current();
     grpc::Status last;
     for (size_t n = 0; n < endpoints_.size(); ++n) {
@@ -516,6 +526,7 @@ class GrpcEtcdClient final : public EtcdClient {
 
   std::vector<Endpoint> endpoints_;
   const absl::Duration timeout_;
+  const std::function<void(const char*, absl::Duration, bool)> on_call_;
   const std::shared_ptr<Rotation> rotation_;
   Poller poller_;
 };
@@ -545,7 +556,8 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(Options options) 
     e.lease = pb::Lease::NewStub(e.channel);
     endpoints.push_back(std::move(e));
   }
-  return std::unique_ptr<EtcdClient>(new GrpcEtcdClient(std::move(endpoints), options.timeout));
+  return std::unique_ptr<EtcdClient>(
+      new GrpcEtcdClient(std::move(endpoints), options.timeout, std::move(options.on_call)));
 }
 
 std::string RangeEndForPrefix(const std::string& prefix) {

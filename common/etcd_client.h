@@ -96,6 +96,10 @@ class EtcdClient {
     // cert and key too: mutual TLS.
     std::string ca_file, cert_file, key_file;
     absl::Duration timeout = absl::Seconds(1);  // each unary call's deadline
+    // Told of every unary call once it is done (its name, e.g. "Txn", how
+    // long it took over every member tried, whether it succeeded): for
+    // metrics. Called on the caller's thread; must be quick.
+    std::function<void(const char* op, absl::Duration took, bool ok)> on_call;
   };
   // Makes the channels (no call yet). INVALID_ARGUMENT for no endpoints or an
   // unreadable TLS file.

@@ -203,6 +203,7 @@ absl::Status CoordinatorServer::InitMetrics() {
   if (metrics_server_) {
     metrics_server_->Register(core_metrics_);
     metrics_server_->Register(rpc_registry_);
+    if (options_.extra_metrics) metrics_server_->Register(options_.extra_metrics);
   }
   return absl::OkStatus();
 }

@@ -64,6 +64,8 @@ class CoordinatorServer {
     // leadership that lets this coordinator act (null: it always may).
     std::unique_ptr<StateStore> state_store;
     const Leadership* leadership = nullptr;
+    // More series for the metrics endpoint (etcd's request latencies).
+    std::shared_ptr<prometheus::Registry> extra_metrics;
     std::string port_file;        // --port_file
     std::string status_file;      // --status_file
     bool exit_when_done = false;  // --exit_when_done

@@ -8,10 +8,10 @@
 set -euo pipefail
 src=$(cd "$1" && pwd)
 out="$2/fuzz"
-seconds=${3:-60}
-cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+seconds=${3:-30}
+cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \
+  -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -DNDEBUG -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DDDP_ANALYSIS=ON -DDDP_FUZZ=ON -DDDP_WORKER=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
 cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer ddp-coordinator

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/coordinator_targets.h"
 #include "coordinator/authorizer.h"
 #include "coordinator/service.h"
 #include "coordinator/status_watchers.h"
@@ -50,13 +51,15 @@ class CoordinatorServiceTest : public CoordinatorTest {
     server_.reset();
   }
 
-  // `authorizer` null: every call allowed.
+  // `authorizer` null: every call allowed; `leadership` null: a
+  // coordinator on its own.
   void Serve(std::unique_ptr<Authorizer> authorizer = nullptr,
-             size_t max_watches = StatusWatchers::kDefaultMaxWatches) {
+             size_t max_watches = StatusWatchers::kDefaultMaxWatches,
+             const Leadership* leadership = nullptr) {
     authorizer_ = std::move(authorizer);
     watchers_ = std::make_unique<StatusWatchers>(max_watches);
-    service_ =
-        std::make_unique<CoordinatorService>(core_.get(), watchers_.get(), authorizer_.get());
+    service_ = std::make_unique<CoordinatorService>(core_.get(), watchers_.get(), authorizer_.get(),
+                                                    nullptr, leadership);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -356,6 +359,49 @@ TEST_F(AuthorizedServiceTest, WatchAndStore_WrongRole_PermissionDenied) {
   const grpc::Status get = stub_->StoreGet(Context(kOperatorToken).get(), Get("k", 30), &got);
   EXPECT_EQ(get.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(core_->store_waiters(), 0u);
+}
+
+// What an election says, set by the test.
+class SetLeadership final : public Leadership {
+ public:
+  bool IsLeader() const override { return leader; }
+  std::string LeaderAddress() const override { return address; }
+  v1::CoordinatorLeadership Describe() const override {
+    v1::CoordinatorLeadership out;
+    out.set_leader(address);
+    out.set_is_leader(leader);
+    return out;
+  }
+  std::string EtcdTrouble() const override { return trouble; }
+  uint64_t leader_changes() const override { return 1; }
+  std::atomic<bool> leader{true};
+  std::string address = "10.0.0.2:29400";
+  std::string trouble;
+};
+
+TEST_F(CoordinatorServiceTest, LeaderWhoseLeaseLapsed_RefusesEveryCall_NamingTheLeader) {
+  SetLeadership leadership;
+  Serve(nullptr, StatusWatchers::kDefaultMaxWatches, &leadership);
+  v1::JobStatus status;
+  ASSERT_TRUE(stub_->GetStatus(Context().get(), v1::GetStatusRequest(), &status).ok());
+  EXPECT_TRUE(status.leadership().is_leader());
+
+  leadership.leader = false;
+  leadership.trouble = "etcd unreachable at 10.0.0.9:2379";
+  for (int call = 0; call < 2; ++call) {
+    auto context = Context();
+    grpc::Status s;
+    if (call == 0) {
+      v1::CancelJobResponse response;
+      s = stub_->CancelJob(context.get(), v1::CancelJobRequest(), &response);
+    } else {
+      s = stub_->GetStatus(context.get(), v1::GetStatusRequest(), &status);
+    }
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("10.0.0.2:29400"));
+    EXPECT_THAT(s.error_message(), HasSubstr("etcd can't be reached from here"));
+    EXPECT_EQ(LeaderHint(*context), "10.0.0.2:29400");
+  }
 }
 
 }  // namespace

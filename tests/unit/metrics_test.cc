@@ -105,6 +105,21 @@ TEST(CoordinatorFamilies, RunningJob_MapsSnapshotToGauges) {
   EXPECT_EQ(Find(f, "ddp_job_generation_changes_total")->type, prometheus::MetricType::Counter);
 }
 
+TEST(CoordinatorFamilies, Leadership_OnlyForCoordinatorsThatFailOver) {
+  CoordinatorSample sample;
+  sample.status = std::make_shared<v1::JobStatus>();
+  ChangeTally tally;
+  EXPECT_EQ(Find(CoordinatorFamilies(sample, tally), "ddp_coordinator_is_leader"), nullptr);
+  sample.replicated = true;
+  sample.is_leader = true;
+  sample.leader_changes = 3;
+  const auto f = CoordinatorFamilies(sample, tally);
+  EXPECT_EQ(GaugeValue(f, "ddp_coordinator_is_leader"), 1);
+  EXPECT_EQ(CounterValue(f, "ddp_coordinator_leader_changes_total"), 3);
+  sample.is_leader = false;
+  EXPECT_EQ(GaugeValue(CoordinatorFamilies(sample, tally), "ddp_coordinator_is_leader"), 0);
+}
+
 TEST(ChangeTally, ListRollsOver_CountsEachChangeOnce) {
   v1::JobStatus status;
   *status.add_generation_changes() = Change(100, 0, v1::CHANGE_CAUSE_START);
