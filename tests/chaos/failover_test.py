@@ -7,7 +7,9 @@ epoch and a check of etcd's revision history that no two leadership terms
 overlap in their writes."""
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -21,7 +23,8 @@ import faults  # noqa: E402
 from chaos import FASHION_MNIST_TRAIN, chaos_job  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 from failover import FailoverRun, check_terms, etcd_history  # noqa: E402
-from harness import wait_for  # noqa: E402
+from grpc_reflect import ReflectionClient  # noqa: E402
+from harness import BIN, free_port, read_text, wait_for  # noqa: E402
 
 TTL = 2  # seconds: the default --lease_ttl
 
@@ -124,6 +127,39 @@ class FailoverTest(unittest.TestCase):
             for i in range(3):
                 self.etcd.cont(i)
         self.finish(run, t)
+
+
+class FailoverStartTest(unittest.TestCase):
+    def test_etcd_unreachable_at_start_said_and_retried_then_leads(self):
+        with EtcdCluster(1) as etcd:
+            etcd.stop(0)
+            folder = tempfile.mkdtemp(prefix="ddp-failover-start-")
+            port = free_port()
+            log_path = os.path.join(folder, "c0.log")
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(
+                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
+                     "--etcd_endpoints=" + ",".join(etcd.endpoints), "--metrics_listen=",
+                     "--http_listen=", "--allow_anonymous_loopback"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                wait_for(lambda: "unreachable" in (read_text(log_path) or ""), 10,
+                         "the coordinator to say etcd is unreachable")
+                client = ReflectionClient("127.0.0.1:%d" % port)
+                try:
+                    client.call("ddp.v1.Coordinator/CancelJob", '{"job_id": "x"}', timeout=2)
+                    self.fail("a coordinator without etcd accepted a mutation")
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
+                    self.assertIn("etcd can't be reached", e.details())
+                client.close()
+                etcd.cont(0)
+                wait_for(lambda: "leading: " in (read_text(log_path) or ""), 15,
+                         "the coordinator to lead once etcd is back")
+                self.assertIsNone(p.poll())
+            finally:
+                p.terminate()
+                p.wait(timeout=10)
 
 
 def longest_step_gap(run, since):
