@@ -87,7 +87,7 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   // The standby's server, on the port the leader's will take over.
   StandbyService standby(&election, std::move(*to_leader));
   HealthService health;
-  health.SetServing(false);
+  health.SetStandby(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;

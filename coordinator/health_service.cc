@@ -29,7 +29,8 @@ HealthCheckResponse::ServingStatus HealthService::StatusOf(const std::string& se
   if (!service.empty() && service != "ddp.v1.Coordinator") {
     return HealthCheckResponse::SERVICE_UNKNOWN;
   }
-  return serving_ ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  if (!serving_ || (standby_ && !service.empty())) return HealthCheckResponse::NOT_SERVING;
+  return HealthCheckResponse::SERVING;
 }
 
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,

@@ -22,10 +22,15 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   // Thread-safe. Checks answer NOT_SERVING once the server is shutting down.
   void SetServing(bool serving) { serving_ = serving; }
+  // A standby (coordinator/failover.h) is up ("" is SERVING, so a liveness
+  // probe keeps it) but does not serve ddp.v1.Coordinator (NOT_SERVING, so a
+  // readiness probe or load balancer sends clients to the leader).
+  void SetStandby(bool standby) { standby_ = standby; }
 
  private:
   grpc::health::v1::HealthCheckResponse::ServingStatus StatusOf(const std::string& service) const;
   std::atomic<bool> serving_{true};
+  std::atomic<bool> standby_{false};
 };
 
 }  // namespace ddp

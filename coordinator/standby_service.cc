@@ -1,6 +1,9 @@
 #include "coordinator/standby_service.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -104,9 +107,93 @@ grpc::ServerUnaryReactor* StandbyService::CancelJob(grpc::CallbackServerContext*
   return RefuseUnary(context);
 }
 
+namespace {
+
+// A WatchStatus relayed from the leader: each status read from the leader's
+// stream is written to the caller before the next is read, so a slow
+// caller slows the relay, not the standby's memory. Ends when either side
+// does; frees itself once both are done.
+class ForwardedWatch final : public grpc::ServerWriteReactor<v1::JobStatus>,
+                             public grpc::ClientReadReactor<v1::JobStatus> {
+ public:
+  // `refusal` makes the answer for a leader that could not be reached.
+  explicit ForwardedWatch(std::function<grpc::Status()> refusal) : refusal_(std::move(refusal)) {}
+
+  void Start(std::shared_ptr<v1::Coordinator::Stub> stub, const grpc::CallbackServerContext& from,
+             const v1::WatchStatusRequest& request) {
+    for (const auto& [key, value] : from.client_metadata()) {
+      if (key == kAuthorizationMetadata) {
+        upstream_.AddMetadata(kAuthorizationMetadata, std::string(value.data(), value.size()));
+      }
+    }
+    upstream_.set_deadline(from.deadline());
+    request_ = request;
+    stub_ = std::move(stub);
+    stub_->async()->WatchStatus(&upstream_, &request_, this);
+    grpc::ClientReadReactor<v1::JobStatus>::StartRead(&status_);
+    StartCall();
+  }
+
+  // The leader's side.
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // its OnDone follows
+    absl::MutexLock lock(&mu_);
+    writing_ = true;
+    StartWrite(&status_);  // the next read waits for this write
+  }
+  void OnDone(const grpc::Status& s) override {
+    const bool reached = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                         s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = reached ? s : refusal_();
+      // A write in flight finishes first; its reaction finishes the call.
+      if (!writing_) Finish(*ended_);
+    }
+    Release();
+  }
+  // The caller's side.
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (ended_) {
+      Finish(*ended_);
+    } else if (ok) {
+      grpc::ClientReadReactor<v1::JobStatus>::StartRead(&status_);
+    } else {
+      upstream_.TryCancel();
+    }
+  }
+  void OnCancel() override { upstream_.TryCancel(); }
+  void OnDone() override { Release(); }
+
+ private:
+  void Release() {
+    if (--sides_ == 0) delete this;
+  }
+
+  const std::function<grpc::Status()> refusal_;
+  std::shared_ptr<v1::Coordinator::Stub> stub_;  // the channel lives as long as the call
+  grpc::ClientContext upstream_;
+  v1::WatchStatusRequest request_;
+  v1::JobStatus status_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> ended_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> sides_{2};
+};
+
+}  // namespace
+
 grpc::ServerWriteReactor<v1::JobStatus>* StandbyService::WatchStatus(
-    grpc::CallbackServerContext* context, const v1::WatchStatusRequest*) {
-  return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(Refusal(context));
+    grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) {
+  std::shared_ptr<v1::Coordinator::Stub> stub = LeaderStub();
+  if (stub == nullptr) {
+    return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(Refusal(context));
+  }
+  auto* watch = new ForwardedWatch([this, context] { return Refusal(context); });
+  watch->Start(std::move(stub), *context, *request);
+  return watch;
 }
 
 // The two reads: the leader's answer as it is; when the leader can't be

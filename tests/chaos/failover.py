@@ -18,20 +18,36 @@ from harness import free_port, wait_for, wait_listening
 
 class FailoverRun(chaos.ChaosRun):
     """A job on `coordinators` coordinators sharing `etcd` (an EtcdCluster)
-    under their own prefix, and `workers` workers following the leader."""
+    under their own prefix, and `workers` workers following the leader.
 
-    def __init__(self, job, etcd, coordinators=2, workers=3, lease_ttl=2, extra_coordinator=()):
+    On loopback, or with `net` (a netns.Network) in its hosts: etcd's where
+    the EtcdCluster put them (host 0, say), worker i on host i + 1 (as in
+    ChaosRun), coordinator c<k> on host workers + 1 + k, each listening on
+    its host's address (--insecure, as ChaosRun's with a net)."""
+
+    def __init__(self, job, etcd, coordinators=2, workers=3, lease_ttl=2, extra_coordinator=(),
+                 net=None):
         self.etcd = etcd
         self.lease_ttl = lease_ttl
         self.prefix = "/ddp/" + job["name"]
-        self.addresses = ["127.0.0.1:%d" % free_port() for _ in range(coordinators)]
+        if net is None:
+            self.coordinator_hosts = [None] * coordinators
+            self.addresses = ["127.0.0.1:%d" % free_port() for _ in range(coordinators)]
+        else:
+            self.coordinator_hosts = [workers + 1 + k for k in range(coordinators)]
+            if self.coordinator_hosts[-1] >= len(net.hosts):
+                raise ValueError("%d workers and %d coordinators need %d hosts, the network has "
+                                 "%d" % (workers, coordinators, self.coordinator_hosts[-1] + 1,
+                                         len(net.hosts)))
+            self.addresses = ["%s:29400" % net.hosts[h].ip for h in self.coordinator_hosts]
         self.clients = {}
         self.failover_flags = [
             "--etcd_endpoints=" + ",".join(etcd.endpoints), "--etcd_prefix=" + self.prefix,
-            "--lease_ttl=%ds" % lease_ttl, "--metrics_listen=", "--http_listen=",
+            "--lease_ttl=%ds" % lease_ttl, "--metrics_listen=", "--http_listen="]
+        if net is None:
             # What is under test is failover, not authentication (auth_test).
-            "--allow_anonymous_loopback"]
-        super().__init__(job, workers, extra_coordinator=extra_coordinator)
+            self.failover_flags.append("--allow_anonymous_loopback")
+        super().__init__(job, workers, net=net, extra_coordinator=extra_coordinator)
 
     # ---- processes -------------------------------------------------------
 
@@ -49,7 +65,7 @@ class FailoverRun(chaos.ChaosRun):
         base = [a for a in self.coordinator_args
                 if not a.startswith("--listen=") and not a.startswith("--state_dir=")]
         args = base + ["--listen=" + self.addresses[i]] + self.failover_flags
-        p = self._start("c%d" % i, args)
+        p = self._start("c%d" % i, args, host=self.coordinator_hosts[i])
         host, port = self.addresses[i].rsplit(":", 1)
         wait_listening(host, port, 30, "coordinator c%d to listen" % i, p)
         old = self.clients.pop(i, None)
@@ -59,6 +75,26 @@ class FailoverRun(chaos.ChaosRun):
 
     def status_target(self):
         return self.addresses[0]
+
+    # ---- partitions (with a net) ------------------------------------------
+
+    def cut_from_etcd(self, i):
+        """Parts c<i> from every etcd member, silently both ways, and from
+        nothing else: workers and the other coordinators still reach it."""
+        self.events.append((time.time(), "c%d cut from etcd" % i))
+        for h in self._etcd_hosts():
+            self.net.cut_between(self.coordinator_hosts[i], h)
+
+    def heal_from_etcd(self, i):
+        for h in self._etcd_hosts():
+            self.net.heal_between(self.coordinator_hosts[i], h)
+        self.events.append((time.time(), "c%d back to etcd" % i))
+
+    def _etcd_hosts(self):
+        hosts = sorted(set(self.etcd.member_hosts))
+        if self.net is None or None in hosts:
+            raise ValueError("cutting from etcd needs the run and etcd in a Network")
+        return hosts
 
     def client_of(self, i):
         if i not in self.clients:
@@ -100,6 +136,23 @@ class FailoverRun(chaos.ChaosRun):
                 own.get("this_coordinator") == self.addresses[i]
         wait_for(leads, timeout, "c%d to lead" % i, interval=0.02)
         return time.time()
+
+    def health(self, i, service=""):
+        """grpc.health.v1 as c<i> answers it for `service`."""
+        return self.client_of(i).call("grpc.health.v1.Health/Check",
+                                      json.dumps({"service": service}), timeout=2).get("status")
+
+    def watch_through(self, i, count=2):
+        """The first `count` statuses of a WatchStatus sent to c<i>."""
+        call, request, _ = self.client_of(i).stub("ddp.v1.Coordinator/WatchStatus")
+        stream = call(request(interval_seconds=0.1), timeout=10)
+        out = []
+        for status in stream:
+            out.append(ReflectionClient.to_dict(status))
+            if len(out) == count:
+                stream.cancel()
+                break
+        return out
 
     def wait_refusal_naming(self, i, leader, timeout=5):
         """Until c<i> refuses a mutation naming `leader` in its trailer."""

@@ -74,9 +74,16 @@ class FailoverTest(unittest.TestCase):
         took = run.wait_leader(other, TTL + 5) - t
         print("c%d killed; c%d led %.2fs later" % (leader, other, took), flush=True)
         self.assertLess(took, TTL + 1.0)
-        # Back as a standby: it names the new leader.
+        # Back as a standby: it names the new leader, is alive but does not
+        # serve the API (health), and relays a watch from the leader.
         run.start_one(leader)
         run.wait_refusal_naming(leader, run.addresses[other])
+        self.assertEqual(run.health(leader), "SERVING")
+        self.assertEqual(run.health(leader, "ddp.v1.Coordinator"), "NOT_SERVING")
+        self.assertEqual(run.health(other, "ddp.v1.Coordinator"), "SERVING")
+        watched = run.watch_through(leader)
+        self.assertEqual(len(watched), 2)
+        self.assertEqual(watched[0].get("job_id"), run.job["name"])
         final = self.finish(run, t)
         # The members were adopted: no new generation for the takeover.
         for change in final.get("generation_changes", []):
