@@ -195,6 +195,10 @@ std::string LeaderElection::loss_reason() const {
 
 std::string LeaderElection::EtcdTrouble() const {
   absl::MutexLock lock(&mu_);
+  // A renewal still waiting on a silent etcd has no error yet.
+  if (trouble_.empty() && won_ && !LeadingLocked()) {
+    return "no renewal of this coordinator's lease was answered in time";
+  }
   return trouble_;
 }
 

@@ -9,7 +9,15 @@ that an election takes under a second.
         etcd.restart(0)  # back on its data, answering
 
 Every wait is bounded and names what it waited for; members are killed
-(SIGKILL) and the folder removed on close."""
+(SIGKILL) and the folder removed on close.
+
+In network namespaces (tests/py/netns.py), members run in hosts of a
+Network, listening on those hosts' addresses (the test reaches them through
+the network's root leg):
+
+    with netns.Network(4) as net, EtcdCluster(3, net=net, hosts=[0]) as etcd:
+        etcd.endpoints       # ["10.x.0.1:2379", "10.x.0.1:2381", ...]
+        etcd.member_hosts    # [0, 0, 0]: cut_between(h, 0) parts h from etcd"""
 import atexit
 import json
 import os
@@ -55,33 +63,43 @@ def _free_ports(n):
             s.close()
 
 
-def _url(port):
-    return "http://127.0.0.1:%d" % port
+def _url(ip, port):
+    return "http://%s:%d" % (ip, port)
+
+
+# A namespace is the test's own: fixed ports there, none taken.
+_NETNS_CLIENT_PORT = 2379  # member k of a host: 2379 + 2k, its peer port 2380 + 2k
 
 
 class _Member:
-    def __init__(self, name, folder, client_port, peer_port):
+    def __init__(self, name, folder, client_port, peer_port, ip="127.0.0.1", host=None):
         self.name = name
         self.dir = folder
         self.client_port = client_port
         self.peer_port = peer_port
+        self.ip = ip
+        self.host = host  # its host in the Network, None on loopback
         self.proc = None
+
+    def url(self, port):
+        return _url(self.ip, port)
 
 
 class EtcdCluster:
-    """`n` etcd members, started and answering once constructed."""
+    """`n` etcd members, started and answering once constructed: on
+    loopback, or with `net` (a netns.Network with its root leg) member i in
+    host hosts[i % len(hosts)], on that host's address."""
 
-    def __init__(self, n=1):
+    def __init__(self, n=1, net=None, hosts=(0,)):
         self._etcd = _find_etcd()
+        self._net = net
+        self._hosts = list(hosts)
         self._members = []
         self.dir = None
         atexit.register(self.close)
         for attempt in range(_START_ATTEMPTS):
             self.dir = tempfile.mkdtemp(prefix="ddp-etcd-")
-            ports = _free_ports(2 * n)
-            self._members = [
-                _Member("m%d" % i, os.path.join(self.dir, "m%d" % i), ports[2 * i],
-                        ports[2 * i + 1]) for i in range(n)]
+            self._members = self._new_members(n)
             self._token = "ddp-test-%d-%d" % (os.getpid(), attempt)
             try:
                 for i in range(n):
@@ -104,10 +122,31 @@ class EtcdCluster:
     def __exit__(self, *exc):
         self.close()
 
+    def _new_members(self, n):
+        if self._net is None:
+            ports = _free_ports(2 * n)
+            return [_Member("m%d" % i, os.path.join(self.dir, "m%d" % i), ports[2 * i],
+                            ports[2 * i + 1]) for i in range(n)]
+        members, on_host = [], {}
+        for i in range(n):
+            host = self._hosts[i % len(self._hosts)]
+            k = on_host.get(host, 0)
+            on_host[host] = k + 1
+            port = _NETNS_CLIENT_PORT + 2 * k
+            members.append(_Member("m%d" % i, os.path.join(self.dir, "m%d" % i), port, port + 1,
+                                   self._net.hosts[host].ip, host))
+        return members
+
     @property
     def endpoints(self):
-        """"127.0.0.1:PORT" of each member, in member order."""
-        return ["127.0.0.1:%d" % m.client_port for m in self._members]
+        """"IP:PORT" of each member, in member order (IP 127.0.0.1 on loopback)."""
+        return ["%s:%d" % (m.ip, m.client_port) for m in self._members]
+
+    @property
+    def member_hosts(self):
+        """Each member's host index in the Network, in member order (None
+        on loopback)."""
+        return [m.host for m in self._members]
 
     def kill(self, i):
         """SIGKILL, and waits for it to die; nothing when already dead."""
@@ -153,15 +192,15 @@ class EtcdCluster:
 
     def _spawn(self, i, existing):
         m = self._members[i]
-        initial = ",".join("%s=%s" % (o.name, _url(o.peer_port)) for o in self._members)
+        initial = ",".join("%s=%s" % (o.name, o.url(o.peer_port)) for o in self._members)
         args = [
             self._etcd,
             "--name=" + m.name,
             "--data-dir=" + os.path.join(m.dir, "data"),
-            "--listen-client-urls=" + _url(m.client_port),
-            "--advertise-client-urls=" + _url(m.client_port),
-            "--listen-peer-urls=" + _url(m.peer_port),
-            "--initial-advertise-peer-urls=" + _url(m.peer_port),
+            "--listen-client-urls=" + m.url(m.client_port),
+            "--advertise-client-urls=" + m.url(m.client_port),
+            "--listen-peer-urls=" + m.url(m.peer_port),
+            "--initial-advertise-peer-urls=" + m.url(m.peer_port),
             "--initial-cluster=" + initial,
             "--initial-cluster-state=" + ("existing" if existing else "new"),
             "--initial-cluster-token=" + self._token,
@@ -178,8 +217,13 @@ class EtcdCluster:
             "--log-level=error",
         ]
         with open(os.path.join(m.dir, "etcd.log"), "a") as log:
-            m.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+            if self._net is not None:
+                # `ip netns exec` and the rest exec in turn: the pid is etcd's.
+                m.proc = self._net.popen(m.host, args, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+            else:
+                m.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
 
     def _wait_ready(self, i):
         """Until member `i`'s /health says true (it has a leader); _Exited,
@@ -191,7 +235,7 @@ class EtcdCluster:
                 raise _Exited("etcd member %s exited with %d; its log:\n%s" % (
                     m.name, m.proc.returncode, self.log(i)))
             try:
-                with urllib.request.urlopen(_url(m.client_port) + "/health", timeout=1) as r:
+                with urllib.request.urlopen(m.url(m.client_port) + "/health", timeout=1) as r:
                     return json.load(r).get("health") == "true"
             except (OSError, ValueError, urllib.error.URLError):
                 return False
@@ -203,7 +247,7 @@ class EtcdCluster:
             if time.time() >= deadline:
                 raise AssertionError("timed out after %ds waiting for etcd member %s to answer "
                                      "at %s; its log:\n%s" % (START_TIMEOUT, m.name,
-                                                               _url(m.client_port), self.log(i)))
+                                                               m.url(m.client_port), self.log(i)))
             time.sleep(0.05)
 
 

@@ -42,6 +42,9 @@ UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 LOCK = "/run/lock/ddpt-netns.lock" if os.path.isdir("/run/lock") else "/tmp/ddpt-netns.lock"
 STALE = re.compile(r"^ddpt(\d+)-")
 _counter = itertools.count()
+# A unicast MAC no interface has (locally administered): frames sent to it
+# are flooded by the bridge and dropped by every host.
+NOWHERE = "02:dd:00:00:00:01"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +224,7 @@ class Network:
         self._namespaces = []
         self._procs = []
         self._netem = None
+        self._macs = {}  # host index -> the MAC of its eth0
         self._closed = False
         atexit.register(self.close)
         try:
@@ -270,6 +274,7 @@ class Network:
             members.append((None, self.root_link, self.root_ip))
         macs = [json.loads(_ip("-j", "link", "show", dev, ns=ns).stdout)[0]["address"]
                 for ns, dev, _ in members]
+        self._macs = dict(enumerate(macs[:len(self.hosts)]))
         for ns, dev, ip in members:
             _ip("-batch", "-", ns=ns, input="".join(
                 "neigh replace %s lladdr %s dev %s nud permanent\n" % (other, mac, dev)
@@ -349,6 +354,28 @@ class Network:
 
     def link_up(self, i):
         _ip("link", "set", "v%d" % i, "up", ns=self.switch)
+
+    def cut_between(self, i, j):
+        """Cuts only the path between hosts i and j, silently both ways: each
+        sends its frames for the other to a MAC nobody has (its permanent
+        neighbour entry for the other replaced), so their TCP connections
+        stall and new ones hang, as with link_down, while each still reaches
+        every other host. It acts per packet: established connections stall
+        too."""
+        for a, b in self._pair(i, j):
+            _ip("neigh", "replace", self.hosts[b].ip, "lladdr", NOWHERE, "dev", "eth0", "nud",
+                "permanent", ns=self.hosts[a].ns)
+
+    def heal_between(self, i, j):
+        """Undoes cut_between(i, j)."""
+        for a, b in self._pair(i, j):
+            _ip("neigh", "replace", self.hosts[b].ip, "lladdr", self._macs[b], "dev", "eth0",
+                "nud", "permanent", ns=self.hosts[a].ns)
+
+    def _pair(self, i, j):
+        if i == j:
+            raise ValueError("host %d can't be cut from itself" % i)
+        return ((i, j), (j, i))
 
     def netem_available(self):
         """(True, "") when the kernel has netem, which shape(delay=...) needs;
