@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +68,28 @@ struct EtcdOp {
   int64_t lease = 0;      // kPut
   std::string range_end;  // kDelete, kRange: "" for the one key
 };
+
+// The comparisons and operations the coordinator's transactions use.
+inline EtcdCompare CreateRevisionIs(std::string key, int64_t revision) {
+  EtcdCompare c;
+  c.key = std::move(key);
+  c.target = EtcdCompare::Target::kCreateRevision;
+  c.number = revision;  // 0: the key does not exist
+  return c;
+}
+inline EtcdOp PutOp(std::string key, std::string value, int64_t lease = 0) {
+  EtcdOp op;
+  op.key = std::move(key);
+  op.value = std::move(value);
+  op.lease = lease;
+  return op;
+}
+inline EtcdOp ReadOp(std::string key) {
+  EtcdOp op;
+  op.kind = EtcdOp::Kind::kRange;
+  op.key = std::move(key);
+  return op;
+}
 
 struct EtcdTxnResult {
   bool succeeded = false;  // the compares held: the success branch ran

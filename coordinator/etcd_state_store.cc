@@ -40,11 +40,9 @@ absl::Status EtcdStateStore::ClaimPrefix(EtcdClient* etcd, const std::string& pr
         " keys that are not a ddp coordinator's (the first: ", absl::CEscape(keys->kvs.front().key),
         "); use another --etcd_prefix"));
   }
-  EtcdCompare absent{FormatKey(prefix), EtcdCompare::Target::kCreateRevision,
-                     EtcdCompare::Result::kEqual};
-  EtcdOp mark{EtcdOp::Kind::kPut, FormatKey(prefix), kEtcdStateFormat};
-  EtcdOp read{EtcdOp::Kind::kRange, FormatKey(prefix)};
-  absl::StatusOr<EtcdTxnResult> txn = etcd->Txn({absent}, {mark}, {read});
+  absl::StatusOr<EtcdTxnResult> txn =
+      etcd->Txn({CreateRevisionIs(FormatKey(prefix), 0)},
+                {PutOp(FormatKey(prefix), kEtcdStateFormat)}, {ReadOp(FormatKey(prefix))});
   if (!txn.ok()) return txn.status();
   // Another coordinator marked it first: it must have marked it the same.
   if (!txn->succeeded && !txn->ranges.empty() && !txn->ranges.front().empty() &&
@@ -75,9 +73,8 @@ absl::Status EtcdStateStore::Save(const v1::DurableState& state, uint64_t sequen
   if (sequence < saved_sequence_) return absl::OkStatus();
   const int64_t lease = election_->lease();
   std::vector<EtcdOp> writes = {
-      EtcdOp{EtcdOp::Kind::kPut, StateKey(prefix_), state.SerializeAsString()},
-      EtcdOp{EtcdOp::Kind::kPut, WriterKey(prefix_),
-             absl::StrFormat("%016x", static_cast<uint64_t>(lease))}};
+      PutOp(StateKey(prefix_), state.SerializeAsString()),
+      PutOp(WriterKey(prefix_), absl::StrFormat("%016x", static_cast<uint64_t>(lease)))};
   absl::StatusOr<EtcdTxnResult> txn = etcd_->Txn(election_->Guard(), writes);
   if (!txn.ok()) return txn.status();
   if (!txn->succeeded) {

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
-#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "common/process.h"
@@ -36,13 +35,14 @@ absl::Status RetryWhileUnreachable(const std::string& what,
                                    const std::function<absl::Status()>& step,
                                    LeaderElection& election) {
   absl::Duration backoff = absl::Milliseconds(200);
-  LogLimiter complaints(absl::Seconds(30));
+  absl::Time complained = absl::InfinitePast();
   while (true) {
     absl::Status s = step();
     election.NoteEtcdTrouble(s.ok() ? "" : std::string(s.message()));
     if (s.ok() || (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s))) return s;
-    uint64_t held_back = 0;
-    if (complaints.ShouldLog(static_cast<int>(s.code()), absl::Now(), &held_back)) {
+    // Said at once, then every 30 s while it lasts.
+    if (absl::Now() - complained >= absl::Seconds(30)) {
+      complained = absl::Now();
       DDP_LOG(Warning) << what << ": " << s.message() << "; trying again every "
                        << absl::FormatDuration(backoff) << " up to 5s";
     }

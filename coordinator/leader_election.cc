@@ -40,10 +40,8 @@ absl::StatusOr<LeaderElection::Candidate> LeaderElection::Enter() {
   me.key = absl::StrFormat("%s%016x", candidates_prefix_, static_cast<uint64_t>(*lease));
   // Created only if absent: the key's create revision is then the
   // transaction's, and names this candidacy for Guard().
-  EtcdCompare absent{me.key, EtcdCompare::Target::kCreateRevision, EtcdCompare::Result::kEqual};
-  EtcdOp put{EtcdOp::Kind::kPut, me.key, me.address, me.lease};
-  EtcdOp read{EtcdOp::Kind::kRange, me.key};
-  absl::StatusOr<EtcdTxnResult> txn = etcd_->Txn({absent}, {put}, {read});
+  absl::StatusOr<EtcdTxnResult> txn = etcd_->Txn(
+      {CreateRevisionIs(me.key, 0)}, {PutOp(me.key, me.address, me.lease)}, {ReadOp(me.key)});
   if (!txn.ok()) return txn.status();
   if (txn->succeeded) {
     me.create_revision = txn->revision;
@@ -174,8 +172,7 @@ v1::CoordinatorLeadership LeaderElection::Describe() const {
 
 std::vector<EtcdCompare> LeaderElection::Guard() const {
   absl::MutexLock lock(&mu_);
-  return {EtcdCompare{key_, EtcdCompare::Target::kCreateRevision, EtcdCompare::Result::kEqual,
-                      create_revision_}};
+  return {CreateRevisionIs(key_, create_revision_)};
 }
 
 int64_t LeaderElection::lease() const {
@@ -344,8 +341,9 @@ absl::StatusOr<int64_t> LeaderElection::Observe() {
   }
   leader_key_ = leader;
   candidates_ = std::move(candidates);
+  const std::string& mine = key_;
   const bool mine_present = std::any_of(candidates_.begin(), candidates_.end(),
-                                        [&](const Candidate& c) { return c.key == key_; });
+                                        [&mine](const Candidate& c) { return c.key == mine; });
   if (won_ && !mine_present) LoseLocked("its leader key is gone (the lease expired)");
   if (!won_ && lost_.empty() && leader == key_) {
     won_ = true;
