@@ -341,7 +341,7 @@ absl::StatusOr<int64_t> LeaderElection::Observe() {
   }
   leader_key_ = leader;
   candidates_ = std::move(candidates);
-  const std::string& mine = key_;
+  const std::string mine = key_;
   const bool mine_present = std::any_of(candidates_.begin(), candidates_.end(),
                                         [&mine](const Candidate& c) { return c.key == mine; });
   if (won_ && !mine_present) LoseLocked("its leader key is gone (the lease expired)");
