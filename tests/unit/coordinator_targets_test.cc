@@ -198,7 +198,7 @@ TEST(LeaderHint, NotAnAddress_Ignored) {
   EXPECT_EQ(LeaderHint(context), "");
 }
 
-TEST(CoordinatorTargets, StandbyNamesTheLeader_TargetIsTheLeaderEvenUnlisted) {
+TEST(CoordinatorTargetsOverGrpc, StandbyNamesTheLeader_TargetIsTheLeaderEvenUnlisted) {
   StandbyServer standby("10.0.0.9:29400");
   CoordinatorTargets targets(standby.address() + ",b:2");
   grpc::ClientContext context;
@@ -211,7 +211,7 @@ TEST(CoordinatorTargets, StandbyNamesTheLeader_TargetIsTheLeaderEvenUnlisted) {
   EXPECT_EQ(targets.OnUnreachable("10.0.0.9:29400").target, "b:2");
 }
 
-TEST(CoordinatorTargets, StandbyNamesAListedLeader_TheListGoesOnAfterIt) {
+TEST(CoordinatorTargetsOverGrpc, StandbyNamesAListedLeader_TheListGoesOnAfterIt) {
   StandbyServer standby("c:3");
   CoordinatorTargets targets(standby.address() + ",b:2,c:3");
   grpc::ClientContext context;
@@ -220,7 +220,7 @@ TEST(CoordinatorTargets, StandbyNamesAListedLeader_TheListGoesOnAfterIt) {
   EXPECT_EQ(targets.OnUnreachable("c:3").target, standby.address());
 }
 
-TEST(CoordinatorTargets, ElectionInProgress_NextAddress) {
+TEST(CoordinatorTargetsOverGrpc, ElectionInProgress_NextAddress) {
   StandbyServer electing("");
   CoordinatorTargets targets(electing.address() + ",b:2");
   grpc::ClientContext context;
@@ -230,7 +230,7 @@ TEST(CoordinatorTargets, ElectionInProgress_NextAddress) {
   EXPECT_EQ(next.move, Move::kNextAddress);
 }
 
-TEST(CoordinatorTargets, StandbyNamesItself_NotFollowedAsALeader) {
+TEST(CoordinatorTargetsOverGrpc, StandbyNamesItself_NotFollowedAsALeader) {
   StandbyServer standby("");
   standby.set_leader(standby.address());
   CoordinatorTargets targets(standby.address() + ",b:2");
