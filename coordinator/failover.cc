@@ -53,12 +53,14 @@ absl::Status RetryWhileUnreachable(const std::string& what,
 
 // ddp_coordinator_etcd_request_seconds{op}: every call to etcd, timed.
 std::function<void(const char*, absl::Duration, bool)> TimeEtcdCalls(
-    prometheus::Registry* registry) {
+    std::shared_ptr<prometheus::Registry> registry) {
   auto& family = prometheus::BuildHistogram()
                      .Name("ddp_coordinator_etcd_request_seconds")
                      .Help("etcd calls of this coordinator (over every member tried), by call")
                      .Register(*registry);
-  return [&family](const char* op, absl::Duration took, bool /*ok*/) {
+  // The registry lives as long as the client that calls this: the
+  // election's last call (resigning) comes after the metrics are gone.
+  return [registry, &family](const char* op, absl::Duration took, bool /*ok*/) {
     static const prometheus::Histogram::BucketBoundaries kBuckets = {
         0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2};
     family.Add({{"op", op}}, kBuckets).Observe(absl::ToDoubleSeconds(took));
@@ -71,7 +73,7 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
                     const std::function<void(int port)>& start_over) {
   options.extra_metrics = std::make_shared<prometheus::Registry>();
   EtcdClient::Options etcd_options = failover.etcd;
-  etcd_options.on_call = TimeEtcdCalls(options.extra_metrics.get());
+  etcd_options.on_call = TimeEtcdCalls(options.extra_metrics);
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Create(etcd_options);
   if (!etcd.ok()) {
     DDP_LOG(Error) << "--etcd_endpoints: " << etcd.status().message();
