@@ -16,9 +16,18 @@ never (tests/chaos/coverage.py over the index logs, DistributedSampler's
 padding counted apart), and the final test accuracy against an undisturbed
 run of the same job and seed.
 
-    /usr/bin/python3 bench/resilience.py            # about 15 minutes
+    /usr/bin/python3 bench/resilience.py            # about 30 minutes
     /usr/bin/python3 bench/resilience.py --quick    # a smoke run (2 each)
     /usr/bin/python3 bench/resilience.py --kinds kill9,hang --injections 5
+
+Coordinators that fail over through etcd have kinds of their own
+(bench/failover_faults.py: leader_kill9, leader_stop, leader_partition,
+etcd_member, etcd_down; and etcd_load, etcd's writes at 1,000 simulated
+workers), in a section of their own. A run that names only those keeps
+everything else docs/resilience.json holds: `--kinds etcd_down` measures
+that row again and leaves every other row as it was measured. A run that
+names any of the kinds above writes their rows afresh, as it always did,
+and keeps the failover section.
 
 Needs build/bin (ddp-coordinator, ddp-worker); the partition row needs root
 and network namespaces (else the row says why it was skipped). These are
@@ -73,8 +82,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "chaos"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
 
 import chaos  # noqa: E402
+import failover_faults  # noqa: E402
 import faults  # noqa: E402
 import netns  # noqa: E402
+
+ALL_KINDS = faults.KINDS + failover_faults.KINDS + ("etcd_load",)
 
 CHECKPOINT_EVERY = 50
 
@@ -512,8 +524,9 @@ def write_markdown(path, data):
     L.append("# Resilience: what a fault costs a job")
     L.append("")
     L.append("Written by `bench/resilience.py` on %s in %.0f minutes; do not edit by hand. Re-run "
-             "with `/usr/bin/python3 bench/resilience.py` (about 15 minutes; `--quick` for a smoke "
-             "run of 2 faults each; `--kinds kill9,hang --injections N` for some rows). Raw numbers: "
+             "with `/usr/bin/python3 bench/resilience.py` (about 15 minutes for these rows, 15 more "
+             "for the failover rows below; `--quick` for a smoke run of 2 faults each; `--kinds "
+             "kill9,hang --injections N` for some rows). Raw numbers: "
              "`docs/resilience.json`. These are measurements, not tests: nothing fails on a number.%s" % (
                  data["date"], data["minutes"],
                  (" Analysis redone from the same runs' records on %s (`--reanalyze`)." %
@@ -735,9 +748,14 @@ def write_markdown(path, data):
     if skipped:
         L.append("Rows cut short or skipped: %s." % "; ".join("%s: %s" % x for x in skipped))
         L.append("")
+    if data.get("failover"):
+        L.extend(failover_faults.markdown(data["failover"], data["baselines"].get("loopback")))
     L.append("## Sources")
     L.append("")
-    for key, url in SOURCES.items():
+    sources = dict(SOURCES)
+    if data.get("failover"):
+        sources.update(failover_faults.SOURCES)
+    for key, url in sources.items():
         L.append("- [%s] %s" % (key, url))
     L.append("")
     with open(path, "w") as f:
@@ -812,7 +830,8 @@ def main():
     p.add_argument("--injections", type=int, default=10)
     p.add_argument("--epochs", type=int, default=60, help="epochs of the loopback job")
     p.add_argument("--netns-epochs", type=int, default=25, help="epochs of the partition job")
-    p.add_argument("--kinds", default=",".join(faults.KINDS))
+    p.add_argument("--kinds", default=",".join(ALL_KINDS),
+                   help="of %s" % ", ".join(ALL_KINDS))
     p.add_argument("--seed", type=int, default=1, help="picks victims and spacing")
     p.add_argument("--outage", type=float, default=1.5, help="seconds the coordinator is down")
     p.add_argument("--budget-minutes", type=float, default=30)
@@ -823,25 +842,99 @@ def main():
     p.add_argument("--eval-runs", type=int, default=3,
                    help="jobs whose rank 0 is killed after the last step")
     p.add_argument("--out", default=os.path.join(ROOT, "docs"))
+    p.add_argument("--failover-ttl", type=int, default=2,
+                   help="the coordinators' --lease_ttl in the failover rows (seconds)")
+    p.add_argument("--failover-epochs", type=int, default=0,
+                   help="epochs of each failover job (0: sized to the faults)")
+    p.add_argument("--history-seconds", type=float, default=10,
+                   help="how long etcdctl watch --rev=1 may replay a prefix's history")
+    p.add_argument("--load-workers", type=int, default=1000, help="etcd_load's simulated workers")
+    p.add_argument("--load-seconds", type=int, default=40, help="etcd_load's loaded phase")
     p.add_argument("--reanalyze", metavar="JSON",
                    help="no runs: read a resilience.json this script wrote and the run folders it "
                         "names (still in /tmp), analyze again and rewrite the two files")
+    p.add_argument("--render", metavar="JSON",
+                   help="no runs, no analysis: write the two files again from a resilience.json "
+                        "this script wrote (after a change to the text)")
     args = p.parse_args()
+    args.kinds_given = any(a == "--kinds" or a.startswith("--kinds=") for a in sys.argv[1:])
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        render(data, args)
+        return
     if args.reanalyze:
         with open(args.reanalyze) as f:
             data = json.load(f)
-        reanalyze(data)
+        reanalyze(data, [k for k in args.kinds.split(",") if k] if args.kinds_given else None)
         render(data, args)
         return
     if args.quick:
         args.injections, args.epochs, args.netns_epochs = 2, 12, 6
         args.eval_epochs, args.eval_runs = min(args.eval_epochs, 2), min(args.eval_runs, 1)
+        args.load_seconds = min(args.load_seconds, 15)
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
-        if k not in faults.KINDS:
-            p.error("unknown kind %r (of %s)" % (k, ", ".join(faults.KINDS)))
+        if k not in ALL_KINDS:
+            p.error("unknown kind %r (of %s)" % (k, ", ".join(ALL_KINDS)))
+    # What is already there stays unless measured again.
+    earlier = None
+    earlier_path = os.path.join(args.out, "resilience.json")
+    if os.path.exists(earlier_path):
+        with open(earlier_path) as f:
+            earlier = json.load(f)
+    base_kinds = [k for k in kinds if k in faults.KINDS]
+    failover_kinds = [k for k in kinds if k in failover_faults.KINDS]
     started = time.time()
     rng = random.Random(args.seed)
+    if base_kinds:
+        data = measure_base(base_kinds, args, rng, started)
+    elif earlier is not None:
+        data = earlier
+    else:
+        p.error("%s holds no earlier rows to add these to: run the other kinds too" % earlier_path)
+    if failover_kinds or "etcd_load" in kinds:
+        data["failover"] = measure_failover(failover_kinds, "etcd_load" in kinds, args, rng,
+                                            (earlier or {}).get("failover"))
+    elif earlier is not None and earlier.get("failover") and "failover" not in data:
+        data["failover"] = earlier["failover"]
+    render(data, args)
+
+
+def measure_failover(kinds, load, args, rng, earlier):
+    """The failover rows of `kinds` (and the etcd load), merged into the
+    failover section measured before (rows of other kinds kept)."""
+    started = time.time()
+    fo = earlier or {"rows": {}, "invocations": []}
+    fo.update({"ttl": args.failover_ttl, "targets": [2.5, 3.5], "injections": args.injections})
+    run = {"date": datetime.date.today().isoformat(), "kinds": list(kinds) +
+           (["etcd_load"] if load else []), "binaries": BINARIES, "machine": machine()}
+    out = subprocess.run(["etcd", "--version"], capture_output=True, text=True)
+    fo["etcd_version"] = (out.stdout.splitlines() or ["?"])[0].replace("etcd Version: ", "")
+    log("failover: %s, %d faults each, lease TTL %d s" % (", ".join(run["kinds"]),
+                                                         args.injections, args.failover_ttl))
+    for kind in kinds:
+        row = failover_faults.measure_kind(kind, args, rng, time.time(), log)
+        row["measured"] = {"date": run["date"], "coordinator": BINARIES["ddp-coordinator"]["sha256"]}
+        fo["rows"][kind] = row
+    if load:
+        fo["etcd_load"] = failover_faults.measure_etcd_load(
+            args, os.environ["DDP_BIN"], os.path.join(BINARIES["from"], "ddp_load_generator"), log)
+        fo["etcd_load"]["date"] = run["date"]
+    run["machine"]["loadavg_end"] = os.getloadavg()
+    run["minutes"] = (time.time() - started) / 60
+    fo["invocations"].append(run)
+    fo["machine"] = run["machine"]
+    fo["kinds"] = [k for k in failover_faults.KINDS if k in fo["rows"]]
+    # What was measured, safe before anything is written from it.
+    raw = tempfile.mkstemp(prefix="resilience-failover-", suffix=".json")[1]
+    faults.dump(fo, raw)
+    log("measured failover data kept in %s" % raw)
+    return fo
+
+
+def measure_base(kinds, args, rng, started):
+    """The rows of the single coordinator's kinds (and the evaluations)."""
     data = {"machine": machine(), "date": datetime.date.today().isoformat(), "binaries": BINARIES,
             "injections": args.injections, "epochs": args.epochs, "netns_epochs": args.netns_epochs,
             "kinds": kinds, "seed": args.seed, "outage": args.outage, "rows": {}, "baselines": {},
@@ -866,11 +959,12 @@ def main():
         data["evaluations"] = measure_evaluations(args)
     data["machine"]["loadavg_end"] = os.getloadavg()
     data["minutes"] = (time.time() - started) / 60
-    render(data, args)
+    return data
 
 
-def reanalyze(data):
-    """Analysis again from the run folders (after a change to the analysis)."""
+def reanalyze(data, kinds=None):
+    """Analysis again from the run folders (after a change to the analysis):
+    of every row, or of `kinds`' rows only (--kinds with --reanalyze)."""
     def again(r):
         run = chaos.RunFiles(r["dir"], r["job"])
         res = faults.analyze(run, [faults.injection_from(d) for d in r["raw_injections"]],
@@ -879,10 +973,15 @@ def reanalyze(data):
             if k in r:
                 res[k] = r[k]
         return res
-    data["baselines"] = {k: again(v) for k, v in data["baselines"].items()}
-    for row in data["rows"].values():
-        row["runs"] = [again(r) for r in row["runs"]]
-    data["reanalyzed"] = datetime.date.today().isoformat()
+    if kinds is None:
+        data["baselines"] = {k: again(v) for k, v in data["baselines"].items()}
+    for kind, row in data["rows"].items():
+        if kinds is None or kind in kinds:
+            row["runs"] = [again(r) for r in row["runs"]]
+    if data.get("failover"):
+        failover_faults.reanalyze(data["failover"], kinds)
+    if kinds is None or any(k in data["rows"] for k in kinds):
+        data["reanalyzed"] = datetime.date.today().isoformat()
 
 
 def render(data, args):
@@ -893,15 +992,19 @@ def render(data, args):
         if row["runs"]:
             row["summary"] = summarize_row(row, baselines, data["hb"], data["hang_timeout"])
             row["analysis"] = explain(kind, row, data) if row["summary"]["missed"] else []
+    if data.get("failover"):
+        failover_faults.render_prepare(data["failover"])
     os.makedirs(args.out, exist_ok=True)
     faults.dump(data, os.path.join(args.out, "resilience.json"))
     write_markdown(os.path.join(args.out, "RESILIENCE.md"), data)
     log("wrote %s and %s in %.1f minutes" % (os.path.join(args.out, "RESILIENCE.md"),
                                              os.path.join(args.out, "resilience.json"),
                                              data["minutes"]))
-    for kind in kinds:
-        s = data["rows"][kind].get("summary")
-        log("%-12s %s" % (kind, "skipped: " + data["rows"][kind]["skipped"] if not s else
+    rows = [(k, data["rows"][k]) for k in kinds]
+    rows += list((data.get("failover") or {}).get("rows", {}).items())
+    for kind, row in rows:
+        s = row.get("summary")
+        log("%-16s %s" % (kind, "skipped: " + row["skipped"] if not s else
                           ("met" if not s["missed"] else "missed: " + "; ".join(s["missed"]))))
 
 

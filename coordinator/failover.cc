@@ -157,6 +157,9 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   if (code == CoordinatorServer::kLostLeadership) {
     DDP_LOG(Warning) << "no longer the leader (" << election.loss_reason()
                      << "); starting over as a standby";
+    // Its key goes now, not when etcd expires the lease (which it may not
+    // have yet: a leader stops acting before): a standby takes over at once.
+    election.Stop(/*resign=*/true);
     start_over(port);
   }
   coordinator.Stop();

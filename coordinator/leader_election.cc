@@ -20,10 +20,13 @@ LeaderElection::LeaderElection(EtcdClient* etcd, const Clock* clock, Options opt
       clock_(clock),
       options_(std::move(options)),
       candidates_prefix_(absl::StrCat(options_.prefix, "/leader/")),
-      // A quarter of the TTL: at the default 2 s the leader stops acting
-      // 1.5 s after its last confirmed renewal, with two more renewals
-      // (every TTL/3) tried before that.
-      margin_(options_.lease_ttl / 4) {}
+      // A tenth of the TTL: room for the clocks' rates and the renewal's
+      // trip, not for an outage. At the default 2 s the leader stops acting
+      // 1.8 s after its last confirmed renewal, with renewals every sixth of
+      // the TTL: an etcd member lost (a raft election, about a second) is
+      // ridden out.
+      renew_every_(options_.lease_ttl / 6),
+      margin_(options_.lease_ttl / 10) {}
 
 LeaderElection::~LeaderElection() { Stop(/*resign=*/false); }
 
@@ -148,10 +151,13 @@ bool LeaderElection::IsLeader() const {
 std::string LeaderElection::LeaderAddress() const {
   absl::MutexLock lock(&mu_);
   if (candidates_.empty()) return "";
+  const Candidate& front = candidates_.front();
   // A leader that lost its lease names no one: the next one is not known
-  // until etcd says so.
-  if (candidates_.front().key == key_ && !LeadingLocked()) return "";
-  return candidates_.front().address;
+  // until etcd says so. Nor does a coordinator name a former process of its
+  // own (same address, another key, its lease not yet expired): that would
+  // send clients, and its own forwarded reads, back to itself.
+  if (front.key == key_ ? !LeadingLocked() : front.address == address_) return "";
+  return front.address;
 }
 
 v1::CoordinatorLeadership LeaderElection::Describe() const {
@@ -217,7 +223,7 @@ void LeaderElection::LoseLocked(const std::string& why) {
 
 void LeaderElection::RenewLoop() {
   absl::MutexLock lock(&mu_);
-  absl::Time next = clock_->Now() + options_.lease_ttl / 3;
+  absl::Time next = clock_->Now() + renew_every_;
   auto stopping =
       +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_; };
   while (!clock_->AwaitWithDeadline(mu_, absl::Condition(stopping, this), next)) {
@@ -248,7 +254,7 @@ void LeaderElection::RenewLoop() {
                    : std::string(renewed.status().message());
     if (renewed.ok()) {
       renewed_at_ = std::max(renewed_at_, sent);
-      next = sent + options_.lease_ttl / 3;
+      next = sent + renew_every_;
     } else if (absl::IsNotFound(renewed.status()) && won_) {
       LoseLocked("its lease expired");
     } else if (again.ok() && !again->key.empty()) {
@@ -258,7 +264,7 @@ void LeaderElection::RenewLoop() {
       key_ = again->key;
       create_revision_ = again->create_revision;
       dirty_ = true;
-      next = clock_->Now() + options_.lease_ttl / 3;
+      next = clock_->Now() + renew_every_;
     } else {
       next = clock_->Now() + kRetry;
     }

@@ -1,6 +1,6 @@
 // One leader among coordinators that share their state in etcd, by etcd's
 // election recipe: each candidate puts a key under PREFIX/leader/ bound to a
-// lease of its own (kept alive every TTL/3); the key with the lowest create
+// lease of its own (kept alive every TTL/6); the key with the lowest create
 // revision leads. A candidate watches the prefix (no polling) and looks
 // again at every change.
 //
@@ -107,6 +107,7 @@ class LeaderElection final : public Leadership {
   const Clock* const clock_;
   const Options options_;
   const std::string candidates_prefix_;  // PREFIX/leader/
+  const absl::Duration renew_every_;
   // The margin before the lease's end at which a leader stops acting.
   const absl::Duration margin_;
 
