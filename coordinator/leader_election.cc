@@ -131,8 +131,7 @@ bool LeaderElection::AwaitLoss(absl::Duration timeout) {
     if (!lost_.empty()) return true;
     if (stopping_) return false;
     if (won_ && !LeadingLocked()) {
-      LoseLocked(absl::StrCat("its lease was not renewed within ",
-                              absl::FormatDuration(options_.lease_ttl - margin_)));
+      LoseLocked(NotRenewed());
       return true;
     }
     if (clock_->Now() >= end) return false;
@@ -190,8 +189,7 @@ std::string LeaderElection::loss_reason() const {
   absl::MutexLock lock(&mu_);
   // Time ran out before a thread of the campaign looked.
   if (lost_.empty() && won_ && !LeadingLocked()) {
-    return absl::StrCat("its lease was not renewed within ",
-                        absl::FormatDuration(options_.lease_ttl - margin_));
+    return NotRenewed();
   }
   return lost_;
 }
@@ -215,6 +213,11 @@ uint64_t LeaderElection::leader_changes() const {
   return leader_changes_;
 }
 
+std::string LeaderElection::NotRenewed() const {
+  return absl::StrCat("its lease was not renewed within ",
+                      absl::FormatDuration(options_.lease_ttl - margin_));
+}
+
 void LeaderElection::LoseLocked(const std::string& why) {
   if (!lost_.empty()) return;
   lost_ = why;
@@ -228,8 +231,7 @@ void LeaderElection::RenewLoop() {
       +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_; };
   while (!clock_->AwaitWithDeadline(mu_, absl::Condition(stopping, this), next)) {
     if (won_ && !LeadingLocked()) {
-      LoseLocked(absl::StrCat("its lease was not renewed within ",
-                              absl::FormatDuration(options_.lease_ttl - margin_)));
+      LoseLocked(NotRenewed());
     }
     // A leader that lost is done: the coordinator starts over.
     if (won_ && !lost_.empty()) return;

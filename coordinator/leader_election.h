@@ -101,6 +101,8 @@ class LeaderElection final : public Leadership {
   // Returns the revision read at.
   absl::StatusOr<int64_t> Observe();
   void LoseLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a leader whose renewals went unanswered past its margin lost.
+  std::string NotRenewed() const;
   bool LeadingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   EtcdClient* const etcd_;

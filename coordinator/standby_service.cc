@@ -27,6 +27,18 @@ ClientSecurity WithoutToken(ClientSecurity security) {
   return security;
 }
 
+// A forwarded call carries the caller's own token, and ends by the
+// caller's deadline or `latest`, whichever comes first.
+void Forward(const grpc::CallbackServerContext& from, grpc::ClientContext* to,
+             std::chrono::system_clock::time_point latest) {
+  for (const auto& [key, value] : from.client_metadata()) {
+    if (key == kAuthorizationMetadata) {
+      to->AddMetadata(kAuthorizationMetadata, std::string(value.data(), value.size()));
+    }
+  }
+  to->set_deadline(std::min(from.deadline(), latest));
+}
+
 // The leader's answer, unless the leader could not be reached.
 bool Reached(const grpc::Status& s) {
   return s.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -60,15 +72,6 @@ std::shared_ptr<v1::Coordinator::Stub> StandbyService::LeaderStub() {
     stub_ = v1::Coordinator::NewStub(MakeChannel(leader, to_leader_, grpc::ChannelArguments()));
   }
   return stub_;
-}
-
-void StandbyService::Forward(const grpc::CallbackServerContext& from, grpc::ClientContext* to) {
-  for (const auto& [key, value] : from.client_metadata()) {
-    if (key == kAuthorizationMetadata) {
-      to->AddMetadata(kAuthorizationMetadata, std::string(value.data(), value.size()));
-    }
-  }
-  to->set_deadline(std::min(from.deadline(), std::chrono::system_clock::now() + kForwardTimeout));
 }
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* StandbyService::Attach(
@@ -121,12 +124,8 @@ class ForwardedWatch final : public grpc::ServerWriteReactor<v1::JobStatus>,
 
   void Start(std::shared_ptr<v1::Coordinator::Stub> stub, const grpc::CallbackServerContext& from,
              const v1::WatchStatusRequest& request) {
-    for (const auto& [key, value] : from.client_metadata()) {
-      if (key == kAuthorizationMetadata) {
-        upstream_.AddMetadata(kAuthorizationMetadata, std::string(value.data(), value.size()));
-      }
-    }
-    upstream_.set_deadline(from.deadline());
+    // A watch lasts as long as its caller wants.
+    Forward(from, &upstream_, from.deadline());
     request_ = request;
     stub_ = std::move(stub);
     stub_->async()->WatchStatus(&upstream_, &request_, this);
@@ -142,11 +141,9 @@ class ForwardedWatch final : public grpc::ServerWriteReactor<v1::JobStatus>,
     StartWrite(&status_);  // the next read waits for this write
   }
   void OnDone(const grpc::Status& s) override {
-    const bool reached = s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                         s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
     {
       absl::MutexLock lock(&mu_);
-      ended_ = reached ? s : refusal_();
+      ended_ = Reached(s) ? s : refusal_();
       // A write in flight finishes first; its reaction finishes the call.
       if (!writing_) Finish(*ended_);
     }
@@ -197,35 +194,36 @@ grpc::ServerWriteReactor<v1::JobStatus>* StandbyService::WatchStatus(
 }
 
 // The two reads: the leader's answer as it is; when the leader can't be
-// asked, the refusal naming it.
-grpc::ServerUnaryReactor* StandbyService::GetStatus(grpc::CallbackServerContext* context,
-                                                    const v1::GetStatusRequest* request,
-                                                    v1::JobStatus* response) {
+// asked, the refusal naming it. `call` starts the call on the leader's
+// async stub.
+template <typename Call>
+grpc::ServerUnaryReactor* StandbyService::ForwardUnary(grpc::CallbackServerContext* context,
+                                                       Call call) {
   std::shared_ptr<v1::Coordinator::Stub> stub = LeaderStub();
   if (stub == nullptr) return RefuseUnary(context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto call = std::make_shared<grpc::ClientContext>();
-  Forward(*context, call.get());
-  stub->async()->GetStatus(call.get(), request, response,
-                           [this, reactor, context, call, stub](grpc::Status s) {
-                             reactor->Finish(Reached(s) ? s : Refusal(context));
-                           });
+  auto upstream = std::make_shared<grpc::ClientContext>();
+  Forward(*context, upstream.get(), std::chrono::system_clock::now() + kForwardTimeout);
+  call(stub->async(), upstream.get(), [this, reactor, context, upstream, stub](grpc::Status s) {
+    reactor->Finish(Reached(s) ? s : Refusal(context));
+  });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* StandbyService::GetStatus(grpc::CallbackServerContext* context,
+                                                    const v1::GetStatusRequest* request,
+                                                    v1::JobStatus* response) {
+  return ForwardUnary(context, [&](auto* leader, grpc::ClientContext* upstream, auto done) {
+    leader->GetStatus(upstream, request, response, std::move(done));
+  });
 }
 
 grpc::ServerUnaryReactor* StandbyService::ListWorkers(grpc::CallbackServerContext* context,
                                                       const v1::ListWorkersRequest* request,
                                                       v1::ListWorkersResponse* response) {
-  std::shared_ptr<v1::Coordinator::Stub> stub = LeaderStub();
-  if (stub == nullptr) return RefuseUnary(context);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto call = std::make_shared<grpc::ClientContext>();
-  Forward(*context, call.get());
-  stub->async()->ListWorkers(call.get(), request, response,
-                             [this, reactor, context, call, stub](grpc::Status s) {
-                               reactor->Finish(Reached(s) ? s : Refusal(context));
-                             });
-  return reactor;
+  return ForwardUnary(context, [&](auto* leader, grpc::ClientContext* upstream, auto done) {
+    leader->ListWorkers(upstream, request, response, std::move(done));
+  });
 }
 
 }  // namespace ddp

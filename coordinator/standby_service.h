@@ -58,8 +58,9 @@ class StandbyService final : public v1::Coordinator::CallbackService {
   grpc::Status Refusal(grpc::CallbackServerContext* context) const;
   // A stub to the leader now, or null while none is known.
   std::shared_ptr<v1::Coordinator::Stub> LeaderStub();
-  // Sets up a forwarded call: the caller's authorization and deadline.
-  static void Forward(const grpc::CallbackServerContext& from, grpc::ClientContext* to);
+  // Forwards a unary read to the leader (see the .cc).
+  template <typename Call>
+  grpc::ServerUnaryReactor* ForwardUnary(grpc::CallbackServerContext* context, Call call);
 
   const Leadership* const leadership_;
   const ClientSecurity to_leader_;
