@@ -169,6 +169,29 @@ class FailoverStartTest(unittest.TestCase):
                 p.wait(timeout=10)
 
 
+class FailoverFlagsTest(unittest.TestCase):
+    def test_settings_that_cannot_work_exit_2_naming_the_flag(self):
+        coordinator = os.path.join(BIN, "ddp-coordinator")
+        cases = [
+            (["--etcd_endpoints=127.0.0.1:2379", "--state_dir=/tmp/x"], "--state_dir"),
+            (["--etcd_endpoints=http://127.0.0.1:2379"], "--etcd_endpoints"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--etcd_prefix=ddp"], "--etcd_prefix"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--etcd_prefix=/ddp/"], "--etcd_prefix"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--lease_ttl=1500ms"], "--lease_ttl"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--lease_ttl=0s"], "--lease_ttl"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--advertise_address=nohost"],
+             "--advertise_address"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--listen=0.0.0.0:0", "--insecure"],
+             "--advertise_address"),
+        ]
+        for flags, named in cases:
+            out = subprocess.run([coordinator, "--metrics_listen=", "--http_listen=",
+                                  "--allow_anonymous_loopback"] + flags,
+                                 capture_output=True, text=True, timeout=20)
+            self.assertEqual(out.returncode, 2, (flags, out.stdout + out.stderr))
+            self.assertIn(named, out.stdout + out.stderr, flags)
+
+
 def longest_step_gap(run, since):
     """The longest gap between consecutive completed steps of one worker
     after `since`, within an epoch and a generation (an epoch's end has
