@@ -14,21 +14,55 @@ std::string FormatSeconds(double seconds) {
   return absl::StrFormat("%ds", s);
 }
 
+namespace {
+
+// Training has begun: step lines say how it goes from here.
+bool Training(const v1::JobStatus& status) {
+  return status.state() == v1::JOB_STATE_RUNNING && status.global_step() > 0;
+}
+
+// What the job is doing while no step line says it: repeated every
+// interval, so a slow start (workers loading, a rendezvous) never looks
+// like a hang.
+std::string StateLine(const v1::JobStatus& status, const std::string& stamp, bool repeat) {
+  switch (status.state()) {
+    case v1::JOB_STATE_WAITING:
+      // The coordinator's own words say more (who is still preparing).
+      if (!status.message().empty()) {
+        return absl::StrFormat("%s job %s: %s", stamp, status.job_id(), status.message());
+      }
+      return absl::StrFormat("%s job %s: waiting for workers (%d attached, %d needed)", stamp,
+                             status.job_id(), status.attached_workers(),
+                             status.spec().min_workers());
+    case v1::JOB_STATE_RUNNING:
+      if (repeat) {
+        return absl::StrFormat("%s job %s: generation %d starting on %d worker(s)", stamp,
+                               status.job_id(), status.generation(), status.world_size());
+      }
+      return absl::StrFormat("%s job %s: generation %d formed with %d worker(s)", stamp,
+                             status.job_id(), status.generation(), status.world_size());
+    case v1::JOB_STATE_RECOVERING:
+      return absl::StrFormat("%s job %s: recovering (%d attached): %s", stamp, status.job_id(),
+                             status.attached_workers(), status.message());
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, absl::Time now) {
   std::vector<std::string> lines;
   const std::string stamp = absl::StrFormat("[%7.1fs]", status.elapsed_seconds());
+  // Workers attaching matter only while the job waits on them.
   const std::string state =
-      absl::StrCat(v1::JobState_Name(status.state()), "/", status.generation());
-  if (state != last_state_) {
+      absl::StrCat(v1::JobState_Name(status.state()), "/", status.generation(), "/",
+                   status.state() == v1::JOB_STATE_RUNNING ? 0 : status.attached_workers());
+  const bool changed = state != last_state_;
+  if (changed || (!Training(status) && now - last_line_ >= every_)) {
     last_state_ = state;
-    if (status.state() == v1::JOB_STATE_WAITING) {
-      lines.push_back(absl::StrFormat("%s job %s: waiting for workers (%d attached, %d needed)",
-                                      stamp, status.job_id(), status.attached_workers(),
-                                      status.spec().min_workers()));
-    } else if (status.state() == v1::JOB_STATE_RUNNING) {
-      lines.push_back(absl::StrFormat("%s job %s: generation %d formed with %d worker(s)", stamp,
-                                      status.job_id(), status.generation(), status.world_size()));
-    }
+    std::string line = StateLine(status, stamp, /*repeat=*/!changed);
+    if (!line.empty()) lines.push_back(std::move(line));
   }
   for (const v1::EpochResult& e : status.epoch_results()) {
     if (!epochs_printed_.insert(e.epoch()).second) continue;
@@ -37,14 +71,13 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
         e.epoch() + 1, status.epochs(), FormatSeconds(e.seconds()), e.test_accuracy(),
         e.test_loss(), e.train_loss()));
   }
-  if (status.state() == v1::JOB_STATE_RUNNING && status.global_step() > 0 &&
-      now - last_line_ >= every_) {
-    last_line_ = now;
+  if (Training(status) && now - last_progress_ >= every_) {
+    last_progress_ = now;
     if (status.total_steps() == 0) {  // a program's job: it alone knows how long
       lines.push_back(absl::StrFormat("%s step %d  loss %.4f  %.0f samples/s", stamp,
                                       status.global_step(), status.loss(),
                                       status.samples_per_sec()));
-      return lines;
+      return Printed(std::move(lines), now);
     }
     const double pct = 100.0 * status.global_step() / status.total_steps();
     std::string line =
@@ -55,6 +88,11 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
       absl::StrAppend(&line, "  ETA ", FormatSeconds(status.eta_seconds()));
     lines.push_back(std::move(line));
   }
+  return Printed(std::move(lines), now);
+}
+
+std::vector<std::string> ProgressPrinter::Printed(std::vector<std::string> lines, absl::Time now) {
+  if (!lines.empty()) last_line_ = now;
   return lines;
 }
 

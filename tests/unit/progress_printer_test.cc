@@ -45,6 +45,44 @@ TEST(ProgressPrinter, Update_ProgressLineAtMostEveryInterval_EpochLinesOnce) {
   EXPECT_EQ(printer.Update(s, t0 + absl::Seconds(2)).size(), 1u);  // progress only
 }
 
+TEST(ProgressPrinter, Update_BeforeTraining_SaysWhatItWaitsForEveryInterval) {
+  ProgressPrinter printer(absl::Seconds(2));
+  v1::JobStatus s;
+  s.set_job_id("j");
+  s.set_state(v1::JOB_STATE_WAITING);
+  s.mutable_spec()->set_min_workers(2);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  auto lines = printer.Update(s, t0);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("waiting for workers (0 attached, 2 needed)"));
+  EXPECT_TRUE(printer.Update(s, t0 + absl::Seconds(1)).empty());
+  s.set_attached_workers(1);  // a worker attaching is news at once
+  lines = printer.Update(s, t0 + absl::Seconds(1.5));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("(1 attached, 2 needed)"));
+  EXPECT_TRUE(printer.Update(s, t0 + absl::Seconds(3)).empty());
+  EXPECT_EQ(printer.Update(s, t0 + absl::Seconds(3.5)).size(), 1u);  // 2 s without a line
+  // Formed, but no step yet (loading data, the first broadcast): said once,
+  // then again each interval in other words.
+  s.set_state(v1::JOB_STATE_RUNNING);
+  s.set_generation(1);
+  s.set_world_size(2);
+  s.set_attached_workers(2);
+  lines = printer.Update(s, t0 + absl::Seconds(4));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("generation 1 formed with 2 worker(s)"));
+  lines = printer.Update(s, t0 + absl::Seconds(6));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("generation 1 starting on 2 worker(s)"));
+  // Training: step lines only, and a worker attaching is no state line.
+  s.set_global_step(3);
+  s.set_total_steps(100);
+  s.set_attached_workers(3);
+  lines = printer.Update(s, t0 + absl::Seconds(7));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("step 3/100"));
+}
+
 TEST(ProgressPrinter, Summary_SaysHowItEnded) {
   v1::JobStatus s;
   s.set_job_id("j");
