@@ -81,7 +81,8 @@ std::string LocalTokenPath(int port, Role role) {
 
 std::vector<TokenEntry> NewLocalTokens() {
   std::vector<TokenEntry> tokens;
-  for (Role role : kLocalRoles) tokens.push_back({role, RandomToken()});
+  for (Role role : kLocalRoles)
+    tokens.push_back({role, RandomToken(), std::string(RoleName(role))});
   return tokens;
 }
 
@@ -90,7 +91,7 @@ std::vector<TokenEntry> ReadLocalTokens(int port) {
   for (Role role : kLocalRoles) {
     std::string token = ReadToken(LocalTokenPath(port, role));
     if (token.empty()) return {};
-    tokens.push_back({role, std::move(token)});
+    tokens.push_back({role, std::move(token), std::string(RoleName(role))});
   }
   return tokens;
 }

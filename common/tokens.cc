@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -85,8 +86,32 @@ std::optional<Role> ParseRole(absl::string_view name) {
   return std::nullopt;
 }
 
-absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text) {
-  std::vector<TokenEntry> entries;
+namespace {
+
+// Takes one "key=value" of a line into `entry` (owner) or `*max_workers`.
+absl::Status ParseOption(absl::string_view field, TokenEntry* entry,
+                         std::optional<uint32_t>* max_workers) {
+  const size_t eq = field.find('=');
+  const absl::string_view key = field.substr(0, eq);
+  const absl::string_view value = eq == absl::string_view::npos ? "" : field.substr(eq + 1);
+  if (key == "owner" && !value.empty() && value.size() <= 64) {
+    entry->owner = std::string(value);
+    return absl::OkStatus();
+  }
+  uint32_t n = 0;
+  if (key == "max_workers" && absl::SimpleAtoi(value, &n) && n > 0) {
+    *max_workers = n;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", absl::CHexEscape(field.substr(0, 40)),
+      "\" is not owner=NAME (1 to 64 characters) or max_workers=N (a positive number)"));
+}
+
+}  // namespace
+
+absl::StatusOr<TokensFile> ParseTokens(absl::string_view text) {
+  TokensFile file;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -95,9 +120,11 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text) {
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (fields.empty()) continue;
     const std::string where = absl::StrCat("line ", line_number, ": ");
-    if (fields.size() != 2) {
+    if (fields.size() < 2) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, "expected \"<role> <token>\" (role worker, operator or admin), got ",
+          absl::StrCat(where,
+                       "expected \"<role> <token> [owner=NAME] [max_workers=N]\" (role worker, "
+                       "operator or admin), got ",
                        fields.size(), " field(s)"));
     }
     std::optional<Role> role = ParseRole(fields[0]);
@@ -111,31 +138,44 @@ absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text) {
                                                      " characters; use at least ", kMinTokenLength,
                                                      " random ones (openssl rand -hex 16)"));
     }
-    for (const TokenEntry& e : entries) {
+    for (const TokenEntry& e : file.tokens) {
       if (e.token == fields[1]) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, "the same token is listed twice; give each role its own"));
       }
     }
-    entries.push_back(TokenEntry{*role, std::string(fields[1])});
+    TokenEntry entry{*role, std::string(fields[1]), std::string(RoleName(*role))};
+    std::optional<uint32_t> max_workers;
+    for (size_t i = 2; i < fields.size(); ++i) {
+      if (absl::Status s = ParseOption(fields[i], &entry, &max_workers); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
+      }
+    }
+    if (max_workers) {
+      auto [it, added] = file.quotas.emplace(entry.owner, *max_workers);
+      if (!added && it->second != *max_workers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "owner \"", entry.owner, "\" was given max_workers=", it->second,
+                         " on an earlier line; give an owner one quota"));
+      }
+    }
+    file.tokens.push_back(std::move(entry));
   }
-  if (entries.empty()) {
+  if (file.tokens.empty()) {
     return absl::InvalidArgumentError("no \"<role> <token>\" line: every call would be refused");
   }
-  return entries;
+  return file;
 }
 
-absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
-                                                       const std::string& path,
-                                                       bool allow_readable) {
+absl::StatusOr<TokensFile> LoadTokensFile(const std::string& flag, const std::string& path,
+                                          bool allow_readable) {
   absl::StatusOr<std::string> text = ReadSecretFile(flag, path, !allow_readable);
   if (!text.ok()) return text.status();
-  absl::StatusOr<std::vector<TokenEntry>> entries = ParseTokens(*text);
-  if (!entries.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, "=", path, ": ", entries.status().message()));
+  absl::StatusOr<TokensFile> file = ParseTokens(*text);
+  if (!file.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": ", file.status().message()));
   }
-  return entries;
+  return file;
 }
 
 absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path) {

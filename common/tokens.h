@@ -3,11 +3,16 @@
 // how much of a guess was right. No gRPC here: the coordinator's core uses
 // it for the store's per-generation tokens.
 //
-// A tokens file has one "<role> <token>" per line; roles are worker,
-// operator and admin; '#' starts a comment; blank lines are skipped:
+// A tokens file has one "<role> <token> [owner=NAME] [max_workers=N]" per
+// line; roles are worker, operator and admin; '#' starts a comment; blank
+// lines are skipped. The owner is who the jobs a token submits belong to
+// (default: the role's name), and max_workers the most workers that
+// owner's jobs may hold together (default: no limit; given on any one of
+// the owner's lines):
 //
-//   # role     token
+//   # role     token                             owner and quota
 //   worker     3f9c0d7e6b1a4c2f8e5d9a0b7c6e1f2a
+//   operator   5e4f30211f2e3d4c5b6a79809b8a7c6d  owner=alice max_workers=8
 //   admin      9b8a7c6d5e4f30211f2e3d4c5b6a7980
 //
 // Thread-safe: everything here is a pure function.
@@ -15,6 +20,8 @@
 #define DDP_COMMON_TOKENS_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,25 +41,36 @@ std::optional<Role> ParseRole(absl::string_view name);
 struct TokenEntry {
   Role role;
   std::string token;
+  // Who the jobs this token submits belong to.
+  std::string owner;
+};
+
+// The most workers each owner's jobs may hold together: the owners a tokens
+// file gives a max_workers.
+using OwnerQuotas = std::map<std::string, uint32_t>;
+
+struct TokensFile {
+  std::vector<TokenEntry> tokens;
+  OwnerQuotas quotas;
 };
 
 // Shortest token a tokens file may hold: anything shorter is guessable.
 inline constexpr size_t kMinTokenLength = 16;
 
 // Parses a tokens file's text. INVALID_ARGUMENT names the line: an unknown
-// role, a line without exactly two fields, a token shorter than
-// kMinTokenLength, the same token twice; also when no line holds a token.
+// role, a line without a role and a token, an unknown or malformed
+// key=value, a token shorter than kMinTokenLength, the same token twice, an
+// owner given two different quotas; also when no line holds a token.
 // Messages never quote a token.
-absl::StatusOr<std::vector<TokenEntry>> ParseTokens(absl::string_view text);
+absl::StatusOr<TokensFile> ParseTokens(absl::string_view text);
 
 // Reads and parses `path`; errors start with "<flag>=<path>: ". A file that
 // other users may read is refused (INVALID_ARGUMENT, saying to chmod it) as
 // ssh refuses such a key, unless `allow_readable` (then it is a warning):
 // any access by others, or by the group when the file is the reader's own
 // (root:ddp 0640, an administrator's grant to the daemons' group, is read).
-absl::StatusOr<std::vector<TokenEntry>> LoadTokensFile(const std::string& flag,
-                                                       const std::string& path,
-                                                       bool allow_readable = false);
+absl::StatusOr<TokensFile> LoadTokensFile(const std::string& flag, const std::string& path,
+                                          bool allow_readable = false);
 
 // Reads a client's token file: one token, surrounding white space and
 // '#' comment lines ignored. Errors start with "<flag>=<path>: ". One that

@@ -215,11 +215,11 @@ absl::StatusOr<CoordinatorSecurity> LoadSecurity() {
         LoadTokensFile("--tokens_file", tokens_file, absl::GetFlag(FLAGS_allow_readable_tokens));
     if (!tokens.ok()) return tokens.status();
     int counts[3] = {0, 0, 0};
-    for (const TokenEntry& t : *tokens) ++counts[static_cast<int>(t.role)];
+    for (const TokenEntry& t : tokens->tokens) ++counts[static_cast<int>(t.role)];
     DDP_LOG(Info) << "tokens required: " << counts[0] << " worker, " << counts[1] << " operator, "
                   << counts[2] << " admin token(s) from " << tokens_file;
-    security.http.tokens = *tokens;
-    security.authorizer = std::make_unique<Authorizer>(std::move(*tokens));
+    security.http.tokens = tokens->tokens;
+    security.authorizer = std::make_unique<Authorizer>(std::move(tokens->tokens));
   } else if (IsLocalAddress(listen) && !absl::StartsWith(listen, "unix:") &&
              !absl::GetFlag(FLAGS_allow_anonymous_loopback)) {
     // No anonymous admin, even on loopback: this user's own tokens. A

@@ -201,7 +201,7 @@ class WorkerDaemon {
       auto tokens =
           LoadTokensFile("--metrics_tokens_file", file, absl::GetFlag(FLAGS_allow_readable_tokens));
       if (!tokens.ok()) return tokens.status();
-      metrics_access_.tokens = std::move(*tokens);
+      metrics_access_.tokens = std::move(tokens->tokens);
     }
     if (!metrics_listen_.empty()) {
       if (absl::Status s =

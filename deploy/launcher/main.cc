@@ -90,7 +90,7 @@ absl::StatusOr<LaunchSecurity> LoadLaunchSecurity() {
     const bool allow_readable = absl::GetFlag(FLAGS_allow_readable_tokens);
     auto tokens = LoadTokensFile("--tokens_file", file, allow_readable);
     if (!tokens.ok()) return tokens.status();
-    for (const TokenEntry& t : *tokens) {
+    for (const TokenEntry& t : tokens->tokens) {
       if (t.role == Role::kWorker && out.worker_token.empty()) out.worker_token = t.token;
       if (t.role != Role::kWorker && watcher_token.empty()) watcher_token = t.token;
     }

@@ -28,12 +28,48 @@ TEST(ParseTokens, RolesCommentsAndBlankLines_Parsed) {
       "\toperator\t0123456789abcdef0124   # the dashboard\r\n"
       "admin 0123456789abcdef0125\n");
   ASSERT_THAT(entries, IsOk());
-  ASSERT_EQ(entries->size(), 3u);
-  EXPECT_EQ((*entries)[0].role, Role::kWorker);
-  EXPECT_EQ((*entries)[0].token, "0123456789abcdef0123");
-  EXPECT_EQ((*entries)[1].role, Role::kOperator);
-  EXPECT_EQ((*entries)[1].token, "0123456789abcdef0124");
-  EXPECT_EQ((*entries)[2].role, Role::kAdmin);
+  const std::vector<TokenEntry>& tokens = entries->tokens;
+  ASSERT_EQ(tokens.size(), 3u);
+  EXPECT_EQ(tokens[0].role, Role::kWorker);
+  EXPECT_EQ(tokens[0].token, "0123456789abcdef0123");
+  EXPECT_EQ(tokens[1].role, Role::kOperator);
+  EXPECT_EQ(tokens[1].token, "0123456789abcdef0124");
+  EXPECT_EQ(tokens[2].role, Role::kAdmin);
+  // Without owner=, a token's jobs belong to its role; nobody has a quota.
+  EXPECT_EQ(tokens[1].owner, "operator");
+  EXPECT_TRUE(entries->quotas.empty());
+}
+
+TEST(ParseTokens, OwnersAndQuotas_OneQuotaPerOwnerOnAnyOfItsLines) {
+  auto file = ParseTokens(
+      "operator 0123456789abcdef0123 owner=alice max_workers=8\n"
+      "operator 0123456789abcdef0124 owner=alice\n"
+      "admin    0123456789abcdef0125 max_workers=2 owner=bob\n"
+      "operator 0123456789abcdef0126 owner=carol\n");
+  ASSERT_THAT(file, IsOk());
+  EXPECT_EQ(file->tokens[1].owner, "alice");
+  EXPECT_EQ(file->tokens[2].owner, "bob");
+  EXPECT_EQ(file->quotas, (OwnerQuotas{{"alice", 8}, {"bob", 2}}));
+  // The same quota again is harmless; another is a contradiction.
+  EXPECT_THAT(ParseTokens("operator 0123456789abcdef0123 owner=a max_workers=8\n"
+                          "operator 0123456789abcdef0124 owner=a max_workers=8\n"),
+              IsOk());
+  EXPECT_THAT(ParseTokens("operator 0123456789abcdef0123 owner=a max_workers=8\n"
+                          "operator 0123456789abcdef0124 owner=a max_workers=4\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 2"), HasSubstr("max_workers=8"))));
+}
+
+TEST(ParseTokens, BadOption_InvalidArgumentNamingLineAndForm) {
+  for (const char* option :
+       {"owner=", "max_workers=0", "max_workers=-1", "max_workers=x", "quota=3", "extra"}) {
+    SCOPED_TRACE(option);
+    EXPECT_THAT(ParseTokens(absl::StrCat("worker 0123456789abcdef0123\n"
+                                         "operator 0123456789abcdef0124 ",
+                                         option, "\n")),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("line 2"), HasSubstr("owner=NAME"))));
+  }
 }
 
 TEST(ParseTokens, UnknownRole_InvalidArgumentNamingLine) {
@@ -45,8 +81,8 @@ TEST(ParseTokens, UnknownRole_InvalidArgumentNamingLine) {
 TEST(ParseTokens, WrongFieldCount_InvalidArgument) {
   EXPECT_THAT(ParseTokens("worker\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 1")));
-  EXPECT_THAT(ParseTokens("worker 0123456789abcdef0123 extra\n"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 field(s)")));
+  EXPECT_THAT(ParseTokens("0123456789abcdef0123\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 field(s)")));
 }
 
 TEST(ParseTokens, ShortToken_RefusedWithoutQuotingIt) {
