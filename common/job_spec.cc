@@ -11,6 +11,7 @@
 #include "common/fnv1a.h"
 #include "common/job_kinds.h"
 #include "common/json_keys.h"
+#include "common/labels.h"
 #include "common/quote.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -335,6 +336,11 @@ absl::Status ValidateElasticity(const v1::JobSpec& spec) {
     return FieldError("max_workers",
                       absl::StrCat("must be >= min_workers (got ", spec.max_workers(), " < ",
                                    spec.min_workers(), ")"));
+  }
+  if (absl::Status s = CheckLabels("job.worker_selector",
+                                   {spec.worker_selector().begin(), spec.worker_selector().end()});
+      !s.ok()) {
+    return s;
   }
   if (!(spec.settle_seconds() >= 0 && spec.settle_seconds() <= 3600)) {
     return FieldError("settle_seconds", "must be in [0, 3600]");

@@ -68,7 +68,7 @@ absl::Status CheckRegisterFields(const v1::RegisterRequest& request) {
       return s;
     }
   }
-  return absl::OkStatus();
+  return CheckLabels("register.labels", {request.labels().begin(), request.labels().end()});
 }
 
 absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest& request,
@@ -125,6 +125,7 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   record->host = request.host();
   record->device = *device;
   record->machine_id = request.machine_id();
+  record->labels = {request.labels().begin(), request.labels().end()};
   record->pid = request.pid();
   record->version = request.version();
   record->capabilities = request.capabilities();

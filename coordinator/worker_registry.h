@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/device.h"
+#include "common/labels.h"
 #include "ddp/v1/worker.pb.h"
 
 namespace ddp {
@@ -67,6 +68,8 @@ class WorkerRecord {
   std::string host;
   Device device;
   std::string machine_id;
+  // What it declared about itself: job selectors pick workers by them.
+  Labels labels;
   int64_t pid = 0;
   std::string version;
   v1::Capabilities capabilities;

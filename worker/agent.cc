@@ -49,6 +49,7 @@ v1::RegisterRequest WorkerAgent::MakeRegister() {
   r.set_host(options_.host);
   r.set_device(options_.device.ToString());
   r.set_name(options_.name);
+  r.mutable_labels()->insert(options_.labels.begin(), options_.labels.end());
   auto* caps = r.mutable_capabilities();
   caps->add_backends("gloo");
   // Every build binds NCCL at run time; one that can't load it fails the

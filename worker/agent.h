@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/device.h"
+#include "common/labels.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
 #include "worker/generation_run.h"
 #include "worker/link/coordinator_link.h"
@@ -35,6 +36,8 @@ class WorkerAgent final : public CoordinatorLink::Handler {
     std::string host;
     Device device;
     std::string name;
+    // What it declares about itself (--labels).
+    Labels labels;
     // Intra-op and BLAS threads (0: every core).
     int threads = 0;
     // When set, one JSON line per training step is appended here.

@@ -12,6 +12,7 @@
 #include "common/credentials.h"
 #include "common/device.h"
 #include "common/job_spec.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/metrics_server.h"
 #include "common/net_address.h"
@@ -28,6 +29,9 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
           "(a:29400,b:29400,c:29400), of which the worker attaches to the leader");
 ABSL_FLAG(std::string, device, "cpu", "device this worker owns: cpu, cpu:N or cuda:N");
 ABSL_FLAG(std::string, name, "", "worker id (default: HOST/DEVICE)");
+ABSL_FLAG(std::string, labels, "",
+          "what this worker declares about itself, as key=value,... (zone=a,gpu=h200): a job's "
+          "workerSelector picks workers by them");
 ABSL_FLAG(std::string, host, "",
           "address peers reach this worker at (default: this machine's host name)");
 ABSL_FLAG(int32_t, threads, 0, "intra-op and BLAS threads (0: every core)");
@@ -140,6 +144,9 @@ class WorkerDaemon {
       return absl::InvalidArgumentError("--threads must be >= 0");
     }
     options_.device = *device;
+    absl::StatusOr<Labels> labels = ParseLabels("--labels", absl::GetFlag(FLAGS_labels));
+    if (!labels.ok()) return labels.status();
+    options_.labels = std::move(*labels);
     if (absl::GetFlag(FLAGS_deterministic)) UseDeterministicAlgorithms();
     return absl::OkStatus();
   }

@@ -60,6 +60,17 @@ TEST(JobSpec, ParseJobSpecJson_UnknownField_NamesIt) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_sise")));
 }
 
+TEST(JobSpec, ParseJobSpecJson_WorkerSelector_CheckedAsLabels) {
+  auto spec = ParseJobSpecJson(R"({"name": "a", "workerSelector": {"zone": "a", "gpu": "h200"}})",
+                               CpuBuild());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->worker_selector().at("zone"), "a");
+  EXPECT_EQ(spec->worker_selector().size(), 2u);
+  EXPECT_THAT(ParseJobSpecJson(R"({"name": "a", "workerSelector": {"zone": "a b"}})", CpuBuild()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("job.worker_selector: the value of zone")));
+}
+
 TEST(JobSpec, ParseJobSpecJson_Malformed_InvalidArgument) {
   EXPECT_THAT(ParseJobSpecJson(R"({"name": )", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("JobSpec")));

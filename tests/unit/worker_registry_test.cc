@@ -62,6 +62,20 @@ TEST_F(WorkerRegistryTest, Register_DuplicateName_AlreadyExists) {
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("worker id")));
 }
 
+TEST_F(WorkerRegistryTest, Register_Labels_KeptOrRefusedNamingTheLabel) {
+  v1::RegisterRequest r = Req("h1", "cpu");
+  (*r.mutable_labels())["zone"] = "a";
+  auto w = registry_.Register(r, "1.0", 1, &took_over_);
+  ASSERT_THAT(w, IsOk());
+  EXPECT_EQ((*w)->labels, (Labels{{"zone", "a"}}));
+  v1::RegisterRequest bad = Req("h2", "cpu");
+  (*bad.mutable_labels())["zone"] = std::string(64, 'a');
+  EXPECT_THAT(registry_.Register(bad, "1.0", 2, &took_over_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("register.labels: the value of zone")));
+  EXPECT_EQ(registry_.num_attached(), 1u);
+}
+
 TEST_F(WorkerRegistryTest, Register_UnknownDevice_InvalidArgument) {
   EXPECT_THAT(registry_.Register(Req("h1", "gpu0"), "1.0", 1, &took_over_),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("register.device")));
