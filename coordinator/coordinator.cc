@@ -23,10 +23,7 @@ Coordinator::Coordinator(const Clock* clock, Options options)
       stall_(StallWatch::ForHeartbeats(options_.registry.heartbeat_timeout,
                                        options_.heartbeat_interval),
              clock->Now()),
-      generations_(clock),
-      job_(clock),
-      changes_(clock),
-      lifecycle_(clock) {
+      run_(std::make_unique<JobRun>(clock)) {
   if (options_.state_store != nullptr) {
     state_writer_ = std::make_unique<StateWriter>(options_.state_store);
   }
@@ -36,44 +33,16 @@ Coordinator::Coordinator(const Clock* clock, Options options)
 
 void Coordinator::Restore(const v1::DurableState& state) {
   absl::MutexLock lock(&mu_);
-  generations_.RestoreLatest(state.latest_generation());
-  job_.Restore(state);
-  changes_.Restore(state.generation_changes());
-  lifecycle_.BeginRecovery();
-  if (state.has_generation()) {
-    std::vector<std::string> members;
-    for (const auto& m : state.generation().members()) members.push_back(m.worker_id());
-    lifecycle_.RememberMembers(std::move(members));
-    if (job_.active()) {
-      generations_.RestoreCurrent(state.generation());
-      lifecycle_.BeginAdoption(clock_->Now() + options_.adopt_grace);
-      DDP_LOG(Info) << "restored generation " << state.generation().number() << " of job "
-                    << job_.id() << "; waiting up to " << options_.adopt_grace
-                    << " for its members to come back";
-    }
-  } else if (job_.state() == v1::JOB_STATE_RECOVERING && !changes_.is_open()) {
-    // It had trained, and no generation was running: the next one recovers.
-    if (const v1::GenerationChange* latest = changes_.latest()) {
-      lifecycle_.RememberMembers({latest->members().begin(), latest->members().end()});
-    }
-    changes_.Open(v1::CHANGE_CAUSE_COORDINATOR_RESTART, state.latest_generation(),
-                  "the coordinator restarted with no generation running", {});
-  }
+  run_->Restore(state, options_.adopt_grace);
   dirty_ = true;
   PublishLocked();
 }
 
-void Coordinator::PersistLocked(Effects* fx) {
+void Coordinator::PersistLocked(JobRun& run, Effects* fx) {
   if (state_writer_ == nullptr) return;
-  persisted_at_ = clock_->Now();
-  persisted_step_ = job_.committed_step();
+  run.NotePersisted();
   v1::DurableState state;
-  job_.FillDurable(&state);
-  state.set_latest_generation(generations_.latest());
-  if (job_.active() && generations_.current() != nullptr) {
-    generations_.FillDurable(state.mutable_generation());
-  }
-  changes_.Fill(state.mutable_generation_changes());
+  run.FillDurable(&state);
   fx->persist.emplace(++persist_sequence_, std::move(state));
 }
 
@@ -113,20 +82,21 @@ void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generat
   SendLocked(worker_id, std::move(message), fx);
 }
 
-void Coordinator::NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held) {
+void Coordinator::NoteHeldLocked(JobRun& run, WorkerRecord* worker, const v1::HeldState& held) {
   if (held.job_id().empty()) {
     // It holds nothing (any more): a dropped state, a failed preparation.
     registry_.SetHeld(worker, std::nullopt);
     return;
   }
-  if (held.job_id() == job_.id() && held.spec_digest() == job_.spec_digest()) {
+  if (run.IsOwnState(held)) {
     registry_.SetHeld(worker, held);
-    job_.OnHeldState(held);
+    run.progress().OnHeldState(held);
     // Its generation was numbered by an earlier coordinator (one without a
     // --state-dir, say): ours must come after it to count as newer.
-    if (held.generation() > generations_.latest() &&
-        held.generation() - generations_.latest() < (uint64_t{1} << 32)) {
-      generations_.RestoreLatest(held.generation());
+    GenerationManager& generations = run.generations();
+    if (held.generation() > generations.latest() &&
+        held.generation() - generations.latest() < (uint64_t{1} << 32)) {
+      generations.RestoreLatest(held.generation());
     }
   } else {
     registry_.SetHeld(worker, std::nullopt);  // another job's, or another spec's: of no use
@@ -170,24 +140,26 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
                           ? absl::StrCat(", holding job ", Quote(request.held().job_id()),
                                          " at step ", request.held().step())
                           : "");
-    if (request.has_held()) NoteHeldLocked(worker, request.held());
-    OnClaimLocked(worker, request, took_over, &fx);
-    MaybePrepareLocked(worker, &fx);
+    JobRun& run = *run_;  // the job its claim and held state name, or it may prepare for
+    if (request.has_held()) NoteHeldLocked(run, worker, request.held());
+    OnClaimLocked(run, worker, request, took_over, &fx);
+    MaybePrepareLocked(run, worker, &fx);
     dirty_ = true;
-    MaybeFormGenerationLocked(&fx);
+    MaybeFormGenerationLocked(run, &fx);
   }
   Apply(fx);
   return session;
 }
 
-absl::Status Coordinator::CheckMemberLocked(const WorkerRecord& worker, uint64_t generation,
-                                            int* rank) {
-  const Generation* current = generations_.current();
+absl::Status Coordinator::CheckMemberLocked(const JobRun& run, const WorkerRecord& worker,
+                                            uint64_t generation, int* rank) {
+  const Generation* current = run.generations().current();
   if (current == nullptr || current->number != generation) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stale generation ", generation, ": the job is ",
-        current ? absl::StrCat("in generation ", current->number)
-                : absl::StrCat("not running a generation (latest ", generations_.latest(), ")"),
+        current
+            ? absl::StrCat("in generation ", current->number)
+            : absl::StrCat("not running a generation (latest ", run.generations().latest(), ")"),
         "; the message was dropped"));
   }
   *rank = current->RankOf(worker.id);
@@ -196,7 +168,7 @@ absl::Status Coordinator::CheckMemberLocked(const WorkerRecord& worker, uint64_t
                                                       " is not a member of generation ", generation,
                                                       "; the message was dropped"));
   }
-  if (lifecycle_.AwaitingReturn(worker.id)) {
+  if (run.lifecycle().AwaitingReturn(worker.id)) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", worker.id, " has not re-attached to generation ", generation,
                      " after the coordinator restarted; the message was dropped"));
@@ -214,21 +186,22 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
     registry_.Touch(worker);
     HeardLocked();
     dirty_ = true;
+    JobRun& run = *run_;  // the job the worker's message is about
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
-        OnHeartbeatLocked(worker, message.heartbeat(), &fx);
+        OnHeartbeatLocked(run, worker, message.heartbeat(), &fx);
         break;
       case v1::WorkerMessage::kReports:
-        OnReportsLocked(worker, message.reports(), &fx);
+        OnReportsLocked(run, worker, message.reports(), &fx);
         break;
       case v1::WorkerMessage::kState:
-        OnStateChangeLocked(worker, message.state(), &fx);
+        OnStateChangeLocked(run, worker, message.state(), &fx);
         break;
       case v1::WorkerMessage::kEpochResult:
-        OnEpochResultLocked(worker, message.epoch_result(), &fx);
+        OnEpochResultLocked(run, worker, message.epoch_result(), &fx);
         break;
       case v1::WorkerMessage::kCheckpoint:
-        OnCheckpointLocked(worker, message.checkpoint(), &fx);
+        OnCheckpointLocked(run, worker, message.checkpoint(), &fx);
         break;
       case v1::WorkerMessage::kRegister:
         RejectLocked(worker->id,
@@ -249,15 +222,16 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
+    JobRun& run = *run_;  // the job the worker was in
     // A program that said it was done, leaving as told once its job ended:
     // gone, but DONE in the status, not lost.
     const WorkerRecord* before = registry_.FindAttached(session.worker_id, session.id);
     const bool finished = before != nullptr && before->capabilities.program() &&
-                          before->state() == v1::WORKER_STATE_DONE && job_.ended();
+                          before->state() == v1::WORKER_STATE_DONE && run.progress().ended();
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
     WorkerRecord* worker = registry_.Find(session.worker_id);
-    OnWorkerLostLocked(worker, &fx);
+    OnWorkerLostLocked(run, worker, &fx);
     if (finished) registry_.MarkProgramExited(worker);
   }
   Apply(fx);

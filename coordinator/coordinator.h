@@ -3,11 +3,14 @@
 // a lost, hung or failed member ends its generation, and the next one forms
 // from the workers still there (plus any that join), starting from the most
 // advanced state any of them holds. One class per concern underneath
-// (WorkerRegistry, GenerationManager, JobProgress, ChangeLog, KvStore), and
-// every decision is a pure function in reform_policy.h; this class gathers
-// their inputs under one lock and carries the answers out. A worker's state
-// changes only through WorkerRegistry's transitions, and where the job
-// stands between generations lives in GenerationLifecycle. It knows nothing
+// (WorkerRegistry, KvStore, and per job a JobRun: its JobProgress,
+// GenerationManager, GenerationLifecycle and ChangeLog), and every decision
+// is a pure function in reform_policy.h; this class gathers their inputs
+// under one lock and carries the answers out. A worker's state changes only
+// through WorkerRegistry's transitions, and a job's through its JobRun.
+// Every private method that acts on the job is given its JobRun; the pool's
+// entry points (a worker attaching or speaking, the tick, an operator's
+// call) find it and pass it down. It knows nothing
 // of gRPC: workers are reached through the WorkerChannel interface, and time
 // comes from an injected Clock.
 //
@@ -36,10 +39,7 @@
 #include "common/job_spec.h"
 #include "common/kv_store.h"
 #include "common/version.h"
-#include "coordinator/change_log.h"
-#include "coordinator/generation_lifecycle.h"
-#include "coordinator/generation_manager.h"
-#include "coordinator/job_progress.h"
+#include "coordinator/job_run.h"
 #include "coordinator/reform_policy.h"
 #include "coordinator/stall_watch.h"
 #include "coordinator/state_store.h"
@@ -212,11 +212,13 @@ class Coordinator {
 
   // The answer to a submission that needs no check (the job already held,
   // a conflict with it or with an active job), if there is one.
-  std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(const v1::JobSpec& spec)
+  std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(JobRun& run,
+                                                                      const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes a checked spec the current job.
   absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec);
-  void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the durable state: the job's (today the whole of it).
+  void PersistLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -227,92 +229,99 @@ class Coordinator {
 
   // A worker registering says which generation it trains in: continue it,
   // or tell it to leave.
-  void OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request, bool took_over,
-                     Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckAdoptionLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnClaimLocked(JobRun& run, WorkerRecord* worker, const v1::RegisterRequest& request,
+                     bool took_over, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckAdoptionLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker spoke: if the coordinator had been deaf, the silence was its
   // own, and every worker gets a fresh grace.
   void HeardLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The coordinator did not run or did not hear for `paused`: no worker is
-  // lost or hung for it, and no deadline of its own runs out for it.
+  // lost or hung for it, and no deadline of its own (nor of any job's) runs
+  // out for it.
   void GraceLocked(absl::Duration paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckHungLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckLeavingLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckHungLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckLeavingLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A member is in a phase with a bound of its own (an evaluation), within
   // it: members can't reach a step boundary before it ends.
-  bool EvaluatingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EvaluatingLocked(const JobRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void MaybeFormGenerationLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FormGenerationLocked(std::vector<Candidate> candidates, Effects* fx)
+  void MaybeFormGenerationLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FormGenerationLocked(JobRun& run, std::vector<Candidate> candidates, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the members to leave at the next step boundary, to admit joiners.
-  void AdmitJoinersLocked(const std::string& why, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdmitJoinersLocked(JobRun& run, const std::string& why, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Free workers that can run the job and hold its state; counts in
   // `*preparing` those still building it.
-  std::vector<Candidate> FreeCandidatesLocked(uint32_t* preparing = nullptr)
+  std::vector<Candidate> FreeCandidatesLocked(const JobRun& run, uint32_t* preparing = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks a free ddp-worker that can run the job but holds none of its state
   // to build it (v1::Prepare), once: it becomes a candidate when it has.
-  void MaybePrepareLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybePrepareLocked(const JobRun& run, WorkerRecord* worker, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A generation is lost to a fault: it ends (members still in it are told
   // to leave at once, keeping their state), and the job recovers, or fails
   // once its fault budget is spent.
-  void OnFaultLocked(v1::ChangeCause cause, const std::string& reason,
+  void OnFaultLocked(JobRun& run, v1::ChangeCause cause, const std::string& reason,
                      const std::vector<std::string>& left, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the current generation; with an `abort_reason`, members still in it
   // are told to leave and counted as leaving until they say they have.
-  void EndGenerationLocked(const std::string& abort_reason, Effects* fx)
+  void EndGenerationLocked(JobRun& run, const std::string& abort_reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailJobLocked(const std::string& reason, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobLocked(JobRun& run, const std::string& reason, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job ended: the programs on the library that trained it leave (a
   // ddp-worker stays for the next job).
-  void StopProgramsLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopProgramsLocked(const JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnWorkerLostLocked(JobRun& run, WorkerRecord* worker, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A member of the generation that just ended is gone too (lost or
   // evicted before the next one formed): the open change names it.
-  void NoteDepartureLocked(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx)
+  void NoteDepartureLocked(JobRun& run, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(JobRun& run, WorkerRecord* worker, const std::string& reason, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker is no longer in the generation it was told to leave.
-  void OnLeftLocked(const std::string& worker_id, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLeftLocked(JobRun& run, const std::string& worker_id, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // OK when `generation` is current and the worker is one of its members.
-  absl::Status CheckMemberLocked(const WorkerRecord& worker, uint64_t generation, int* rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckMemberLocked(const JobRun& run, const WorkerRecord& worker, uint64_t generation,
+                                 int* rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> StoreNamespace(const std::string& job_id, uint64_t generation,
                                              const std::string& key, absl::string_view store_token);
-  void OnHeartbeatLocked(WorkerRecord* worker, const v1::Heartbeat& heartbeat, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnEpochResultLocked(WorkerRecord* worker, const v1::EpochResult& result, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnHeartbeatLocked(JobRun& run, WorkerRecord* worker, const v1::Heartbeat& heartbeat,
+                         Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnEpochResultLocked(JobRun& run, WorkerRecord* worker, const v1::EpochResult& result,
+                           Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnStateChangeLocked(JobRun& run, WorkerRecord* worker, const v1::StateChange& change,
+                           Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker left a generation (IDLE names which; 0: none).
-  void OnIdleLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+  void OnIdleLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnDoneLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+  void OnDoneLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Any other state, of a member in the current generation: it trains, or
   // fails (a fault, or fatal for the job).
-  void OnMemberStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+  void OnMemberStateLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Any other state, not about the current generation: a failure outside it
   // (preparing the job, leaving), else a stale message.
-  void OnOutsideStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx)
+  void OnOutsideStateLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnReportsLocked(JobRun& run, WorkerRecord* worker, const v1::StepReportBatch& batch,
+                       Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnCheckpointLocked(JobRun& run, WorkerRecord* worker, const v1::CheckpointResult& result,
+                          Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker could not build the job's state (FAILED in generation 0): the
   // job fails for a bad model or data file, else goes on without it.
-  void OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateChange& change,
+  void OnPrepareFailedLocked(JobRun& run, WorkerRecord* worker, const v1::StateChange& change,
                              const std::string& detail, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps a worker's held state if it is this job's.
-  void NoteHeldLocked(WorkerRecord* worker, const v1::HeldState& held)
+  void NoteHeldLocked(JobRun& run, WorkerRecord* worker, const v1::HeldState& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeLocked(const WorkerRecord& worker, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -329,21 +338,15 @@ class Coordinator {
   StallWatch stall_ ABSL_GUARDED_BY(mu_);
   // Deafness was logged (once per spell).
   bool deaf_logged_ ABSL_GUARDED_BY(mu_) = false;
-  GenerationManager generations_ ABSL_GUARDED_BY(mu_);
-  JobProgress job_ ABSL_GUARDED_BY(mu_);
-  ChangeLog changes_ ABSL_GUARDED_BY(mu_);
+  // The job: one, never null, started afresh by each job accepted. The
+  // public methods dereference it where they need the job (the seams where
+  // many jobs would look one up: by worker, by job id, or all of them).
+  std::unique_ptr<JobRun> run_ ABSL_GUARDED_BY(mu_) ABSL_PT_GUARDED_BY(mu_);
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);
-  // Leaving members, admitting joiners, adopting after a restart, the
-  // quorum and recovery clocks, the last generation's members.
-  GenerationLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t persist_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  // The latest save, and the step it held: progress is saved every few
-  // seconds too, so a whole-job restart knows how far the job had come.
-  absl::Time persisted_at_ ABSL_GUARDED_BY(mu_);
-  uint64_t persisted_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time published_at_ ABSL_GUARDED_BY(mu_);

@@ -37,22 +37,20 @@ void Coordinator::Tick() {
                           "network are stalled; no worker is counted lost or hung until they "
                           "are heard again";
     }
+    JobRun& run = *run_;  // the job's sweeps (with many jobs: each job's in turn)
     if (!deaf) {
       for (const std::string& id : registry_.ExpireSilent()) {
-        OnWorkerLostLocked(registry_.Find(id), &fx);
+        OnWorkerLostLocked(run, registry_.Find(id), &fx);
         dirty_ = true;
       }
     }
-    CheckAdoptionLocked(&fx);
+    CheckAdoptionLocked(run, &fx);
     if (!deaf) {
-      CheckLeavingLocked(&fx);
-      CheckHungLocked(&fx);
+      CheckLeavingLocked(run, &fx);
+      CheckHungLocked(run, &fx);
     }
-    MaybeFormGenerationLocked(&fx);
-    if (job_.active() && job_.committed_step() != persisted_step_ &&
-        clock_->Now() - persisted_at_ >= absl::Seconds(5)) {
-      PersistLocked(&fx);
-    }
+    MaybeFormGenerationLocked(run, &fx);
+    if (run.ProgressUnsaved(absl::Seconds(5))) PersistLocked(run, &fx);
     const absl::Duration age = clock_->Now() - published_at_;
     if ((dirty_ && age >= options_.snapshot_min_interval) || age >= options_.snapshot_max_age) {
       PublishLocked();
@@ -74,36 +72,38 @@ void Coordinator::HeardLocked() {
 
 void Coordinator::GraceLocked(absl::Duration paused) {
   registry_.Grace(paused);
-  lifecycle_.Grace(paused);
+  run_->lifecycle().Grace(paused);  // the job's deadlines too (with many: every job's)
   dirty_ = true;
 }
 
-void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest& request,
-                                bool took_over, Effects* fx) {
+void Coordinator::OnClaimLocked(JobRun& run, WorkerRecord* worker,
+                                const v1::RegisterRequest& request, bool took_over, Effects* fx) {
+  GenerationLifecycle& lifecycle = run.lifecycle();
+  GenerationManager& generations = run.generations();
   const uint64_t claimed = request.generation();
-  const Generation* g = generations_.current();
+  const Generation* g = generations.current();
   if (claimed == 0) {
     // Back without a generation: if it was a member of one being adopted,
     // that generation can't go on as it was.
-    if (lifecycle_.adopting() && g && g->RankOf(worker->id) >= 0) {
-      lifecycle_.MemberReturnedIdle();
-      CheckAdoptionLocked(fx);
+    if (lifecycle.adopting() && g && g->RankOf(worker->id) >= 0) {
+      lifecycle.MemberReturnedIdle();
+      CheckAdoptionLocked(run, fx);
     }
     return;
   }
   // Numbers only grow, even past what this coordinator remembers (within
   // reason: a wild claim must not wrap the numbering around).
-  if (claimed - generations_.latest() < (uint64_t{1} << 32) || claimed < generations_.latest()) {
-    generations_.RestoreLatest(claimed);
+  if (claimed - generations.latest() < (uint64_t{1} << 32) || claimed < generations.latest()) {
+    generations.RestoreLatest(claimed);
   }
   if (g && g->number == claimed) {
     const int rank = g->RankOf(worker->id);
     if (rank >= 0 && static_cast<uint32_t>(rank) == request.rank()) {
       if (took_over) return;  // its stream was replaced; nothing changed
-      if (lifecycle_.adopting()) {
-        lifecycle_.MemberReturned(worker->id);
+      if (lifecycle.adopting()) {
+        lifecycle.MemberReturned(worker->id);
         registry_.MarkRejoined(worker, claimed);
-        CheckAdoptionLocked(fx);
+        CheckAdoptionLocked(run, fx);
         return;
       }
     }
@@ -122,36 +122,35 @@ void Coordinator::OnClaimLocked(WorkerRecord* worker, const v1::RegisterRequest&
       worker->id, claimed,
       absl::StrCat("generation ", claimed, " is over (the job ",
                    g ? absl::StrCat("is in generation ", g->number)
-                     : absl::StrCat("has no generation running; latest ", generations_.latest()),
+                     : absl::StrCat("has no generation running; latest ", generations.latest()),
                    "); leave it, keeping your state, and wait for an assignment"),
       false, fx);
 }
 
-void Coordinator::CheckAdoptionLocked(Effects* fx) {
-  if (!lifecycle_.adopting()) return;
-  const Generation* g = generations_.current();
-  if (g == nullptr || !job_.active()) {
-    lifecycle_.EndAdoption();
+void Coordinator::CheckAdoptionLocked(JobRun& run, Effects* fx) {
+  GenerationLifecycle& lifecycle = run.lifecycle();
+  if (!lifecycle.adopting()) return;
+  const Generation* g = run.generations().current();
+  if (g == nullptr || !run.active()) {
+    lifecycle.EndAdoption();
     return;
   }
-  const AdoptionInput in = lifecycle_.AdoptionState(static_cast<uint32_t>(g->members.size()));
+  const AdoptionInput in = lifecycle.AdoptionState(static_cast<uint32_t>(g->members.size()));
   switch (DecideAdoption(in)) {
     case Adoption::kWait:
-      job_.SetWaitingMessage(absl::StrFormat(
+      run.progress().SetWaitingMessage(absl::StrFormat(
           "the coordinator restarted; %d of generation %d's %d members are back (waiting %.0fs "
           "more)",
           in.returned, g->number, in.members, absl::ToDoubleSeconds(in.deadline - in.now)));
       return;
     case Adoption::kAdopt: {
-      lifecycle_.Adopted();
       uint64_t step = g->source.step;
       for (const RankCandidate& m : g->members) {
         if (const WorkerRecord* w = registry_.Find(m.worker_id); w && w->held) {
           step = std::max(step, w->held->step());
         }
       }
-      job_.OnGenerationStarted(static_cast<uint32_t>(g->members.size()), step, g->lr);
-      changes_.Adopted(g->number, g->MemberIds(), step);
+      run.AdoptGeneration(step);
       DDP_LOG(Info) << "adopted generation " << g->number << ": every member came back";
       // A member may have finished while the others were not back yet: its
       // DONE then counted for nothing, and it won't say it again.
@@ -159,30 +158,31 @@ void Coordinator::CheckAdoptionLocked(Effects* fx) {
       for (size_t r = 0; r < g->members.size(); ++r) {
         const WorkerRecord* w = registry_.Find(g->members[r].worker_id);
         if (w != nullptr && w->state() == v1::WORKER_STATE_DONE) {
-          succeeded = job_.OnRankDone(static_cast<uint32_t>(r));
+          succeeded = run.progress().OnRankDone(static_cast<uint32_t>(r));
         }
       }
-      if (succeeded) EndGenerationLocked("", fx);
-      PersistLocked(fx);
+      if (succeeded) EndGenerationLocked(run, "", fx);
+      PersistLocked(run, fx);
       return;
     }
     case Adoption::kGiveUp: {
-      const std::vector<std::string> missing = lifecycle_.NotReturned(g->MemberIds());
+      const std::vector<std::string> missing = lifecycle.NotReturned(g->MemberIds());
       const std::string reason =
           absl::StrCat("the coordinator restarted and generation ", g->number,
                        " can't go on: ", absl::StrJoin(missing, ", "),
                        in.returned_idle > 0 ? " came back without it or are missing"
                                             : " did not come back in time");
-      lifecycle_.EndAdoption();
-      OnFaultLocked(v1::CHANGE_CAUSE_COORDINATOR_RESTART, reason, missing, fx);
+      lifecycle.EndAdoption();
+      OnFaultLocked(run, v1::CHANGE_CAUSE_COORDINATOR_RESTART, reason, missing, fx);
       return;
     }
   }
 }
 
-void Coordinator::CheckHungLocked(Effects* fx) {
-  const Generation* g = generations_.current();
-  if (g == nullptr || lifecycle_.adopting() || job_.state() != v1::JOB_STATE_RUNNING) return;
+void Coordinator::CheckHungLocked(JobRun& run, Effects* fx) {
+  const JobProgress& job = run.progress();
+  const Generation* g = run.generations().current();
+  if (g == nullptr || run.lifecycle().adopting() || job.state() != v1::JOB_STATE_RUNNING) return;
   std::vector<MemberActivity> activity;
   activity.reserve(g->members.size());
   for (size_t r = 0; r < g->members.size(); ++r) {
@@ -197,46 +197,47 @@ void Coordinator::CheckHungLocked(Effects* fx) {
                                       w->phase, w->phase_bound});
   }
   const absl::Duration threshold =
-      HangThreshold(absl::Seconds(job_.spec().hang_timeout_seconds()), job_.median_step_time());
+      HangThreshold(absl::Seconds(job.spec().hang_timeout_seconds()), job.median_step_time());
   HangVerdict verdict = FindHungMembers(activity, threshold, clock_->Now());
   if (verdict.reform_all) {
-    OnFaultLocked(v1::CHANGE_CAUSE_HUNG, verdict.reason, {}, fx);
+    OnFaultLocked(run, v1::CHANGE_CAUSE_HUNG, verdict.reason, {}, fx);
     return;
   }
   if (verdict.evict.empty()) return;
   for (const std::string& id : verdict.evict) {
-    EvictLocked(registry_.Find(id), absl::StrCat("evicted as hung: ", verdict.reason), fx);
+    EvictLocked(run, registry_.Find(id), absl::StrCat("evicted as hung: ", verdict.reason), fx);
   }
-  OnFaultLocked(v1::CHANGE_CAUSE_HUNG, verdict.reason, verdict.evict, fx);
+  OnFaultLocked(run, v1::CHANGE_CAUSE_HUNG, verdict.reason, verdict.evict, fx);
 }
 
-void Coordinator::CheckLeavingLocked(Effects* fx) {
-  if (!job_.active()) lifecycle_.ClearLeaving();
-  if (!lifecycle_.anyone_leaving() && !lifecycle_.admitting()) return;
-  const absl::Duration limit =
-      HangThreshold(absl::Seconds(job_.spec().hang_timeout_seconds()), job_.median_step_time());
-  const auto overdue = lifecycle_.TakeOverdueLeavers(limit);
+void Coordinator::CheckLeavingLocked(JobRun& run, Effects* fx) {
+  GenerationLifecycle& lifecycle = run.lifecycle();
+  if (!run.active()) lifecycle.ClearLeaving();
+  if (!lifecycle.anyone_leaving() && !lifecycle.admitting()) return;
+  const absl::Duration limit = HangThreshold(absl::Seconds(run.spec().hang_timeout_seconds()),
+                                             run.progress().median_step_time());
+  const auto overdue = lifecycle.TakeOverdueLeavers(limit);
   for (const auto& [id, waited] : overdue) {
     if (WorkerRecord* w = registry_.Find(id); w && !w->lost()) {
-      EvictLocked(w,
+      EvictLocked(run, w,
                   absl::StrFormat("evicted: told to leave generation %d %.0fs ago and still in it",
                                   w->generation, absl::ToDoubleSeconds(waited)),
                   fx);
     }
   }
-  if (lifecycle_.AdmittingOverdue(limit) && generations_.current() && !EvaluatingLocked()) {
+  if (lifecycle.AdmittingOverdue(limit) && run.generations().current() && !EvaluatingLocked(run)) {
     // The members did not reach a step boundary in time: stop waiting for
     // one and lose the step in flight instead.
-    OnFaultLocked(v1::CHANGE_CAUSE_HUNG,
+    OnFaultLocked(run, v1::CHANGE_CAUSE_HUNG,
                   absl::StrFormat("members did not leave at a step boundary within %.0fs",
                                   absl::ToDoubleSeconds(limit)),
                   {}, fx);
   }
-  if (!overdue.empty()) MaybeFormGenerationLocked(fx);
+  if (!overdue.empty()) MaybeFormGenerationLocked(run, fx);
 }
 
-bool Coordinator::EvaluatingLocked() const {
-  const Generation* g = generations_.current();
+bool Coordinator::EvaluatingLocked(const JobRun& run) const {
+  const Generation* g = run.generations().current();
   if (g == nullptr) return false;
   const absl::Time now = clock_->Now();
   for (const RankCandidate& m : g->members) {
@@ -247,35 +248,31 @@ bool Coordinator::EvaluatingLocked() const {
   return false;
 }
 
-void Coordinator::OnFaultLocked(v1::ChangeCause cause, const std::string& reason,
+void Coordinator::OnFaultLocked(JobRun& run, v1::ChangeCause cause, const std::string& reason,
                                 const std::vector<std::string>& left, Effects* fx) {
-  const Generation* g = generations_.current();
-  if (g == nullptr || !job_.active()) return;
-  DDP_LOG(Warning) << "job " << job_.id() << ", generation " << g->number << ": " << reason;
-  lifecycle_.EndAdmitting();
-  lifecycle_.EndAdoption();
-  changes_.Open(cause, g->number, reason, left);
-  const FaultOutcome outcome = DecideFault(job_.CountFault(), job_.spec().fault_budget(), reason);
+  const Generation* g = run.generations().current();
+  if (g == nullptr || !run.active()) return;
+  DDP_LOG(Warning) << "job " << run.id() << ", generation " << g->number << ": " << reason;
+  run.LoseGeneration(cause, reason, left);
+  const FaultOutcome outcome =
+      DecideFault(run.progress().CountFault(), run.spec().fault_budget(), reason);
   if (outcome.fail_job) {
-    FailJobLocked(outcome.reason, fx);
+    FailJobLocked(run, outcome.reason, fx);
     return;
   }
-  EndGenerationLocked(reason, fx);
-  job_.Recover(absl::StrCat("re-forming after: ", reason));
-  lifecycle_.BeginRecovery();
-  PersistLocked(fx);  // RECOVERING, not the RUNNING that EndGenerationLocked saw
+  EndGenerationLocked(run, reason, fx);
+  run.Recover(absl::StrCat("re-forming after: ", reason));
+  PersistLocked(run, fx);  // RECOVERING, not the RUNNING that EndGenerationLocked saw
 }
 
-void Coordinator::FailJobLocked(const std::string& reason, Effects* fx) {
-  job_.Fail(reason);
-  lifecycle_.EndAdoption();
-  lifecycle_.EndAdmitting();
-  EndGenerationLocked(reason, fx);
-  lifecycle_.ClearLeaving();
-  PersistLocked(fx);
+void Coordinator::FailJobLocked(JobRun& run, const std::string& reason, Effects* fx) {
+  run.Fail(reason);
+  EndGenerationLocked(run, reason, fx);
+  run.lifecycle().ClearLeaving();
+  PersistLocked(run, fx);
 }
 
-void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
+void Coordinator::OnWorkerLostLocked(JobRun& run, WorkerRecord* worker, Effects* fx) {
   DDP_LOG(Warning) << "worker " << worker->id << " lost: " << worker->detail();
   auto channel = channels_.find(worker->id);
   if (channel != channels_.end()) {
@@ -287,16 +284,16 @@ void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
                                                             "again")));
     channels_.erase(channel);
   }
-  lifecycle_.Left(worker->id);
-  const Generation* g = generations_.current();
+  run.lifecycle().Left(worker->id);
+  const Generation* g = run.generations().current();
   const int rank = g ? g->RankOf(worker->id) : -1;
   if (rank < 0) {
-    NoteDepartureLocked(worker->id);
-    OnLeftLocked(worker->id, fx);
+    NoteDepartureLocked(run, worker->id);
+    OnLeftLocked(run, worker->id, fx);
     return;
   }
-  if (lifecycle_.AwaitingReturn(worker->id)) return;  // not back yet anyway
-  OnFaultLocked(v1::CHANGE_CAUSE_LOST,
+  if (run.lifecycle().AwaitingReturn(worker->id)) return;  // not back yet anyway
+  OnFaultLocked(run, v1::CHANGE_CAUSE_LOST,
                 absl::StrFormat("%s lost in generation %d: %s; it had completed step %d and was "
                                 "in phase %s",
                                 DescribeLocked(*worker, rank), g->number, worker->detail(),
@@ -304,24 +301,25 @@ void Coordinator::OnWorkerLostLocked(WorkerRecord* worker, Effects* fx) {
                 {worker->id}, fx);
 }
 
-void Coordinator::NoteDepartureLocked(const std::string& worker_id) {
-  if (generations_.current() == nullptr && lifecycle_.WasLastMember(worker_id)) {
-    changes_.OnLeft(worker_id);
+void Coordinator::NoteDepartureLocked(JobRun& run, const std::string& worker_id) {
+  if (run.generations().current() == nullptr && run.lifecycle().WasLastMember(worker_id)) {
+    run.changes().OnLeft(worker_id);
   }
 }
 
-void Coordinator::EvictLocked(WorkerRecord* worker, const std::string& reason, Effects* fx) {
+void Coordinator::EvictLocked(JobRun& run, WorkerRecord* worker, const std::string& reason,
+                              Effects* fx) {
   if (worker == nullptr || worker->lost()) return;
   DDP_LOG(Warning) << "worker " << worker->id << " " << reason;
   registry_.Evict(worker, reason);
-  NoteDepartureLocked(worker->id);
+  NoteDepartureLocked(run, worker->id);
   if (auto channel = channels_.find(worker->id); channel != channels_.end()) {
     fx->closes.emplace_back(
         channel->second.second,
         absl::AbortedError(absl::StrCat(reason, "; leave your generation and attach again")));
     channels_.erase(channel);
   }
-  lifecycle_.Left(worker->id);
+  run.lifecycle().Left(worker->id);
   dirty_ = true;
 }
 

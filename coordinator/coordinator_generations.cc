@@ -55,11 +55,11 @@ std::string SourceWords(const SourceChoice& s) {
 
 }  // namespace
 
-std::vector<Candidate> Coordinator::FreeCandidatesLocked(uint32_t* preparing) {
-  const Generation* g = generations_.current();
+std::vector<Candidate> Coordinator::FreeCandidatesLocked(const JobRun& run, uint32_t* preparing) {
+  const Generation* g = run.generations().current();
   std::vector<Candidate> free;
   for (const WorkerRecord* w : registry_.All()) {
-    if (!IsFree(*w) || !CanRun(*w, job_.spec())) continue;
+    if (!IsFree(*w) || !CanRun(*w, run.spec())) continue;
     if (!Prepared(*w)) {
       if (preparing && !w->prepare_failed && !w->prepare_asked.empty()) ++*preparing;
       continue;
@@ -71,39 +71,41 @@ std::vector<Candidate> Coordinator::FreeCandidatesLocked(uint32_t* preparing) {
   return free;
 }
 
-void Coordinator::MaybePrepareLocked(WorkerRecord* worker, Effects* fx) {
-  if (!job_.active() || worker->lost() || !IsFree(*worker) || Prepared(*worker) ||
-      !CanRun(*worker, job_.spec())) {
+void Coordinator::MaybePrepareLocked(const JobRun& run, WorkerRecord* worker, Effects* fx) {
+  if (!run.active() || worker->lost() || !IsFree(*worker) || Prepared(*worker) ||
+      !CanRun(*worker, run.spec())) {
     return;
   }
-  const std::string asked = absl::StrCat(job_.id(), "/", job_.spec_digest());
+  const std::string asked = run.PrepareKey();
   if (worker->prepare_asked == asked) return;
   registry_.MarkPrepareAsked(worker, asked);
   v1::CoordinatorMessage message;
-  message.mutable_prepare()->set_job_id(job_.id());
-  *message.mutable_prepare()->mutable_spec() = job_.spec();
-  message.mutable_prepare()->set_spec_digest(job_.spec_digest());
+  message.mutable_prepare()->set_job_id(run.id());
+  *message.mutable_prepare()->mutable_spec() = run.spec();
+  message.mutable_prepare()->set_spec_digest(run.progress().spec_digest());
   SendLocked(worker->id, std::move(message), fx);
 }
 
-void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
-  if (!job_.active() || lifecycle_.adopting() || lifecycle_.admitting()) return;
-  const v1::JobSpec& spec = job_.spec();
-  const Generation* g = generations_.current();
-  const v1::JobState state = job_.state();
+void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
+  JobProgress& job = run.progress();
+  GenerationLifecycle& lifecycle = run.lifecycle();
+  if (!job.active() || lifecycle.adopting() || lifecycle.admitting()) return;
+  const v1::JobSpec& spec = job.spec();
+  const Generation* g = run.generations().current();
+  const v1::JobState state = job.state();
   // Cheap tests first: this runs on every registration.
   if (state == v1::JOB_STATE_RUNNING && (g == nullptr || g->members.size() >= spec.max_workers())) {
     return;
   }
   if (state == v1::JOB_STATE_WAITING && registry_.num_attached() < spec.min_workers()) {
-    lifecycle_.NoteQuorum(false);
-    job_.SetWaitingMessage(absl::StrCat("waiting for ", spec.min_workers(), " worker(s) (",
-                                        registry_.num_attached(), " attached)"));
+    lifecycle.NoteQuorum(false);
+    job.SetWaitingMessage(absl::StrCat("waiting for ", spec.min_workers(), " worker(s) (",
+                                       registry_.num_attached(), " attached)"));
     return;
   }
   uint32_t preparing = 0;
-  std::vector<Candidate> free = FreeCandidatesLocked(&preparing);
-  if (state == v1::JOB_STATE_WAITING) lifecycle_.NoteQuorum(free.size() >= spec.min_workers());
+  std::vector<Candidate> free = FreeCandidatesLocked(run, &preparing);
+  if (state == v1::JOB_STATE_WAITING) lifecycle.NoteQuorum(free.size() >= spec.min_workers());
   FormationInput in;
   in.job_state = state;
   in.generation_running = g != nullptr;
@@ -116,80 +118,72 @@ void Coordinator::MaybeFormGenerationLocked(Effects* fx) {
   in.settle = absl::Seconds(spec.settle_seconds());
   in.rejoin_timeout = absl::Seconds(spec.rejoin_timeout_seconds());
   in.reform_min_interval = absl::Seconds(spec.reform_min_interval_seconds());
-  lifecycle_.FillFormationInput(&in);
+  lifecycle.FillFormationInput(&in);
   in.now = clock_->Now();
   const FormationDecision decision = DecideFormation(in);
   switch (decision.what) {
     case Formation::kWait:
-      job_.SetWaitingMessage(decision.why);
+      job.SetWaitingMessage(decision.why);
       return;
     case Formation::kForm:
-      FormGenerationLocked(std::move(free), fx);
+      FormGenerationLocked(run, std::move(free), fx);
       return;
     case Formation::kAdmitJoiners:
-      AdmitJoinersLocked(decision.why, fx);
+      AdmitJoinersLocked(run, decision.why, fx);
       return;
     case Formation::kFail:
-      DDP_LOG(Warning) << "job " << job_.id() << " failed: " << decision.why;
-      FailJobLocked(decision.why, fx);
+      DDP_LOG(Warning) << "job " << job.id() << " failed: " << decision.why;
+      FailJobLocked(run, decision.why, fx);
       return;
   }
 }
 
-void Coordinator::FormGenerationLocked(std::vector<Candidate> candidates, Effects* fx) {
-  const v1::JobSpec& spec = job_.spec();
+void Coordinator::FormGenerationLocked(JobRun& run, std::vector<Candidate> candidates,
+                                       Effects* fx) {
+  const JobProgress& job = run.progress();
+  const v1::JobSpec& spec = job.spec();
   std::vector<Candidate> members = ChooseMembers(std::move(candidates), spec.max_workers());
   SourceInput source_in;
   source_in.members = &members;
-  source_in.checkpoint_step = job_.checkpoint_step();
-  source_in.checkpoint_generation = job_.checkpoint_generation();
-  source_in.committed_step = job_.committed_step();
+  source_in.checkpoint_step = job.checkpoint_step();
+  source_in.checkpoint_generation = job.checkpoint_generation();
+  source_in.committed_step = job.committed_step();
   const SourceChoice source = ChooseSource(source_in);
   const uint32_t world = static_cast<uint32_t>(members.size());
   const double lr = ScaledLr(spec.optimizer().lr(), LrScalingOf(spec), world, spec.max_workers());
-  std::vector<RankCandidate> slots;
-  absl::flat_hash_set<std::string> joiners;
-  for (const Candidate& c : members) {
-    slots.push_back(c.slot);
-    if (lifecycle_.IsJoiner(c)) joiners.insert(c.slot.worker_id);
-  }
-  const Generation& g = generations_.Form(std::move(slots), source, lr, std::move(joiners));
-  job_.OnGenerationStarted(world, source.step, lr);
-  changes_.Formed(g.number, g.MemberIds(), lifecycle_.last_members(), source);
-  lifecycle_.Formed();
-  DDP_LOG(Info) << "job " << job_.id() << ": generation " << g.number << " formed with " << world
+  const Generation& g = run.FormGeneration(members, source, lr);
+  DDP_LOG(Info) << "job " << job.id() << ": generation " << g.number << " formed with " << world
                 << " worker(s), starting from " << SourceWords(source)
                 << (source.steps_lost ? absl::StrCat(" (", source.steps_lost, " steps lost)") : "");
-  const AssignmentJob job{job_.id(), &spec, job_.evaluated_epochs()};
+  const AssignmentJob assigned{job.id(), &spec, job.evaluated_epochs()};
   for (uint32_t rank = 0; rank < world; ++rank) {
     const std::string& id = g.members[rank].worker_id;
     registry_.MarkAssigned(registry_.Find(id), g.number, rank, source.step);
     v1::CoordinatorMessage message;
-    *message.mutable_assignment() = BuildAssignment(g, rank, job);
+    *message.mutable_assignment() = BuildAssignment(g, rank, assigned);
     SendLocked(id, std::move(message), fx);
   }
   dirty_ = true;
-  PersistLocked(fx);
+  PersistLocked(run, fx);
 }
 
-void Coordinator::AdmitJoinersLocked(const std::string& why, Effects* fx) {
-  const Generation* g = generations_.current();
+void Coordinator::AdmitJoinersLocked(JobRun& run, const std::string& why, Effects* fx) {
+  const Generation* g = run.generations().current();
   if (g == nullptr) return;
-  DDP_LOG(Info) << "job " << job_.id() << ": " << why << " of generation " << g->number;
-  lifecycle_.BeginAdmitting();
-  changes_.Open(v1::CHANGE_CAUSE_JOINED, g->number, why, {});
+  DDP_LOG(Info) << "job " << run.id() << ": " << why << " of generation " << g->number;
+  run.BeginAdmitting(why);
   for (const RankCandidate& m : g->members) {
     SendAbortLocked(m.worker_id, g->number, why, /*at_step_boundary=*/true, fx);
   }
-  job_.SetWaitingMessage(why);
 }
 
-void Coordinator::OnLeftLocked(const std::string& worker_id, Effects* fx) {
-  lifecycle_.Left(worker_id);
-  if (!lifecycle_.admitting()) return;
-  const Generation* g = generations_.current();
+void Coordinator::OnLeftLocked(JobRun& run, const std::string& worker_id, Effects* fx) {
+  GenerationLifecycle& lifecycle = run.lifecycle();
+  lifecycle.Left(worker_id);
+  if (!lifecycle.admitting()) return;
+  const Generation* g = run.generations().current();
   if (g == nullptr) {
-    lifecycle_.EndAdmitting();
+    lifecycle.EndAdmitting();
     return;
   }
   for (const RankCandidate& m : g->members) {
@@ -197,20 +191,19 @@ void Coordinator::OnLeftLocked(const std::string& worker_id, Effects* fx) {
     if (w != nullptr && !w->lost() && !IsFree(*w)) return;  // still finishing its step
   }
   // Every member left at the same step boundary: nothing was lost.
-  lifecycle_.EndAdmitting();
-  EndGenerationLocked("", fx);
-  job_.Recover("admitting joining workers");
-  lifecycle_.BeginRecovery();
-  PersistLocked(fx);
-  MaybeFormGenerationLocked(fx);
+  lifecycle.EndAdmitting();
+  EndGenerationLocked(run, "", fx);
+  run.Recover("admitting joining workers");
+  PersistLocked(run, fx);
+  MaybeFormGenerationLocked(run, fx);
 }
 
-void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* fx) {
+void Coordinator::EndGenerationLocked(JobRun& run, const std::string& abort_reason, Effects* fx) {
   // After the aborts, which say why.
-  absl::Cleanup stop_programs = [this, fx]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (job_.ended()) StopProgramsLocked(fx);
+  absl::Cleanup stop_programs = [this, &run, fx]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (run.progress().ended()) StopProgramsLocked(run, fx);
   };
-  const Generation* g = generations_.current();
+  const Generation* g = run.generations().current();
   if (g == nullptr) return;
   if (!abort_reason.empty()) {
     for (const RankCandidate& member : g->members) {
@@ -222,20 +215,19 @@ void Coordinator::EndGenerationLocked(const std::string& abort_reason, Effects* 
       // the others lack): it is admitted later, once it has left.
       const bool never_trained =
           w->state() == v1::WORKER_STATE_RENDEZVOUS && g->joiners.contains(member.worker_id);
-      if (!never_trained) lifecycle_.ToldToLeave(member.worker_id);
+      if (!never_trained) run.lifecycle().ToldToLeave(member.worker_id);
     }
   }
-  lifecycle_.RememberMembers(g->MemberIds());
-  fx->dropped_namespaces.push_back(absl::StrCat(job_.id(), "/", g->number, "/"));
-  generations_.EndCurrent();
+  fx->dropped_namespaces.push_back(run.EndGeneration());
   dirty_ = true;
-  PersistLocked(fx);
+  PersistLocked(run, fx);
 }
 
-void Coordinator::StopProgramsLocked(Effects* fx) {
+void Coordinator::StopProgramsLocked(const JobRun& run, Effects* fx) {
+  const JobProgress& job = run.progress();
   // "job NAME succeeded", "... failed", "... cancelled".
   const std::string reason = absl::StrCat(
-      "job ", job_.id(), " ", absl::AsciiStrToLower(v1::JobState_Name(job_.state()).substr(10)));
+      "job ", job.id(), " ", absl::AsciiStrToLower(v1::JobState_Name(job.state()).substr(10)));
   for (const auto& [id, channel] : channels_) {
     const WorkerRecord* w = registry_.Find(id);
     if (w == nullptr || !w->capabilities.program()) continue;
@@ -243,8 +235,8 @@ void Coordinator::StopProgramsLocked(Effects* fx) {
     message.mutable_stop()->set_reason(reason);
     // The program's finish() throws with the job's message unless it
     // succeeded, so that it exits non-zero.
-    message.mutable_stop()->set_outcome(job_.outcome());
-    message.mutable_stop()->set_job_message(job_.message());
+    message.mutable_stop()->set_outcome(job.outcome());
+    message.mutable_stop()->set_job_message(job.message());
     fx->sends.emplace_back(channel.second, std::move(message));
   }
 }

@@ -31,18 +31,19 @@ v1::JobSpec Unpinned(v1::JobSpec spec) {
 }  // namespace
 
 std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked(
-    const v1::JobSpec& spec) {
-  if (job_.state() != v1::JOB_STATE_UNSPECIFIED && job_.id() == spec.name()) {
-    if (google::protobuf::util::MessageDifferencer::Equals(Unpinned(job_.spec()), Unpinned(spec))) {
-      return job_.spec();  // already held: a restart re-reading its --job, say
+    JobRun& run, const v1::JobSpec& spec) {
+  const JobProgress& job = run.progress();
+  if (job.state() != v1::JOB_STATE_UNSPECIFIED && job.id() == spec.name()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(Unpinned(job.spec()), Unpinned(spec))) {
+      return job.spec();  // already held: a restart re-reading its --job, say
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("job \"", spec.name(), "\" already exists (", v1::JobState_Name(job_.state()),
-                     ") with another spec (", FirstDifference(job_.spec(), spec),
+        absl::StrCat("job \"", spec.name(), "\" already exists (", v1::JobState_Name(job.state()),
+                     ") with another spec (", FirstDifference(job.spec(), spec),
                      "); give the new job another name",
-                     job_.active() ? ", or cancel this one first (CancelJob)" : ""));
+                     job.active() ? ", or cancel this one first (CancelJob)" : ""));
   }
-  if (job_.active()) return job_.Submit(spec);  // refused, saying which job runs
+  if (job.active()) return run.Start(spec);  // refused, saying which job runs
   return std::nullopt;
 }
 
@@ -57,7 +58,7 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
   {
     // Refuse early, before the (slow) check.
     absl::MutexLock lock(&mu_);
-    answer = AnswerWithoutCheckLocked(spec);
+    answer = AnswerWithoutCheckLocked(*run_, spec);
   }
   if (answer) return done(std::move(*answer));
   if (!options_.validate_job) return done(AcceptJob(spec));
@@ -71,20 +72,21 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
+    JobRun& run = *run_;
     // Things may have changed while the job was checked.
-    if (auto answer = AnswerWithoutCheckLocked(spec)) return *answer;
-    if (absl::Status s = job_.Submit(spec); !s.ok()) return s;
+    if (auto answer = AnswerWithoutCheckLocked(run, spec)) return *answer;
+    if (absl::Status s = run.Start(spec); !s.ok()) return s;
     DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
                   << spec.dataset().kind() << ", " << spec.min_workers() << "-"
                   << spec.max_workers() << " workers";
-    changes_ = ChangeLog(clock_);
-    lifecycle_.StartJob();
     // Held states belong to the previous job.
     registry_.ForgetJobStates();
-    for (const WorkerRecord* w : registry_.All()) MaybePrepareLocked(registry_.Find(w->id), &fx);
+    for (const WorkerRecord* w : registry_.All()) {
+      MaybePrepareLocked(run, registry_.Find(w->id), &fx);
+    }
     dirty_ = true;
-    PersistLocked(&fx);
-    MaybeFormGenerationLocked(&fx);
+    PersistLocked(run, &fx);
+    MaybeFormGenerationLocked(run, &fx);
   }
   Apply(fx);
   return spec;
@@ -96,13 +98,13 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = job_.Cancel(job_id, reason); !s.ok()) return s;
+    JobRun& run = *run_;
+    if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
     DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
-    lifecycle_.EndAdoption();
-    EndGenerationLocked(reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason),
-                        &fx);
+    EndGenerationLocked(
+        run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), &fx);
     dirty_ = true;
-    PersistLocked(&fx);
+    PersistLocked(run, &fx);
   }
   Apply(fx);
   return absl::OkStatus();
@@ -113,15 +115,17 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
                                                         absl::string_view store_token) {
   if (absl::Status s = store_.CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (!job_.active() || job_id != job_.id()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", Quote(job_id), " is not running",
-        job_.active() ? absl::StrCat("; the current job is \"", job_.id(), "\"") : ""));
+  const JobRun& run = *run_;  // the job the key names, if it is running
+  if (!run.active() || job_id != run.id()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", Quote(job_id), " is not running",
+                     run.active() ? absl::StrCat("; the current job is \"", run.id(), "\"") : ""));
   }
-  if (!generations_.IsCurrent(generation)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stale generation ", generation, " for job ", Quote(job_id), ": the current generation is ",
-        generations_.current() ? generations_.current()->number : 0));
+  const Generation* current = run.generations().current();
+  if (current == nullptr || current->number != generation) {
+    return absl::FailedPreconditionError(absl::StrCat("stale generation ", generation, " for job ",
+                                                      Quote(job_id), ": the current generation is ",
+                                                      current ? current->number : 0));
   }
   if (options_.require_store_tokens) {
     if (store_token.empty()) {
@@ -132,7 +136,7 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
     }
     // Every member's token is compared: the time says nothing of which.
     bool member = false;
-    for (const std::string& token : generations_.current()->store_tokens) {
+    for (const std::string& token : current->store_tokens) {
       if (ConstantTimeEquals(token, store_token)) member = true;
     }
     if (!member) {
@@ -142,7 +146,7 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
                        "assigned to"));
     }
   }
-  return absl::StrCat(job_id, "/", generation, "/");
+  return run.StoreNamespace(generation);
 }
 
 absl::Status Coordinator::StoreSet(const v1::StoreSetRequest& request,
@@ -180,7 +184,8 @@ absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request
 }
 
 void Coordinator::PublishLocked() {
-  job_.SampleProgress();
+  JobRun& run = *run_;  // the job the status is about
+  run.progress().SampleProgress();
   // On an arena: at 4,096 workers the snapshot is ~40k small objects, made
   // and (for the one it replaces) freed under mu_ several times a second.
   google::protobuf::ArenaOptions arena_options;
@@ -188,17 +193,10 @@ void Coordinator::PublishLocked() {
   arena_options.max_block_size = 4 << 20;
   auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
   v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
-  job_.FillStatus(status);
-  changes_.Fill(status->mutable_generation_changes());
+  run.FillStatus(status);
   // Ranks as in the current generation, or once it ended, the last one
   // (operators still want to see who had which rank).
-  const Generation* g = generations_.last();
-  status->set_generation(generations_.latest());
-  // The world that trains now: none while recovering or after the end.
-  if (const Generation* current = generations_.current()) {
-    status->set_world_size(static_cast<uint32_t>(current->members.size()));
-    for (const RankCandidate& m : current->members) status->add_members(m.worker_id);
-  }
+  const Generation* g = run.generations().last();
   // What GetStatus answers: the job as above, with a bounded worker list.
   // Its own heap copy: a WatchStatus stream holding it must not keep the
   // whole snapshot's arena alive.
@@ -257,7 +255,7 @@ std::shared_ptr<const v1::JobStatus> Coordinator::StatusView() const {
 
 v1::JobState Coordinator::job_state() const {
   absl::MutexLock lock(&mu_);
-  return job_.state();
+  return run_->progress().state();
 }
 
 }  // namespace ddp

@@ -11,46 +11,47 @@
 
 namespace ddp {
 
-void Coordinator::OnHeartbeatLocked(WorkerRecord* worker, const v1::Heartbeat& heartbeat,
-                                    Effects* fx) {
+void Coordinator::OnHeartbeatLocked(JobRun& run, WorkerRecord* worker,
+                                    const v1::Heartbeat& heartbeat, Effects* fx) {
   int rank;
   if (heartbeat.generation() == 0 ||
-      !CheckMemberLocked(*worker, heartbeat.generation(), &rank).ok()) {
+      !CheckMemberLocked(run, *worker, heartbeat.generation(), &rank).ok()) {
     return;
   }
-  if (absl::Status s = CheckHeartbeat(heartbeat, generations_.current()->source.step); !s.ok()) {
+  if (absl::Status s = CheckHeartbeat(heartbeat, run.generations().current()->source.step);
+      !s.ok()) {
     RejectLocked(worker->id, s, fx);
     return;
   }
-  if (registry_.RecordHeartbeat(worker, heartbeat)) lifecycle_.BoundedPhaseEnded();
+  if (registry_.RecordHeartbeat(worker, heartbeat)) run.lifecycle().BoundedPhaseEnded();
 }
 
-void Coordinator::OnEpochResultLocked(WorkerRecord* worker, const v1::EpochResult& result,
-                                      Effects* fx) {
+void Coordinator::OnEpochResultLocked(JobRun& run, WorkerRecord* worker,
+                                      const v1::EpochResult& result, Effects* fx) {
   int rank;
-  if (absl::Status s = CheckMemberLocked(*worker, result.generation(), &rank); !s.ok()) {
+  if (absl::Status s = CheckMemberLocked(run, *worker, result.generation(), &rank); !s.ok()) {
     registry_.CountStale(worker);
     RejectLocked(worker->id, s, fx);
     return;
   }
   // Each epoch is kept in status once: only the job's own.
-  if (result.epoch() >= job_.spec().epochs()) {
+  if (result.epoch() >= run.spec().epochs()) {
     RejectLocked(worker->id,
                  absl::InvalidArgumentError(absl::StrCat("epoch result of epoch ", result.epoch(),
-                                                         ": the job has ", job_.spec().epochs(),
+                                                         ": the job has ", run.spec().epochs(),
                                                          " epochs; the message was dropped")),
                  fx);
     return;
   }
-  job_.OnEpochResult(result);
-  PersistLocked(fx);
+  run.progress().OnEpochResult(result);
+  PersistLocked(run, fx);
   DDP_LOG(Info) << "epoch " << result.epoch() << " done: test accuracy " << result.test_accuracy()
                 << ", train loss " << result.train_loss();
 }
 
-void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatch& batch,
-                                  Effects* fx) {
-  const Generation* current = generations_.current();
+void Coordinator::OnReportsLocked(JobRun& run, WorkerRecord* worker,
+                                  const v1::StepReportBatch& batch, Effects* fx) {
+  const Generation* current = run.generations().current();
   if (absl::Status s = CheckReportBatch(batch, current ? current->source.step : 0); !s.ok()) {
     RejectLocked(worker->id, s, fx);
     return;
@@ -59,22 +60,22 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
   double samples = 0, seconds = 0;
   for (const v1::StepReport& report : batch.reports()) {
     int rank;
-    if (absl::Status s = CheckMemberLocked(*worker, report.generation(), &rank); !s.ok()) {
+    if (absl::Status s = CheckMemberLocked(run, *worker, report.generation(), &rank); !s.ok()) {
       registry_.CountStale(worker);
       RejectLocked(worker->id, s, fx);
       return;
     }
-    job_.OnStepReport(rank, report);
+    run.progress().OnStepReport(rank, report);
     // A pause ended: saved, so a restart keeps what it cost.
-    if (changes_.OnStep(report.generation())) PersistLocked(fx);
+    if (run.changes().OnStep(report.generation())) PersistLocked(run, fx);
     registry_.RecordStepReport(worker, report);
     samples += report.samples();
     seconds += report.step_seconds();
     if (!report.parameter_digest().empty()) {
-      absl::Status same = job_.OnParameterDigest(rank, report);
+      absl::Status same = run.progress().OnParameterDigest(rank, report);
       if (!same.ok()) {
         DDP_LOG(Error) << same.message();
-        FailJobLocked(std::string(same.message()), fx);
+        FailJobLocked(run, std::string(same.message()), fx);
         return;
       }
     }
@@ -82,24 +83,24 @@ void Coordinator::OnReportsLocked(WorkerRecord* worker, const v1::StepReportBatc
   registry_.RecordThroughput(worker, samples, seconds);
 }
 
-void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointResult& result,
-                                     Effects* fx) {
+void Coordinator::OnCheckpointLocked(JobRun& run, WorkerRecord* worker,
+                                     const v1::CheckpointResult& result, Effects* fx) {
   // A write that finishes after its generation ended is still a good
   // checkpoint of the job: only the job matters.
-  if (!job_.active() || result.job_id() != job_.id()) {
+  if (!run.active() || result.job_id() != run.id()) {
     registry_.CountStale(worker);
     RejectLocked(
         worker->id,
         absl::FailedPreconditionError(absl::StrCat(
             "checkpoint result of job ", Quote(result.job_id()), " dropped: the current job is \"",
-            job_.id(), "\"", job_.active() ? "" : ", which is not running")),
+            run.id(), "\"", run.active() ? "" : ", which is not running")),
         fx);
     return;
   }
   v1::CheckpointResult kept = result;
   kept.set_path(Truncated(result.path(), kMaxReportedTextBytes));
   kept.set_error(Truncated(result.error(), kMaxReportedTextBytes));
-  job_.OnCheckpoint(kept);
+  run.progress().OnCheckpoint(kept);
   if (kept.error().empty()) {
     DDP_LOG(Info) << "checkpoint of step " << result.step() << " written by " << worker->id << ": "
                   << kept.path() << " ("
@@ -109,40 +110,41 @@ void Coordinator::OnCheckpointLocked(WorkerRecord* worker, const v1::CheckpointR
     DDP_LOG(Warning) << "checkpoint of step " << result.step() << " failed on " << worker->id
                      << ": " << kept.error();
   }
-  PersistLocked(fx);
+  PersistLocked(run, fx);
 }
 
-void Coordinator::OnStateChangeLocked(WorkerRecord* worker, const v1::StateChange& change,
-                                      Effects* fx) {
-  if (change.has_held()) NoteHeldLocked(worker, change.held());
-  const Generation* current = generations_.current();
+void Coordinator::OnStateChangeLocked(JobRun& run, WorkerRecord* worker,
+                                      const v1::StateChange& change, Effects* fx) {
+  if (change.has_held()) NoteHeldLocked(run, worker, change.held());
+  const Generation* current = run.generations().current();
   ReportedState s{change, Truncated(change.detail(), kMaxReportedTextBytes)};
   s.rank = current ? current->RankOf(worker->id) : -1;
   s.in_current = s.rank >= 0 && change.generation() == current->number;
   switch (change.state()) {
     case v1::WORKER_STATE_IDLE:
-      return OnIdleLocked(worker, s, fx);
+      return OnIdleLocked(run, worker, s, fx);
     case v1::WORKER_STATE_DONE:
-      return OnDoneLocked(worker, s, fx);
+      return OnDoneLocked(run, worker, s, fx);
     default:
       break;
   }
-  if (!s.in_current) return OnOutsideStateLocked(worker, s, fx);
-  OnMemberStateLocked(worker, s, fx);
+  if (!s.in_current) return OnOutsideStateLocked(run, worker, s, fx);
+  OnMemberStateLocked(run, worker, s, fx);
 }
 
-void Coordinator::OnIdleLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx) {
+void Coordinator::OnIdleLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s,
+                               Effects* fx) {
   // Never stale: it is a fact about the worker.
-  if (s.in_current && lifecycle_.admitting()) {
+  if (s.in_current && run.lifecycle().admitting()) {
     registry_.MarkIdle(worker, s.detail);
-    OnLeftLocked(worker->id, fx);
+    OnLeftLocked(run, worker->id, fx);
     return;
   }
   if (s.in_current && worker->state() != v1::WORKER_STATE_DONE) {
     // Free before the fault ends the generation: it is not told to leave
     // what it already left.
     registry_.MarkIdle(worker, s.detail);
-    OnFaultLocked(v1::CHANGE_CAUSE_FAILED,
+    OnFaultLocked(run, v1::CHANGE_CAUSE_FAILED,
                   absl::StrFormat("%s left generation %d: %s", DescribeLocked(*worker, s.rank),
                                   s.change.generation(), s.detail),
                   {worker->id}, fx);
@@ -150,47 +152,51 @@ void Coordinator::OnIdleLocked(WorkerRecord* worker, const ReportedState& s, Eff
     return;  // about an older generation; it is already assigned to the current one
   }
   registry_.MarkIdle(worker, s.detail);
-  OnLeftLocked(worker->id, fx);
+  OnLeftLocked(run, worker->id, fx);
   // Holding nothing now (its state was dropped): it builds it anew.
   registry_.AllowPrepareAgain(worker);
-  MaybePrepareLocked(worker, fx);
-  MaybeFormGenerationLocked(fx);  // it may complete a quorum
+  MaybePrepareLocked(run, worker, fx);
+  MaybeFormGenerationLocked(run, fx);  // it may complete a quorum
 }
 
-void Coordinator::OnDoneLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx) {
+void Coordinator::OnDoneLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s,
+                               Effects* fx) {
   // Also a fact about the worker: a DONE that crossed an abort must not
   // leave it TRAINING forever.
   registry_.MarkDone(worker, s.detail);
   if (!s.in_current) {
-    OnLeftLocked(worker->id, fx);
-    MaybeFormGenerationLocked(fx);
+    OnLeftLocked(run, worker->id, fx);
+    MaybeFormGenerationLocked(run, fx);
     return;
   }
-  if (job_.OnRankDone(s.rank)) {
-    DDP_LOG(Info) << "job " << job_.id() << " succeeded in generation " << s.change.generation();
-    EndGenerationLocked("", fx);
+  if (run.progress().OnRankDone(s.rank)) {
+    DDP_LOG(Info) << "job " << run.id() << " succeeded in generation " << s.change.generation();
+    EndGenerationLocked(run, "", fx);
   }
 }
 
-void Coordinator::OnOutsideStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx) {
+void Coordinator::OnOutsideStateLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s,
+                                       Effects* fx) {
   if (s.change.state() == v1::WORKER_STATE_FAILED) {
     registry_.MarkFailed(worker, s.detail);  // it leaves; its IDLE follows
-    if (s.change.generation() == 0) OnPrepareFailedLocked(worker, s.change, s.detail, fx);
+    if (s.change.generation() == 0) OnPrepareFailedLocked(run, worker, s.change, s.detail, fx);
     return;
   }
   registry_.CountStale(worker);
   int unused_rank;  // not a member of the current generation: always an error
-  RejectLocked(worker->id, CheckMemberLocked(*worker, s.change.generation(), &unused_rank), fx);
+  RejectLocked(worker->id, CheckMemberLocked(run, *worker, s.change.generation(), &unused_rank),
+               fx);
 }
 
-void Coordinator::OnMemberStateLocked(WorkerRecord* worker, const ReportedState& s, Effects* fx) {
+void Coordinator::OnMemberStateLocked(JobRun& run, WorkerRecord* worker, const ReportedState& s,
+                                      Effects* fx) {
   const v1::StateChange& change = s.change;
   registry_.RecordReportedState(worker, change, s.detail);
   if (change.state() == v1::WORKER_STATE_TRAINING && change.has_held()) {
-    changes_.OnStarted(
+    run.changes().OnStarted(
         change.generation(), change.held().step(),
-        s.rank == static_cast<int>(generations_.current()->source.rank) ? s.detail : "");
-    PersistLocked(fx);
+        s.rank == static_cast<int>(run.generations().current()->source.rank) ? s.detail : "");
+    PersistLocked(run, fx);
   }
   if (change.state() != v1::WORKER_STATE_FAILED) return;
   const std::string reason =
@@ -198,20 +204,21 @@ void Coordinator::OnMemberStateLocked(WorkerRecord* worker, const ReportedState&
                       change.generation(), s.detail);
   switch (ClassifyFailure(static_cast<absl::StatusCode>(change.code()))) {
     case FailureKind::kFault:
-      OnFaultLocked(v1::CHANGE_CAUSE_FAILED, reason, {}, fx);
-      OnLeftLocked(worker->id, fx);
+      OnFaultLocked(run, v1::CHANGE_CAUSE_FAILED, reason, {}, fx);
+      OnLeftLocked(run, worker->id, fx);
       return;
     case FailureKind::kFatal:
       DDP_LOG(Warning) << reason;
-      FailJobLocked(reason, fx);
+      FailJobLocked(run, reason, fx);
       return;
   }
 }
 
-void Coordinator::OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateChange& change,
-                                        const std::string& detail, Effects* fx) {
+void Coordinator::OnPrepareFailedLocked(JobRun& run, WorkerRecord* worker,
+                                        const v1::StateChange& change, const std::string& detail,
+                                        Effects* fx) {
   registry_.MarkPrepareFailed(worker);
-  if (!job_.active()) return;
+  if (!run.active()) return;
   const std::string reason =
       absl::StrCat("worker ", worker->id, " on ", worker->host, ": ", detail);
   if (ClassifyFailure(static_cast<absl::StatusCode>(change.code())) == FailureKind::kFault) {
@@ -221,8 +228,8 @@ void Coordinator::OnPrepareFailedLocked(WorkerRecord* worker, const v1::StateCha
   }
   // A model or data file it can't use: every worker would fail the same way
   // (as a generation failing on it would).
-  DDP_LOG(Warning) << "job " << job_.id() << " failed: " << reason;
-  FailJobLocked(reason, fx);
+  DDP_LOG(Warning) << "job " << run.id() << " failed: " << reason;
+  FailJobLocked(run, reason, fx);
 }
 
 std::string Coordinator::DescribeLocked(const WorkerRecord& worker, int rank) const {
