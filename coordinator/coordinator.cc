@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "common/quote.h"
 
@@ -132,6 +133,7 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
     SendLocked(session.worker_id, std::move(reply), &fx);
     DDP_LOG(Info) << "worker " << session.worker_id << (took_over ? " reattached (" : " attached (")
                   << request.host() << " " << worker->device.ToString() << ", pid " << request.pid()
+                  << (worker->labels.empty() ? "" : ", labels " + FormatLabels(worker->labels))
                   << ")"
                   << (request.generation() ? absl::StrCat(", in generation ", request.generation(),
                                                           " as rank ", request.rank())

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/job_kinds.h"
 #include "common/job_spec.h"
+#include "common/labels.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
 
@@ -22,6 +23,9 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
   // A ddp-worker trains the built-in models; a program on the library only
   // its own.
   if (w.capabilities.program() != IsProgramJob(spec)) return false;
+  if (!LabelsMatch(w.labels, {spec.worker_selector().begin(), spec.worker_selector().end()})) {
+    return false;
+  }
   const auto& backends = w.capabilities.backends();
   const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
   switch (BackendOf(spec)) {
@@ -51,6 +55,15 @@ std::string SourceWords(const SourceChoice& s) {
     default:
       return "fresh weights at step 0";
   }
+}
+
+// "; only workers labelled zone=a count" for a job with a selector: the
+// attached workers an operator sees may not be the ones the job can use.
+std::string SelectorNote(const v1::JobSpec& spec) {
+  if (spec.worker_selector().empty()) return "";
+  return absl::StrCat("; only workers labelled ",
+                      FormatLabels({spec.worker_selector().begin(), spec.worker_selector().end()}),
+                      " count");
 }
 
 }  // namespace
@@ -100,7 +113,7 @@ void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
   if (state == v1::JOB_STATE_WAITING && registry_.num_attached() < spec.min_workers()) {
     lifecycle.NoteQuorum(false);
     job.SetWaitingMessage(absl::StrCat("waiting for ", spec.min_workers(), " worker(s) (",
-                                       registry_.num_attached(), " attached)"));
+                                       registry_.num_attached(), " attached)", SelectorNote(spec)));
     return;
   }
   uint32_t preparing = 0;
@@ -123,7 +136,7 @@ void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
   const FormationDecision decision = DecideFormation(in);
   switch (decision.what) {
     case Formation::kWait:
-      job.SetWaitingMessage(decision.why);
+      job.SetWaitingMessage(absl::StrCat(decision.why, SelectorNote(spec)));
       return;
     case Formation::kForm:
       FormGenerationLocked(run, std::move(free), fx);

@@ -210,6 +210,7 @@ void Coordinator::PublishLocked() {
     ws->set_host(w->host);
     ws->set_device(w->device.ToString());
     ws->set_pid(w->pid);
+    ws->mutable_labels()->insert(w->labels.begin(), w->labels.end());
     ws->set_version(w->version);
     ws->set_rank(g ? g->RankOf(w->id) : -1);
     ws->set_state(w->state());

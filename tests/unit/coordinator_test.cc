@@ -44,6 +44,34 @@ TEST_F(CoordinatorTest, SubmitJob_ThreeWorkers_EachRankAssignedExactlyOnceInSlot
   EXPECT_EQ(status.world_size(), 3u);
 }
 
+TEST_F(CoordinatorTest, SubmitJob_WorkerSelector_OnlyMatchingWorkersTrainAndStatusSaysWhy) {
+  v1::RegisterRequest zone_a = Req("h", "cpu:0");
+  (*zone_a.mutable_labels())["zone"] = "a";
+  auto in_a = *AttachWith(zone_a);
+  v1::RegisterRequest zone_b = Req("h", "cpu:1");
+  (*zone_b.mutable_labels())["zone"] = "b";
+  auto in_b = *AttachWith(zone_b);
+  auto unlabelled = *Attach("h", "cpu:2");
+  v1::JobSpec spec = Job(2);
+  (*spec.mutable_worker_selector())["zone"] = "a";
+  ASSERT_THAT(Submit(*core_, spec), IsOk());
+  core_->Tick();
+  v1::JobStatus status = Status();
+  EXPECT_EQ(status.state(), v1::JOB_STATE_WAITING);
+  EXPECT_THAT(status.message(), HasSubstr("only workers labelled zone=a count"));
+  EXPECT_EQ(in_b.assignments() + unlabelled.assignments() + in_a.assignments(), 0u);
+  // The worker's labels are in the status, for the operator to compare.
+  for (const v1::WorkerStatus& w : status.workers()) {
+    if (w.worker_id() == in_b.id()) EXPECT_EQ(w.labels().at("zone"), "b");
+  }
+  v1::RegisterRequest second_a = Req("h", "cpu:3");
+  (*second_a.mutable_labels())["zone"] = "a";
+  auto also_in_a = *AttachWith(second_a);
+  EXPECT_EQ(in_a.assignment().world_size(), 2u);
+  EXPECT_EQ(also_in_a.assignment().world_size(), 2u);
+  EXPECT_EQ(in_b.assignments() + unlabelled.assignments(), 0u);
+}
+
 TEST_F(CoordinatorTest, Report_StepTimings_ShownForItsWorkerUntilTheNextGeneration) {
   auto workers = Start(1, Job(1));
   SendState(workers[0], 1, v1::WORKER_STATE_TRAINING);
