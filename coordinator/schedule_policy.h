@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/throughput_model.h"  // ExpectedThroughput, MarginalGain
 
 namespace ddp {
 
@@ -29,15 +30,21 @@ enum class SchedulingPolicy {
   // scheduler.
   kPriorityPreempt,
   // Ours: priorities; a queued job starts at min_workers (a gang), taking
-  // workers from lower-priority running jobs down to their min_workers at a
-  // step boundary before it preempts any whole job; spare workers grow
-  // running jobs toward max_workers, higher priority first and, among equal
-  // priority, where the measured throughput gains most (Pollux's idea; never
-  // where it gains nothing). A job starts on exactly min_workers and grows
-  // from there once its reform interval has passed. A queued job that can't
-  // start keeps the free workers that fit it (up to min_workers) from the
-  // jobs behind it and from growth, so smaller jobs can't starve it; they
-  // start on free workers it can't use.
+  // workers at a step boundary from running jobs before it preempts any:
+  // first from lower-priority jobs down to their min_workers, then from
+  // jobs of its own priority, only what they hold above min_workers, each
+  // worker from the one that loses least samples/s by it (Pollux's idea: a
+  // job at no workers gains more from them than one that grew into them);
+  // only then whole lower-priority jobs (never one of its own priority).
+  // Spare workers grow running jobs toward max_workers, higher priority
+  // first and, among equal priority, where the measured throughput gains
+  // most (never where it gains nothing), and a job only when the round's
+  // growth is expected to raise its samples/s by 10% or more (each grow
+  // pauses it). A job starts on exactly min_workers and grows from there
+  // once its reform interval has passed. A queued job that can't start
+  // keeps the free workers that fit it (up to min_workers) from the jobs
+  // behind it and from growth, so smaller jobs can't starve it; they start
+  // on free workers it can't use.
   kElastic,
 };
 
@@ -138,23 +145,11 @@ struct JobPlan {
 // its owner's quota holds no other job back. Never gives a worker to two jobs,
 // never gives a job a worker that doesn't fit it (device kind, selector),
 // never puts a job below min_workers except by preempting it whole or above
-// max_workers, never lets an owner's jobs hold more than its quota, and
-// never changes a running job's allocation within reform_min_interval of
-// its last change, nor one that is reallocating.
+// max_workers, shrinks a job only for one of its priority or higher and
+// preempts one only for a higher one, never lets an owner's jobs hold more
+// than its quota, and never changes a running job's allocation within
+// reform_min_interval of its last change, nor one that is reallocating.
 std::vector<JobPlan> DecideSchedule(const ScheduleInput& in);
-
-// The samples/s a job is expected to reach on `world_size` workers, from
-// what it measured: the measurement itself where there is one, else the
-// model T(n) = T1 * n / (1 + a * (n - 1)) fitted to the measurements
-// (a in [0, 1]; a = 0 from a single measurement, which is optimistic and so
-// tries the job at the larger size); 0 with no measurement at all.
-double ExpectedThroughput(const std::map<uint32_t, double>& measured, uint32_t world_size);
-
-// How much one more worker gains a job on `world_size` workers, relative to
-// what it has: T(n + 1) / T(n) - 1 (1 without measurements: an unmeasured
-// job is tried larger first). Comparable across jobs whatever their
-// samples/s.
-double MarginalGain(const std::map<uint32_t, double>& measured, uint32_t world_size);
 
 }  // namespace ddp
 

@@ -192,6 +192,16 @@ void ExpectValidPlan(const ScheduleInput& in, const std::vector<JobPlan>& plans)
     }
     if (plan.action == JobAction::kShrink || plan.action == JobAction::kPreempt) {
       EXPECT_FALSE(plan.removed_for.empty());
+      // Shrunk for a job of its priority or higher; preempted only for a
+      // higher one.
+      for (const SchedJob& other : in.jobs) {
+        if (other.id != plan.removed_for) continue;
+        if (plan.action == JobAction::kShrink) {
+          EXPECT_GE(other.priority, job.priority);
+        } else {
+          EXPECT_GT(other.priority, job.priority);
+        }
+      }
     } else {
       EXPECT_TRUE(plan.removed.empty());
     }
@@ -344,7 +354,7 @@ TEST(SchedulePolicy, Elastic_HigherPriorityWaits_ShrinksLowerBeforePreempting) {
                   "AADD",
                   {Job("A", 0, 1, 2), Job("D", 0, 2, 2), Job("C", 10, 3, 3)},
                   "A shrink w1 -w2>C; D preempt -w3,w4>C; C keep"},
-                 {"never an equal or higher priority",
+                 {"never a higher priority, nor an equal one below min: not enough, nobody moves",
                   "AAEE",
                   {Job("A", 10, 1, 2), Job("E", 20, 1, 2), Job("C", 10, 2, 2)},
                   "A keep w1,w2; E keep w3,w4; C keep"},
@@ -353,6 +363,116 @@ TEST(SchedulePolicy, Elastic_HigherPriorityWaits_ShrinksLowerBeforePreempting) {
                   {Job("A", 0, 2, 2), Job("E", 20, 2, 2), Job("C", 10, 4, 4)},
                   "A keep w1,w2; E keep w3,w4; C keep"},
              });
+}
+
+// Workers a running job grew into above its min_workers go back to a queued
+// job of its own priority (which, at no workers, gains most from them).
+TEST(SchedulePolicy, Elastic_EqualPriorityWaits_TakesOnlyWorkersAboveMin) {
+  ExpectRows(SchedulingPolicy::kElastic,
+             {
+                 {"an equal-priority job gives what it holds above min",
+                  "AAAA",
+                  {Job("A", 0, 2, 4), Job("B", 0, 2, 2)},
+                  "A shrink w1,w2 -w3,w4>B; B keep"},
+                 {"never below min: not enough, nobody moves",
+                  "AAAA",
+                  {Job("A", 0, 3, 4), Job("B", 0, 2, 2)},
+                  "A keep w1,w2,w3,w4; B keep"},
+                 {"never preempted for equal priority",
+                  "AAAA",
+                  {Job("A", 0, 4, 4), Job("B", 0, 1, 1)},
+                  "A keep w1,w2,w3,w4; B keep"},
+                 {"only what is missing",
+                  "AAA.",
+                  {Job("A", 0, 1, 3), Job("B", 0, 2, 2)},
+                  "A shrink w1,w2 -w3>B; B keep"},
+                 {"lower priority gives first",
+                  "AALL",
+                  {Job("A", 5, 1, 2), Job("L", 0, 1, 2), Job("B", 5, 1, 1)},
+                  "A keep w1,w2; L shrink w3 -w4>B; B keep"},
+                 {"then equal priority, before a lower job is preempted",
+                  "AALL",
+                  {Job("A", 5, 1, 2), Job("L", 0, 2, 2), Job("B", 5, 1, 1)},
+                  "A shrink w1 -w2>B; L keep w3,w4; B keep"},
+                 {"preempts a lower job only when every shrink is not enough",
+                  "AALL",
+                  {Job("A", 5, 1, 2), Job("L", 0, 2, 2), Job("B", 5, 3, 3)},
+                  "A shrink w1 -w2>B; L preempt -w3,w4>B; B keep"},
+                 {"a higher priority is never shrunk for it",
+                  "HH",
+                  {Job("H", 10, 1, 2), Job("B", 5, 1, 1)},
+                  "H keep w1,w2; B keep"},
+             });
+  const ScheduleInput in =
+      Input(SchedulingPolicy::kElastic, {Job("A", 0, 2, 4), Job("B", 0, 2, 2)}, "AAAA");
+  const std::vector<JobPlan> plans = Decide(in);
+  EXPECT_THAT(PlanOf(plans, "A").why,
+              AllOf(HasSubstr("from 4 to 2 workers for job B (priority 0)"),
+                    HasSubstr("of the jobs of its priority it loses least")));
+  EXPECT_EQ(PlanOf(plans, "B").why, "waiting for 2 workers released by job A");
+}
+
+TEST(SchedulePolicy, Elastic_EqualPriorityWaits_TheJobThatLosesLeastGives) {
+  const std::map<uint32_t, double> linear = {{1, 100}, {2, 200}};  // loses 1/(n-1) at n
+  const std::map<uint32_t, double> poor = {{1, 100}, {2, 150}};    // 3 -> 2: 1/5, 2 -> 1: 1/2
+  ExpectRows(SchedulingPolicy::kElastic,
+             {
+                 {"the poorly scaling one",
+                  "AAABBB",
+                  {Measured(Job("A", 0, 1, 4), linear), Measured(Job("B", 0, 1, 4), poor),
+                   Job("C", 0, 1, 1)},
+                  "A keep w1,w2,w3; B shrink w4,w5 -w6>C; C keep"},
+                 {"whatever the order",
+                  "AAABBB",
+                  {Measured(Job("A", 0, 1, 4), poor), Measured(Job("B", 0, 1, 4), linear),
+                   Job("C", 0, 1, 1)},
+                  "A shrink w1,w2 -w3>C; B keep w4,w5,w6; C keep"},
+                 {"one worker at a time: the loss at the planned size",
+                  "AAAABBB",
+                  {Measured(Job("A", 0, 1, 4), linear), Measured(Job("B", 0, 1, 3), poor),
+                   Job("C", 0, 2, 2)},
+                  "A shrink w1,w2,w3 -w4>C; B shrink w5,w6 -w7>C; C keep"},
+                 {"equal losses: the newest gives",
+                  "AABB",
+                  {Job("A", 0, 1, 2), Job("B", 0, 1, 2), Job("C", 0, 1, 1)},
+                  "A keep w1,w2; B shrink w3 -w4>C; C keep"},
+             });
+  const ScheduleInput in = Input(
+      SchedulingPolicy::kElastic,
+      {Measured(Job("A", 0, 1, 4), linear), Measured(Job("B", 0, 1, 4), poor), Job("C", 0, 1, 1)},
+      "AAABBB");
+  EXPECT_THAT(PlanOf(Decide(in), "B").why, HasSubstr("loses least (expected -17% samples/s)"));
+}
+
+TEST(SchedulePolicy, Elastic_EqualPriorityWaits_ReformIntervalAndReallocationRespected) {
+  ExpectRows(SchedulingPolicy::kElastic,
+             {
+                 {"no shrink at 5s",
+                  "AAAA",
+                  {ChangedAgo(Job("A", 0, 2, 4), 5), Job("B", 0, 2, 2)},
+                  "A keep w1,w2,w3,w4; B keep"},
+                 {"shrinks at 10s",
+                  "AAAA",
+                  {ChangedAgo(Job("A", 0, 2, 4), 10), Job("B", 0, 2, 2)},
+                  "A shrink w1,w2 -w3,w4>B; B keep"},
+                 {"not while reallocating",
+                  "AAAA",
+                  {Reallocating(Job("A", 0, 2, 4)), Job("B", 0, 2, 2)},
+                  "A keep w1,w2,w3,w4; B keep"},
+                 {"an unsettled peer is passed over (it would be the one, as the newest)",
+                  "AABB",
+                  {Job("A", 0, 1, 2), ChangedAgo(Job("B", 0, 1, 2), 5), Job("C", 0, 1, 1)},
+                  "A shrink w1 -w2>C; B keep w3,w4; C keep"},
+                 {"not enough settled yet: nobody moves",
+                  "AABB",
+                  {Job("A", 0, 1, 2), ChangedAgo(Job("B", 0, 1, 2), 5), Job("C", 0, 2, 2)},
+                  "A keep w1,w2; B keep w3,w4; C keep"},
+             });
+  const ScheduleInput in = Input(SchedulingPolicy::kElastic,
+                                 {ChangedAgo(Job("A", 0, 2, 4), 4), Job("B", 0, 2, 2)}, "AAAA");
+  EXPECT_THAT(
+      PlanOf(Decide(in), "B").why,
+      AllOf(HasSubstr("pool is full"), HasSubstr("job A (priority 0) may give workers in 6.0s")));
 }
 
 TEST(SchedulePolicy, Elastic_WaitingJob_SaysWhoReleasesWorkers) {
@@ -544,6 +664,35 @@ TEST(SchedulePolicy, Elastic_Growth_HigherPriorityFirstUpToMax) {
            {Job("A", 0, 1, 1), Job("B", 0, 1, 4)},
            "A keep w1; B start w2"},
       });
+}
+
+// A grow pauses the job: it is worth one only for a gain of 10% or more.
+TEST(SchedulePolicy, Elastic_Growth_OnlyWhenTheRoundGainsEnough) {
+  // a = 0.6: T(2) = 125, T(3) = 136 (+9%), T(4) = 143 (+14%).
+  const std::map<uint32_t, double> poor = {{1, 100}, {2, 125}};
+  ExpectRows(SchedulingPolicy::kElastic,
+             {
+                 {"one more worker gains 9%: not worth a pause",
+                  "AA.",
+                  {Measured(Job("A", 0, 1, 4), poor)},
+                  "A keep w1,w2"},
+                 {"two gain 14%: both in one grow",
+                  "AA..",
+                  {Measured(Job("A", 0, 1, 4), poor)},
+                  "A grow w1,w2,w3,w4 +w3,w4"},
+                 {"one each would gain 9% each: the newer is left out, the older gets both",
+                  "AABB..",
+                  {Measured(Job("A", 0, 1, 4), poor), Measured(Job("B", 0, 1, 4), poor)},
+                  "A grow w1,w2,w5,w6 +w5,w6; B keep w3,w4"},
+                 {"an unmeasured job is tried larger whatever it gains",
+                  "AAAAAAAAAAAA.",
+                  {Job("A", 0, 1, 16)},
+                  "A grow w1,w2,w3,w4,w5,w6,w7,w8,w9,w10,w11,w12,w13 +w13"},
+             });
+  const ScheduleInput in =
+      Input(SchedulingPolicy::kElastic, {Measured(Job("A", 0, 1, 4), poor)}, "AA..");
+  EXPECT_EQ(PlanOf(Decide(in), "A").why,
+            "grows from 2 to 4 workers on free workers (expected +14% samples/s)");
 }
 
 TEST(SchedulePolicy, Elastic_SelectorAndDeviceKind_AreRespected) {
