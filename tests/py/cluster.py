@@ -68,6 +68,18 @@ class Cluster(RunFolder):
     def status(self):
         return self.client.call("ddp.v1.Coordinator/GetStatus")
 
+    def wait_for(self, predicate, timeout, what):
+        """harness.wait_for, and on a timeout the tail of every log in the
+        run's folder: what a CI log needs to say why."""
+        try:
+            return wait_for(predicate, timeout, what)
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, self.logs_tail())) from None
+
+    def logs_tail(self, limit=2000):
+        names = sorted(n for n in os.listdir(self.dir) if n.endswith(".log"))
+        return "\n".join("--- %s (tail)\n%s" % (n, self.log(n[:-4])[-limit:]) for n in names)
+
     def wait_state(self, states, timeout=120):
         states = states if isinstance(states, (list, tuple)) else [states]
         return wait_for(lambda: (lambda s: s if s.get("state") in states else None)(self.status()),

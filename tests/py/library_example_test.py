@@ -297,11 +297,12 @@ class OutOfTreeExampleTest(unittest.TestCase):
             argv = [self.program, "--data", os.path.join(self.dir, "data-epoch-end"), "--epochs",
                     "1000", "--batch", "4096"]
             procs = [cluster.start_program(i, argv) for i in range(2)]
-            wait_for(lambda: int(cluster.status().get("global_step", 0)) > 50, 120,
-                     "two ranks to train")
+            cluster.wait_for(lambda: int(cluster.status().get("global_step", 0)) > 50, 120,
+                             "two ranks to train")
             procs.append(cluster.start_program(2, argv))
-            wait_for(lambda: (lambda s: s.get("world_size") == 3 and int(s["generation"]) == 2)(
-                cluster.status()), 60, "the joiner to join")
+            cluster.wait_for(lambda: (lambda s: s.get("world_size") == 3 and
+                                        int(s["generation"]) == 2)(cluster.status()),
+                             60, "the joiner to join")
             for p in procs:
                 p.wait(timeout=300)
             logs = [cluster.log("program-%d" % i) for i in range(3)]
@@ -318,8 +319,11 @@ class OutOfTreeExampleTest(unittest.TestCase):
         # the default ten (the interval has tests of its own, in
         # tests/unit/coordinator_membership_test.cc): the replacement joins
         # by about epoch 50-90 of the 200 on this 2-core machine.
+        # Settle 5 s: the three copies start together, and a slow machine
+        # may take seconds more to load LibTorch in one of them; the first
+        # generation forms at once when all three have come.
         cluster = Cluster(job={"name": "spirals", "model": {"kind": "program"}, "minWorkers": 2,
-                               "maxWorkers": 3, "settleSeconds": 1, "backend": backend,
+                               "maxWorkers": 3, "settleSeconds": 5, "backend": backend,
                                "reformMinIntervalSeconds": 1})
         try:
             argv = [self.program, "--data", os.path.join(self.dir, "data-elastic-" + backend),
@@ -330,14 +334,15 @@ class OutOfTreeExampleTest(unittest.TestCase):
                 s = cluster.status()
                 return (s["state"] == "JOB_STATE_RUNNING" and s.get("world_size") == world and
                         int(s.get("global_step", 0)) > 1000)
-            wait_for(lambda: running(3), 120, "three ranks to train")
+            cluster.wait_for(lambda: running(3) and int(cluster.status()["generation"]) == 1,
+                             120, "three ranks to train in generation 1")
             procs[2].kill()
             procs[2].wait()
-            wait_for(lambda: running(2) and int(cluster.status()["generation"]) == 2, 60,
-                     "the two survivors to re-form")
+            cluster.wait_for(lambda: running(2) and int(cluster.status()["generation"]) == 2, 60,
+                             "the two survivors to re-form")
             procs.append(cluster.start_program(3, argv))  # a replacement
-            wait_for(lambda: running(3) and int(cluster.status()["generation"]) == 3, 60,
-                     "the replacement to join")
+            cluster.wait_for(lambda: running(3) and int(cluster.status()["generation"]) == 3, 60,
+                             "the replacement to join")
             for p in procs[:2] + procs[3:]:
                 p.wait(timeout=300)
             logs = {i: cluster.log("program-%d" % i) for i in (0, 1, 3)}
