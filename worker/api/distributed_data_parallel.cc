@@ -1,7 +1,8 @@
 #include "ddp/distributed_data_parallel.h"
 
 #include <torch/script.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>

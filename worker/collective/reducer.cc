@@ -7,7 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <c10/core/StreamGuard.h>
 

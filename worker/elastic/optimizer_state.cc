@@ -2,7 +2,8 @@
 
 #include <typeinfo>
 
-#include <torch/torch.h>
+#include <torch/optim.h>
+#include <torch/types.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"

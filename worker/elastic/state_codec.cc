@@ -7,7 +7,8 @@
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"

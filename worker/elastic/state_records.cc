@@ -7,7 +7,7 @@
 #include <iterator>
 #include <utility>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
