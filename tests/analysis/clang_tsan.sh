@@ -19,7 +19,7 @@ cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=None \
 # election, the server and the mains), but not their links: nothing here
 # runs them, and the main build links them.
 objects=$(ninja -C "$out" -t inputs ddp-coordinator ddp-worker ddp-run ddp | grep '\.o$')
-cmake --build "$out" --target ddp_unit_tests ddp_torch_tests $objects
+cmake --build "$out" --target ddp_unit_tests ddp_tsan_torch_tests $objects
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/tests/analysis/tsan.supp"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # First, that TSan sees through absl's locks and still catches a race.
@@ -40,5 +40,5 @@ grep -q "WARNING: ThreadSanitizer: data race" "$out/canary.log"
 # is checked by -Wthread-safety above).
 "$out/bin/ddp_unit_tests" --gtest_brief=1 \
   --gtest_filter='-CoordinatorServiceTest.*:AuthorizedServiceTest.*:CoordinatorLinkTest.*:LeaderHint.*:CoordinatorTargetsOverGrpc.*:StoreClient.*'
-"$out/bin/ddp_torch_tests" --gtest_brief=1 --gtest_filter='*Reducer*:*Communicator*:Trainer.*'
+"$out/bin/ddp_tsan_torch_tests" --gtest_brief=1 --gtest_filter='*Reducer*:*Communicator*:Trainer.*'
 echo "clang -Wthread-safety: clean; ThreadSanitizer: no report"
