@@ -41,8 +41,8 @@ std::optional<Role> ParseRole(absl::string_view name);
 struct TokenEntry {
   Role role;
   std::string token;
-  // Who the jobs this token submits belong to.
-  std::string owner;
+  // Who the jobs this token submits belong to ("": nobody named).
+  std::string owner = {};
 };
 
 // The most workers each owner's jobs may hold together: the owners a tokens

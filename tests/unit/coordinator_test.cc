@@ -62,7 +62,9 @@ TEST_F(CoordinatorTest, SubmitJob_WorkerSelector_OnlyMatchingWorkersTrainAndStat
   EXPECT_EQ(in_b.assignments() + unlabelled.assignments() + in_a.assignments(), 0u);
   // The worker's labels are in the status, for the operator to compare.
   for (const v1::WorkerStatus& w : status.workers()) {
-    if (w.worker_id() == in_b.id()) EXPECT_EQ(w.labels().at("zone"), "b");
+    if (w.worker_id() == in_b.id()) {
+      EXPECT_EQ(w.labels().at("zone"), "b");
+    }
   }
   v1::RegisterRequest second_a = Req("h", "cpu:3");
   (*second_a.mutable_labels())["zone"] = "a";
@@ -375,7 +377,9 @@ TEST_F(CoordinatorTest, ProgramJob_StopSaysHowTheJobEndedAndFinishedProgramsStay
   }
   const v1::JobStatus failed = Status();
   for (const auto& w : failed.workers()) {
-    if (w.worker_id() == next[0].id()) EXPECT_EQ(w.state(), v1::WORKER_STATE_LOST);
+    if (w.worker_id() == next[0].id()) {
+      EXPECT_EQ(w.state(), v1::WORKER_STATE_LOST);
+    }
   }
 }
 
