@@ -6,47 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/labels.h"
+#include "coordinator/schedule_planner.h"
 
 namespace ddp {
+namespace schedule_internal {
 namespace {
-
-// What growing or shrinking from `from` to `to` workers is expected to do.
-std::string GainNote(const ThroughputModel& model, uint32_t from, uint32_t to) {
-  const double before = model.Expected(from);
-  if (before <= 0) return "not measured yet, so tried larger";
-  return absl::StrFormat("expected %+.0f%% samples/s", 100 * (model.Expected(to) / before - 1));
-}
-
-// ---- The plan ---------------------------------------------------------------
-
-constexpr int kNone = -1;
-// A job grows only when the round's growth is expected to raise its samples/s
-// by at least this much: each grow pauses it (a re-formation) and holds its
-// allocation for reform_min_interval, so a worker or two on a large job is
-// better left for the next round or another job. Measured on
-// bench/scheduling.py's traces: mean JCT the same as with no threshold
-// (within 0.2 points over ten seeds), 9% fewer re-allocations, and at most 37
-// re-allocations of one job instead of 54; a 10% threshold per added worker
-// instead cost 4 points of mean JCT (it leaves workers idle).
-constexpr double kMinGrowth = 0.10;
-// Held by a job the input does not list (one that just ended): not free,
-// and nobody's to take.
-constexpr int kElsewhere = -2;
-
-// What each policy may do; one place says it (see SchedulingPolicy).
-struct Traits {
-  // A job starts on min_workers; else only on max_workers.
-  bool start_at_min = false;
-  // Queue order: priority, then sequence; else sequence alone.
-  bool by_priority = false;
-  // A queued job may take the workers running jobs hold above min_workers:
-  // of lower priority first, then of its own (see Planner::Take).
-  bool shrink = false;
-  bool preempt = false;
-  // A queued job that can't start holds back every job behind it.
-  bool head_blocks = false;
-  bool grow = false;
-};
 
 Traits TraitsOf(SchedulingPolicy policy) {
   Traits t;
@@ -64,111 +29,29 @@ Traits TraitsOf(SchedulingPolicy policy) {
   return t;
 }
 
-std::string Workers(size_t n) { return absl::StrCat(n, n == 1 ? " worker" : " workers"); }
-
 bool Fits(const SchedWorker& w, const SchedJob& job) {
-  if (w.device_kind != job.device_kind) return false;
-  for (const auto& [key, value] : job.selector) {
-    auto it = w.labels.find(key);
-    if (it == w.labels.end() || it->second != value) return false;
-  }
-  return true;
+  return w.device_kind == job.device_kind && LabelsMatch(w.labels, job.selector);
 }
 
 // "4 cuda workers with labels zone=a,rack=3".
 std::string Kind(const SchedJob& job, uint32_t n) {
   std::string s = absl::StrCat(n, " ", job.device_kind, n == 1 ? " worker" : " workers");
   if (!job.selector.empty()) {
-    absl::StrAppend(&s, " with labels ",
-                    absl::StrJoin(job.selector, ",", absl::PairFormatter("=")));
+    absl::StrAppend(&s, " with labels ", FormatLabels(job.selector));
   }
   return s;
 }
 
-struct Slot {
-  const SchedWorker* worker = nullptr;
-  // Let go by its job (or never had one): can be given now.
-  bool free = false;
-  // The job (index) it belongs to in the plan; kNone when nobody's.
-  int job = kNone;
-  // The queued job it is promised to; kNone when none (or the promise is
-  // void: its job is gone, running, or doesn't fit it).
-  int promised = kNone;
-  // Kept free this round for a higher queued job that waits for it.
-  int held = kNone;
-};
+}  // namespace
 
-struct Entry {
-  const SchedJob* job = nullptr;
-  // Held workers in the input.
-  bool running = false;
-  // Workers in the plan.
-  uint32_t size = 0;
-  JobPlan plan;
-  std::vector<int> added, removed;
-};
+std::string Workers(size_t n) { return absl::StrCat(n, n == 1 ? " worker" : " workers"); }
 
-class Planner {
- public:
-  explicit Planner(const ScheduleInput& in);
-  std::vector<JobPlan> Decide();
-
- private:
-  void ScheduleQueue();
-  // Why queued job `j` can't start whatever the pool does; empty if it can.
-  std::string CannotStart(int j);
-  // Starts `j` or makes it wait; false when it did not start.
-  bool Admit(int j);
-  // Frees `more` workers fitting `j` from running jobs (shrinks of lower,
-  // then of equal priority, then whole lower-priority jobs), or disturbs
-  // nobody and returns false.
-  bool Take(int j, uint32_t more);
-  // Takes `n` workers above min_workers from `peers` (of j's priority), each
-  // from the one that loses least by it.
-  void ShrinkPeers(int j, const std::vector<int>& peers, uint32_t n);
-  void Shrink(int x, int j, uint32_t n);
-  void Preempt(int x, int j);
-  void Start(int j, const std::vector<int>& workers);
-  // Keeps free workers fitting `j` (up to its need) from later jobs.
-  void Hold(int j);
-  void Grow();
-  void GrowClass(const std::vector<int>& jobs);
-  // Gives free workers to `jobs` (of one priority), one at a time, each to
-  // the job that gains most by it.
-  void PlanGrowth(const std::vector<int>& jobs);
-
-  uint32_t Need(const SchedJob& job) const {
-    return std::max<uint32_t>(1, traits_.start_at_min ? job.min_workers : job.max_workers);
-  }
-  const char* NeedName() const { return traits_.start_at_min ? "min_workers" : "max_workers"; }
-  bool Settled(const SchedJob& job) const {
-    return in_.now >= job.allocated_at + job.reform_min_interval;
-  }
-  // Running, untouched so far in this plan and not reallocating.
-  bool Movable(const Entry& e) const {
-    return e.running && e.plan.action == JobAction::kKeep && !e.job->reallocating;
-  }
-  int Count() const { return static_cast<int>(slots_.size()); }
-  bool FreeFor(int w, int j) const;
-  uint32_t FittingOf(int x, int j) const;
-  uint32_t Shrinkable(int x, int j) const;
-  std::vector<int> Victims(int j, bool settled) const;
-  std::vector<int> Peers(int j, bool settled) const;
-  std::vector<int> Promised(int j) const;
-  std::string ReleaseWhy(int j) const;
-  std::string BlockedWhy(int j, size_t free) const;
-  bool QuotaAllows(const SchedJob& job, uint32_t more) const;
-
-  const ScheduleInput& in_;
-  const Traits traits_;
-  std::vector<Slot> slots_;
-  std::vector<Entry> jobs_;
-  // Each job's throughput model, fitted once (by jobs_ index).
-  std::vector<ThroughputModel> models_;
-  // Workers each owner's jobs hold in the plan (with what waiting jobs will
-  // start on).
-  std::map<std::string, uint32_t> load_;
-};
+// What growing or shrinking from `from` to `to` workers is expected to do.
+std::string GainNote(const ThroughputModel& model, uint32_t from, uint32_t to) {
+  const double before = model.Expected(from);
+  if (before <= 0) return "not measured yet, so tried larger";
+  return absl::StrFormat("expected %+.0f%% samples/s", 100 * (model.Expected(to) / before - 1));
+}
 
 Planner::Planner(const ScheduleInput& in) : in_(in), traits_(TraitsOf(in.policy)) {
   std::map<std::string, int> index;
@@ -551,107 +434,10 @@ std::string Planner::BlockedWhy(int j, size_t free) const {
                                            absl::ToDoubleSeconds(ready_at(first) - in_.now)));
 }
 
-void Planner::Grow() {
-  std::vector<int> growers;
-  for (int x = 0; x < static_cast<int>(jobs_.size()); ++x) {
-    const Entry& e = jobs_[x];
-    if (Movable(e) && Settled(*e.job) && e.size < e.job->max_workers) {
-      growers.push_back(x);
-    }
-  }
-  std::stable_sort(growers.begin(), growers.end(),
-                   [&](int a, int b) { return jobs_[a].job->priority > jobs_[b].job->priority; });
-  for (size_t begin = 0; begin < growers.size();) {
-    size_t end = begin;
-    while (end < growers.size() &&
-           jobs_[growers[end]].job->priority == jobs_[growers[begin]].job->priority) {
-      ++end;
-    }
-    GrowClass({growers.begin() + begin, growers.begin() + end});
-    begin = end;
-  }
+}  // namespace schedule_internal
+
+std::vector<JobPlan> DecideSchedule(const ScheduleInput& in) {
+  return schedule_internal::Planner(in).Decide();
 }
-
-// Within one priority, one worker at a time to the job that gains most at
-// its planned size (ties: the older job); then the job whose growth this
-// round gains least is dropped, if that is under kMinGrowth, and the round
-// planned again without it (its workers may be worth more to another).
-void Planner::GrowClass(const std::vector<int>& jobs) {
-  std::vector<int> growing = jobs;
-  std::map<int, uint32_t> from;
-  for (int x : jobs) from[x] = jobs_[x].size;
-  // The relative gain of x's growth this round; an unmeasured job is tried
-  // larger.
-  auto growth = [&](int x) {
-    const double before = models_[x].Expected(from[x]);
-    return before > 0 ? models_[x].Expected(jobs_[x].size) / before - 1 : 1;
-  };
-  for (;;) {
-    PlanGrowth(growing);
-    int weakest = kNone;
-    for (int x : growing) {
-      if (jobs_[x].added.empty()) continue;
-      if (weakest == kNone || growth(x) < growth(weakest) ||
-          (growth(x) == growth(weakest) && jobs_[x].job->sequence > jobs_[weakest].job->sequence)) {
-        weakest = x;
-      }
-    }
-    if (weakest == kNone || growth(weakest) >= kMinGrowth) break;
-    for (int x : growing) {
-      Entry& e = jobs_[x];
-      for (int w : e.added) slots_[w].job = kNone;
-      load_[e.job->owner] -= static_cast<uint32_t>(e.added.size());
-      e.size = from[x];
-      e.added.clear();
-    }
-    growing.erase(std::find(growing.begin(), growing.end(), weakest));
-  }
-  for (int x : growing) {
-    Entry& e = jobs_[x];
-    if (e.added.empty()) continue;
-    e.plan.action = JobAction::kGrow;
-    e.plan.why = absl::StrCat("grows from ", from[x], " to ", Workers(e.size), " on free workers (",
-                              GainNote(models_[x], from[x], e.size), ")");
-  }
-}
-
-void Planner::PlanGrowth(const std::vector<int>& jobs) {
-  struct Grower {
-    int job;
-    // Workers before it are no use to it: free workers only get fewer here.
-    int next = 0;
-  };
-  std::vector<Grower> growers;
-  for (int x : jobs) growers.push_back({x});
-  auto next_free = [&](Grower& g) {
-    while (g.next < Count() && !FreeFor(g.next, g.job)) ++g.next;
-    return g.next < Count();
-  };
-  for (;;) {
-    Grower* best = nullptr;
-    double best_gain = 0;
-    for (Grower& g : growers) {
-      const SchedJob& job = *jobs_[g.job].job;
-      const uint32_t size = jobs_[g.job].size;
-      if (size >= job.max_workers || !QuotaAllows(job, 1) || !next_free(g)) continue;
-      const double gain = models_[g.job].Gain(size);
-      if (gain > 0 && (best == nullptr || gain > best_gain ||
-                       (gain == best_gain && job.sequence < jobs_[best->job].job->sequence))) {
-        best = &g;
-        best_gain = gain;
-      }
-    }
-    if (best == nullptr) break;
-    Entry& e = jobs_[best->job];
-    slots_[best->next].job = best->job;
-    e.added.push_back(best->next);
-    ++e.size;
-    ++load_[e.job->owner];
-  }
-}
-
-}  // namespace
-
-std::vector<JobPlan> DecideSchedule(const ScheduleInput& in) { return Planner(in).Decide(); }
 
 }  // namespace ddp

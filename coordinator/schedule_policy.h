@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/labels.h"
 #include "coordinator/throughput_model.h"  // ExpectedThroughput, MarginalGain
 
 namespace ddp {
@@ -54,7 +55,7 @@ struct SchedWorker {
   // "cpu" or "cuda".
   std::string device_kind;
   // What the worker declared with --labels.
-  std::map<std::string, std::string> labels;
+  Labels labels;
   // The job it belongs to now; empty when free.
   std::string job_id;
   // Promised to this job by an earlier plan, to go to it once `job_id` has
@@ -79,7 +80,7 @@ struct SchedJob {
   // The device kind every worker of the job must have.
   std::string device_kind = "cpu";
   // Labels every worker of the job must carry with these values.
-  std::map<std::string, std::string> selector;
+  Labels selector;
   // A running job's allocation changes at most this often
   // (reformMinIntervalSeconds); starting and preemption count as changes.
   absl::Duration reform_min_interval;
