@@ -215,12 +215,17 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return CRYPTO_memcmp(da, db, SHA256_DIGEST_LENGTH) == 0;
 }
 
-std::optional<Role> FindTokenRole(const std::vector<TokenEntry>& tokens, absl::string_view token) {
-  std::optional<Role> role;
+const TokenEntry* FindToken(const std::vector<TokenEntry>& tokens, absl::string_view token) {
+  const TokenEntry* found = nullptr;
   for (const TokenEntry& entry : tokens) {
-    if (ConstantTimeEquals(entry.token, token)) role = entry.role;
+    if (ConstantTimeEquals(entry.token, token)) found = &entry;
   }
-  return role;
+  return found;
+}
+
+std::optional<Role> FindTokenRole(const std::vector<TokenEntry>& tokens, absl::string_view token) {
+  const TokenEntry* entry = FindToken(tokens, token);
+  return entry ? std::optional<Role>(entry->role) : std::nullopt;
 }
 
 }  // namespace ddp

@@ -90,6 +90,8 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 // every entry, matched or not: the time taken says nothing about which (or
 // whether one) matched, nor how much of a guess was right.
 std::optional<Role> FindTokenRole(const std::vector<TokenEntry>& tokens, absl::string_view token);
+// The same, giving the whole entry (its owner too); nullptr when none.
+const TokenEntry* FindToken(const std::vector<TokenEntry>& tokens, absl::string_view token);
 
 }  // namespace ddp
 

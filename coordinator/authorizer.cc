@@ -25,6 +25,8 @@ const std::vector<MethodRoles>& Table() {
       {method::kGetStatus, {Role::kOperator, Role::kAdmin}},
       {method::kListWorkers, {Role::kOperator, Role::kAdmin}},
       {method::kWatchStatus, {Role::kOperator, Role::kAdmin}},
+      {method::kListJobs, {Role::kOperator, Role::kAdmin}},
+      {method::kGetJob, {Role::kOperator, Role::kAdmin}},
       {method::kSubmitJob, {Role::kAdmin}},
       {method::kCancelJob, {Role::kAdmin}},
   };
@@ -87,6 +89,16 @@ absl::Status Authorizer::Check(absl::string_view method,
   auto it = metadata.find(kAuthorizationMetadata);
   if (it == metadata.end()) return Check(method, std::nullopt);
   return Check(method, absl::string_view(it->second.data(), it->second.size()));
+}
+
+std::string Authorizer::OwnerOf(const grpc::ServerContextBase& context) const {
+  if (!enabled_) return "";
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationMetadata);
+  if (it == metadata.end() || it->second.size() < 7) return "";
+  const TokenEntry* entry =
+      FindToken(tokens_, absl::string_view(it->second.data() + 7, it->second.size() - 7));
+  return entry ? entry->owner : "";
 }
 
 }  // namespace ddp

@@ -6,7 +6,7 @@
 //
 //   worker    Attach, StoreSet, StoreGet, StoreAdd (the store only with its
 //             generation's store token; the core checks that)
-//   operator  GetStatus, ListWorkers, WatchStatus
+//   operator  GetStatus, ListWorkers, WatchStatus, ListJobs, GetJob
 //   admin     SubmitJob, CancelJob, and everything an operator may
 //
 // Thread-safe: const after construction.
@@ -35,6 +35,8 @@ inline constexpr char kListWorkers[] = "/ddp.v1.Coordinator/ListWorkers";
 inline constexpr char kWatchStatus[] = "/ddp.v1.Coordinator/WatchStatus";
 inline constexpr char kSubmitJob[] = "/ddp.v1.Coordinator/SubmitJob";
 inline constexpr char kCancelJob[] = "/ddp.v1.Coordinator/CancelJob";
+inline constexpr char kListJobs[] = "/ddp.v1.Coordinator/ListJobs";
+inline constexpr char kGetJob[] = "/ddp.v1.Coordinator/GetJob";
 }  // namespace method
 
 // The roles that may call `method`; empty for a method the table does not
@@ -59,6 +61,9 @@ class Authorizer {
                      std::optional<absl::string_view> authorization) const;
   // The same, reading the metadata of a call.
   absl::Status Check(absl::string_view method, const grpc::ServerContextBase& context) const;
+  // Who the call's token names as owner (--tokens_file owner=); empty
+  // without one, or with no tokens required. Ask after Check passed.
+  std::string OwnerOf(const grpc::ServerContextBase& context) const;
 
  private:
   bool enabled_ = false;

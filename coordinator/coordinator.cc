@@ -35,6 +35,7 @@ Coordinator::Coordinator(const Clock* clock, Options options)
 void Coordinator::Restore(const v1::DurableState& state) {
   absl::MutexLock lock(&mu_);
   run_->Restore(state, options_.adopt_grace);
+  queue_.Restore(state);
   dirty_ = true;
   PublishLocked();
 }
@@ -44,6 +45,7 @@ void Coordinator::PersistLocked(JobRun& run, Effects* fx) {
   run.NotePersisted();
   v1::DurableState state;
   run.FillDurable(&state);
+  queue_.FillDurable(&state);
   fx->persist.emplace(++persist_sequence_, std::move(state));
 }
 

@@ -39,6 +39,7 @@
 #include "common/job_spec.h"
 #include "common/kv_store.h"
 #include "common/version.h"
+#include "coordinator/job_queue.h"
 #include "coordinator/job_run.h"
 #include "coordinator/reform_policy.h"
 #include "coordinator/stall_watch.h"
@@ -134,16 +135,27 @@ class Coordinator {
   void OnStreamClosed(const Session& session, const std::string& reason);
 
   // Validates (INVALID_ARGUMENT names the field), runs validate_job, and
-  // makes the spec the current job. The job the coordinator already holds,
-  // under the same name with the same spec, is a no-op (it is not checked
-  // or run again); FAILED_PRECONDITION for the same name with another spec,
-  // and while another job is active (also one accepted while this one was
-  // being checked). `done` gets the spec with defaults, once: on the
-  // caller's thread when no check is needed, else on the thread
+  // makes the spec the current job, or queues it (JobQueue) while another
+  // job is active (also one accepted while this one was being checked);
+  // the queue's next job starts at the first Tick after the current one
+  // ended. A job the coordinator already holds or queues, under the same
+  // name with the same spec, is a no-op (it is not checked or run again);
+  // FAILED_PRECONDITION for the same name with another spec;
+  // RESOURCE_EXHAUSTED when the queue is full. `owner`: who submits it (the
+  // owner= of the caller's token). `done` gets the spec with defaults, once:
+  // on the caller's thread when no check is needed, else on the thread
   // validate_job answers on. Never blocks.
-  void SubmitJob(const v1::JobSpec& spec, SubmitDone done);
-  // NOT_FOUND for another job, FAILED_PRECONDITION if it already ended.
+  void SubmitJob(const v1::JobSpec& spec, SubmitDone done, const std::string& owner = "");
+  // Cancels the current job, or takes a queued one off the queue. NOT_FOUND
+  // for a job that is neither, FAILED_PRECONDITION if it already ended.
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
+  // The current job or a queued one, with its spec; NOT_FOUND otherwise.
+  absl::StatusOr<v1::JobSummary> GetJob(const std::string& job_id) const;
+  // One page of the current job and the queued ones, in the order they run
+  // (see ListJobsRequest). The page token names the last job handed out, so
+  // jobs queued or started between two calls neither repeat nor shift the
+  // rest; INVALID_ARGUMENT for a token this coordinator did not give.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) const;
 
   // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
   // is the generation in progress; INVALID_ARGUMENT for an empty or too
@@ -216,7 +228,12 @@ class Coordinator {
                                                                       const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes a checked spec the current job.
-  absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec, const std::string& owner);
+  // Makes `spec` the current job and offers it the pool.
+  absl::Status StartJobLocked(JobRun& run, const v1::JobSpec& spec, const std::string& owner,
+                              Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current job ended: the queue's next one starts.
+  void StartQueuedLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the durable state: the job's (today the whole of it).
   void PersistLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
@@ -342,6 +359,8 @@ class Coordinator {
   // public methods dereference it where they need the job (the seams where
   // many jobs would look one up: by worker, by job id, or all of them).
   std::unique_ptr<JobRun> run_ ABSL_GUARDED_BY(mu_) ABSL_PT_GUARDED_BY(mu_);
+  // Jobs accepted while run_'s was active.
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);

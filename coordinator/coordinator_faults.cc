@@ -49,6 +49,7 @@ void Coordinator::Tick() {
       CheckLeavingLocked(run, &fx);
       CheckHungLocked(run, &fx);
     }
+    StartQueuedLocked(run, &fx);
     MaybeFormGenerationLocked(run, &fx);
     if (run.ProgressUnsaved(absl::Seconds(5))) PersistLocked(run, &fx);
     const absl::Duration age = clock_->Now() - published_at_;

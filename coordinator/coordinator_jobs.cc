@@ -43,11 +43,24 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
                      "); give the new job another name",
                      job.active() ? ", or cancel this one first (CancelJob)" : ""));
   }
-  if (job.active()) return run.Start(spec);  // refused, saying which job runs
+  if (const QueuedJob* queued = queue_.Find(spec.name())) {
+    if (google::protobuf::util::MessageDifferencer::Equals(Unpinned(queued->spec),
+                                                           Unpinned(spec))) {
+      return queued->spec;  // queued already
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", spec.name(), "\" is already queued with another spec (",
+        FirstDifference(queued->spec, spec),
+        "); give the new job another name, or cancel the queued one first (CancelJob)"));
+  }
+  if (job.active()) {
+    if (absl::Status s = queue_.CheckRoom(); !s.ok()) return s;
+  }
   return std::nullopt;
 }
 
-void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
+void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
+                            const std::string& owner) {
   if (requested.input_files_size() > 0) {
     return done(absl::InvalidArgumentError(
         "input_files: set by the coordinator from its check of the job's files; leave it out"));
@@ -61,35 +74,51 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done) {
     answer = AnswerWithoutCheckLocked(*run_, spec);
   }
   if (answer) return done(std::move(*answer));
-  if (!options_.validate_job) return done(AcceptJob(spec));
-  options_.validate_job(spec, [this, done = std::move(done)](absl::StatusOr<v1::JobSpec> checked) {
-    if (!checked.ok()) return done(checked.status());
-    done(AcceptJob(*checked));
-  });
+  if (!options_.validate_job) return done(AcceptJob(spec, owner));
+  options_.validate_job(spec,
+                        [this, owner, done = std::move(done)](absl::StatusOr<v1::JobSpec> checked) {
+                          if (!checked.ok()) return done(checked.status());
+                          done(AcceptJob(*checked, owner));
+                        });
 }
 
-absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec) {
+absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
+                                                   const std::string& owner) {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
     JobRun& run = *run_;
     // Things may have changed while the job was checked.
     if (auto answer = AnswerWithoutCheckLocked(run, spec)) return *answer;
-    if (absl::Status s = run.Start(spec); !s.ok()) return s;
-    DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
-                  << spec.dataset().kind() << ", " << spec.min_workers() << "-"
-                  << spec.max_workers() << " workers";
-    // Held states belong to the previous job.
-    registry_.ForgetJobStates();
-    for (const WorkerRecord* w : registry_.All()) {
-      MaybePrepareLocked(run, registry_.Find(w->id), &fx);
+    if (run.active()) {
+      if (absl::Status s = queue_.Add(spec, owner, clock_->Now()); !s.ok()) return s;
+      DDP_LOG(Info) << "job " << spec.name() << " queued (priority " << spec.priority() << ", "
+                    << queue_.size() << " in the queue): job " << run.id() << " holds the pool";
+      dirty_ = true;
+      PersistLocked(run, &fx);
+    } else if (absl::Status s = StartJobLocked(run, spec, owner, &fx); !s.ok()) {
+      return s;
     }
-    dirty_ = true;
-    PersistLocked(run, &fx);
-    MaybeFormGenerationLocked(run, &fx);
   }
   Apply(fx);
   return spec;
+}
+
+absl::Status Coordinator::StartJobLocked(JobRun& run, const v1::JobSpec& spec,
+                                         const std::string& owner, Effects* fx) {
+  if (absl::Status s = run.Start(spec, owner); !s.ok()) return s;
+  DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
+                << spec.dataset().kind() << ", " << spec.min_workers() << "-" << spec.max_workers()
+                << " workers";
+  // Held states belong to the previous job.
+  registry_.ForgetJobStates();
+  for (const WorkerRecord* w : registry_.All()) {
+    MaybePrepareLocked(run, registry_.Find(w->id), fx);
+  }
+  dirty_ = true;
+  PersistLocked(run, fx);
+  MaybeFormGenerationLocked(run, fx);
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason) {
@@ -99,10 +128,14 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
   {
     absl::MutexLock lock(&mu_);
     JobRun& run = *run_;
-    if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
-    DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
-    EndGenerationLocked(
-        run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), &fx);
+    if (queue_.Remove(job_id)) {
+      DDP_LOG(Info) << "job " << job_id << " cancelled while queued: " << reason;
+    } else {
+      if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
+      DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
+      EndGenerationLocked(
+          run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), &fx);
+    }
     dirty_ = true;
     PersistLocked(run, &fx);
   }
@@ -194,6 +227,11 @@ void Coordinator::PublishLocked() {
   auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
   v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
   run.FillStatus(status);
+  const std::string ahead = run.active() ? run.id() : "";
+  for (size_t i = 0; i < queue_.size() && i < kQueueInStatus; ++i) {
+    *status->add_queue() = queue_.Summary(i, clock_->Now(), ahead);
+  }
+  status->set_queued_jobs(static_cast<uint32_t>(queue_.size()));
   // Ranks as in the current generation, or once it ended, the last one
   // (operators still want to see who had which rank).
   const Generation* g = run.generations().last();

@@ -102,6 +102,9 @@ std::vector<prometheus::MetricFamily> CoordinatorFamilies(const CoordinatorSampl
                       s.faults()));
   out.push_back(
       Gauge("ddp_job_elapsed_seconds", "seconds since the job was submitted", s.elapsed_seconds()));
+  out.push_back(Gauge("ddp_coordinator_queued_jobs",
+                      "jobs waiting for the current one to end (JOB_STATE_QUEUED)",
+                      s.queued_jobs()));
 
   prometheus::MetricFamily changes =
       Family("ddp_job_generation_changes_total",

@@ -304,7 +304,8 @@ bool CoordinatorServer::JobOver(absl::Time& ended_at, int& exit_code) {
   const v1::JobState state = snapshot->state();
   const bool ended = state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
                      state == v1::JOB_STATE_CANCELLED;
-  if (!ended) return false;
+  // A queued job starts at the next tick: the coordinator's work isn't done.
+  if (!ended || snapshot->queued_jobs() > 0) return false;
   if (ended_at == absl::InfiniteFuture()) {
     ended_at = absl::Now();
     exit_code = ExitCodeFor(state);

@@ -50,6 +50,7 @@ class JobProgress {
   const std::string& message() const { return message_; }
   const v1::JobSpec& spec() const { return spec_; }
   const std::string& id() const { return spec_.name(); }
+  absl::Time submitted_at() const { return submitted_at_; }
   // The spec's fingerprint (SpecDigest), computed once.
   const std::string& spec_digest() const { return spec_digest_; }
 

@@ -11,8 +11,9 @@ namespace ddp {
 JobRun::JobRun(const Clock* clock)
     : clock_(clock), progress_(clock), generations_(clock), changes_(clock), lifecycle_(clock) {}
 
-absl::Status JobRun::Start(const v1::JobSpec& spec) {
+absl::Status JobRun::Start(const v1::JobSpec& spec, const std::string& owner) {
   if (absl::Status s = progress_.Submit(spec); !s.ok()) return s;
+  owner_ = owner;
   changes_ = ChangeLog(clock_);
   lifecycle_.StartJob();
   return absl::OkStatus();
@@ -93,6 +94,7 @@ void JobRun::Recover(const std::string& message) {
 void JobRun::Restore(const v1::DurableState& state, absl::Duration adopt_grace) {
   generations_.RestoreLatest(state.latest_generation());
   progress_.Restore(state);
+  owner_ = state.job_owner();
   changes_.Restore(state.generation_changes());
   lifecycle_.BeginRecovery();
   if (state.has_generation()) {
@@ -118,6 +120,7 @@ void JobRun::Restore(const v1::DurableState& state, absl::Duration adopt_grace) 
 
 void JobRun::FillDurable(v1::DurableState* state) const {
   progress_.FillDurable(state);
+  state->set_job_owner(owner_);
   state->set_latest_generation(generations_.latest());
   if (progress_.active() && generations_.current() != nullptr) {
     generations_.FillDurable(state->mutable_generation());
@@ -137,6 +140,7 @@ bool JobRun::ProgressUnsaved(absl::Duration interval) const {
 
 void JobRun::FillStatus(v1::JobStatus* status) const {
   progress_.FillStatus(status);
+  if (progress_.state() != v1::JOB_STATE_UNSPECIFIED) status->set_owner(owner_);
   changes_.Fill(status->mutable_generation_changes());
   status->set_generation(generations_.latest());
   if (const Generation* current = generations_.current()) {

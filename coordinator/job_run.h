@@ -59,13 +59,15 @@ class JobRun {
   const std::string& id() const { return progress_.id(); }
   const v1::JobSpec& spec() const { return progress_.spec(); }
   bool active() const { return progress_.active(); }
+  // Who submitted it (the owner= of their token; may be empty).
+  const std::string& owner() const { return owner_; }
 
   // ---- The job.
 
   // Makes `spec` (validated, with defaults) the job: FAILED_PRECONDITION
   // while the one held is active (JobProgress::Submit). Nothing of the last
   // job's changes or lifecycle counts any more.
-  absl::Status Start(const v1::JobSpec& spec);
+  absl::Status Start(const v1::JobSpec& spec, const std::string& owner);
   // NOT_FOUND for another job id, FAILED_PRECONDITION when it already ended
   // (JobProgress::Cancel). A restored generation is no longer adopted.
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
@@ -128,6 +130,7 @@ class JobRun {
  private:
   const Clock* clock_;
   JobProgress progress_;
+  std::string owner_;
   GenerationManager generations_;
   ChangeLog changes_;
   // Leaving members, admitting joiners, adopting after a restart, the

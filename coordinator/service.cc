@@ -178,13 +178,21 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitJob(grpc::CallbackServerCont
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The reply comes when the job's check is done (a helper process may take
   // a while); no thread waits for it here.
-  core_->SubmitJob(request->spec(), [reactor, response](absl::StatusOr<v1::JobSpec> spec) {
-    if (spec.ok()) {
-      response->set_job_id(spec->name());
-      *response->mutable_spec() = *spec;
-    }
-    reactor->Finish(ToGrpcStatus(spec.status()));
-  });
+  core_->SubmitJob(
+      request->spec(),
+      [core = core_, reactor, response](absl::StatusOr<v1::JobSpec> spec) {
+        if (spec.ok()) {
+          response->set_job_id(spec->name());
+          *response->mutable_spec() = *spec;
+          // Where it is now: taking the pool, or queued behind whom.
+          if (absl::StatusOr<v1::JobSummary> job = core->GetJob(spec->name()); job.ok()) {
+            response->set_state(job->state());
+            response->set_message(job->message());
+          }
+        }
+        reactor->Finish(ToGrpcStatus(spec.status()));
+      },
+      authorizer_ ? authorizer_->OwnerOf(*context) : "");
   return reactor;
 }
 
@@ -193,6 +201,24 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
                                                         v1::CancelJobResponse* /*response*/) {
   if (absl::Status s = Allow(context, method::kCancelJob); !s.ok()) return Reply(context, s);
   return Reply(context, core_->CancelJob(request->job_id(), request->reason()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
+                                                       const v1::ListJobsRequest* request,
+                                                       v1::ListJobsResponse* response) {
+  if (absl::Status s = Allow(context, method::kListJobs); !s.ok()) return Reply(context, s);
+  absl::StatusOr<v1::ListJobsResponse> page = core_->ListJobs(*request);
+  if (page.ok()) *response = *std::move(page);
+  return Reply(context, page.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
+                                                     const v1::GetJobRequest* request,
+                                                     v1::JobSummary* response) {
+  if (absl::Status s = Allow(context, method::kGetJob); !s.ok()) return Reply(context, s);
+  absl::StatusOr<v1::JobSummary> job = core_->GetJob(request->job_id());
+  if (job.ok()) *response = *std::move(job);
+  return Reply(context, job.status());
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* CoordinatorService::WatchStatus(

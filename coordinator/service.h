@@ -32,7 +32,9 @@ using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Attach<
                 v1::Coordinator::WithCallbackMethod_SubmitJob<
                     v1::Coordinator::WithCallbackMethod_CancelJob<
                         v1::Coordinator::WithCallbackMethod_WatchStatus<
-                            v1::Coordinator::Service>>>>>>>>>;
+                            v1::Coordinator::WithCallbackMethod_ListJobs<
+                                v1::Coordinator::WithCallbackMethod_GetJob<
+                                    v1::Coordinator::Service>>>>>>>>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -72,6 +74,12 @@ class CoordinatorService final : public CoordinatorServiceBase {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobSummary* response) override;
   grpc::ServerWriteReactor<v1::JobStatus>* WatchStatus(
       grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) override;
 

@@ -110,6 +110,17 @@ grpc::ServerUnaryReactor* StandbyService::CancelJob(grpc::CallbackServerContext*
   return RefuseUnary(context);
 }
 
+grpc::ServerUnaryReactor* StandbyService::ListJobs(grpc::CallbackServerContext* context,
+                                                   const v1::ListJobsRequest*,
+                                                   v1::ListJobsResponse*) {
+  return RefuseUnary(context);
+}
+
+grpc::ServerUnaryReactor* StandbyService::GetJob(grpc::CallbackServerContext* context,
+                                                 const v1::GetJobRequest*, v1::JobSummary*) {
+  return RefuseUnary(context);
+}
+
 namespace {
 
 // A WatchStatus relayed from the leader: each status read from the leader's

@@ -49,6 +49,13 @@ class StandbyService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
+  // The queue lives in the leader's memory: asked there.
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobSummary* response) override;
   grpc::ServerWriteReactor<v1::JobStatus>* WatchStatus(
       grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) override;
 

@@ -256,6 +256,22 @@
     }
   }
 
+  // Jobs waiting for the current one to end, next first.
+  function renderQueue(queue, size) {
+    const body = $("queue").tBodies[0];
+    clear(body);
+    $("queue-size").textContent = size ? "(" + size + " waiting)" : "(empty)";
+    for (const j of queue) {
+      const tr = el("tr");
+      tr.dataset.jobId = j.jobId;
+      const cells = [[String(j.queuePosition), "num"], [j.jobId], [String(j.priority || 0), "num"],
+                     [j.owner || "-"], [duration(j.ageSeconds || 0), "num"],
+                     [j.message || "", "detail"]];
+      for (const [text, cls] of cells) tr.appendChild(el("td", text, cls));
+      body.appendChild(tr);
+    }
+  }
+
   function render(data) {
     const s = data.status || {};
     const changes = s.generationChanges || [];
@@ -267,6 +283,7 @@
     renderChart("rate-chart", ranks, (p) => p[3], true);
     renderBreakdown(workers.filter((w) => w.rank >= 0 && w.state !== "WORKER_STATE_LOST"));
     renderWorkers(workers);
+    renderQueue(s.queue || [], s.queuedJobs || 0);
   }
 
   function setConnection(ok, why) {

@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ddp::Coordinator core(&clock, options);
   std::vector<ddp::Coordinator::Session> sessions;
   for (int op = 0; op < 64 && in.remaining_bytes() > 0; ++op) {
-    switch (in.ConsumeIntegralInRange<int>(0, 8)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 10)) {
       case 0: {
         auto request = Parse<ddp::v1::RegisterRequest>(in);
         if (in.ConsumeBool()) request.set_version(ddp::kVersion);
@@ -89,6 +89,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 8:
         clock.Advance(absl::Milliseconds(in.ConsumeIntegralInRange<int>(0, 120000)));
         core.Tick();
+        break;
+      case 9:
+        (void)core.GetJob(in.ConsumeRandomLengthString(64));
+        break;
+      case 10:
+        (void)core.ListJobs(Parse<ddp::v1::ListJobsRequest>(in));
         break;
     }
   }

@@ -31,13 +31,15 @@ from harness import BIN, wait_for, wait_port_file  # noqa: E402
 from grpc_reflect import ReflectionClient, local_token_file  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
-UNARY = ["GetStatus", "ListWorkers", "SubmitJob", "CancelJob", "StoreSet", "StoreGet", "StoreAdd"]
+UNARY = ["GetStatus", "ListWorkers", "ListJobs", "GetJob", "SubmitJob", "CancelJob", "StoreSet",
+         "StoreGet", "StoreAdd"]
 ALL = UNARY + ["WatchStatus", "Attach"]
 # What each role may call; every other method is PERMISSION_DENIED for it.
 ALLOWED = {
     "worker": {"Attach", "StoreSet", "StoreGet", "StoreAdd"},
-    "operator": {"GetStatus", "ListWorkers", "WatchStatus"},
-    "admin": {"GetStatus", "ListWorkers", "WatchStatus", "SubmitJob", "CancelJob"},
+    "operator": {"GetStatus", "ListWorkers", "WatchStatus", "ListJobs", "GetJob"},
+    "admin": {"GetStatus", "ListWorkers", "WatchStatus", "ListJobs", "GetJob", "SubmitJob",
+              "CancelJob"},
 }
 
 
@@ -110,7 +112,8 @@ class SecureClusterTest(unittest.TestCase):
         g = self.generation()
         store = '{"job_id": "secure", "generation": %d, "key": "k", "value": "dg=="}' % g
         requests = {
-            "GetStatus": "{}", "ListWorkers": "{}",
+            "GetStatus": "{}", "ListWorkers": "{}", "ListJobs": "{}",
+            "GetJob": '{"job_id": "secure"}',
             # Were these let through, they would end the running job.
             "SubmitJob": '{"spec": {"name": "other"}}',
             "CancelJob": '{"job_id": "secure", "reason": "an attacker"}',
@@ -162,13 +165,14 @@ class SecureClusterTest(unittest.TestCase):
 
     def test_allowed_calls_pass_and_still_meet_the_usual_checks(self):
         for role in ("operator", "admin"):
-            for method in ("GetStatus", "ListWorkers", "WatchStatus"):
+            for method in ("GetStatus", "ListWorkers", "WatchStatus", "ListJobs", "GetJob"):
                 code, details = self.try_method(self.client(role), method)
                 self.assertEqual(code, grpc.StatusCode.OK, "%s as %s: %s" % (method, role, details))
         admin = self.client("admin")
         # Past the authorizer, the job's own rules still hold.
-        self.assertEqual(code_of(lambda: admin.call(C + "SubmitJob", '{"spec": {"name": "x"}}'))[0],
-                         grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(code_of(lambda: admin.call(
+            C + "SubmitJob", '{"spec": {"name": "x", "batchSize": 1000000}}'))[0],
+            grpc.StatusCode.INVALID_ARGUMENT)
         self.assertEqual(code_of(lambda: admin.call(C + "CancelJob", '{"job_id": "other"}'))[0],
                          grpc.StatusCode.NOT_FOUND)
         self.assertUntouched()

@@ -135,11 +135,24 @@ class BadInputTest(unittest.TestCase):
                             "ddp.v1.Coordinator/SubmitJob", '{}')
         self.assertUntouched()
 
-    def test_second_job_while_running_is_refused(self):
-        self.assertRpcError(grpc.StatusCode.FAILED_PRECONDITION, "steady",
-                            "ddp.v1.Coordinator/SubmitJob", '{"spec": {"name": "other"}}')
-        self.assertRpcError(grpc.StatusCode.NOT_FOUND, "steady",
-                            "ddp.v1.Coordinator/CancelJob", '{"job_id": "other"}')
+    def test_second_job_while_running_is_queued_and_can_be_cancelled(self):
+        C = "ddp.v1.Coordinator/"
+        client = self.cluster.client
+        queued = client.call(C + "SubmitJob", '{"spec": {"name": "other", "priority": 3}}')
+        self.assertEqual(queued["state"], "JOB_STATE_QUEUED", queued)
+        self.assertIn('waiting for job "steady" to end', queued["message"])
+        # The status is a snapshot, republished within moments.
+        wait_for(lambda: [j["job_id"] for j in self.cluster.status().get("queue", [])] == ["other"],
+                 10, "the status to show the queue")
+        listed = client.call(C + "ListJobs")["jobs"]
+        self.assertEqual([(j["job_id"], j["state"]) for j in listed],
+                         [("steady", "JOB_STATE_RUNNING"), ("other", "JOB_STATE_QUEUED")])
+        self.assertEqual(client.call(C + "GetJob", '{"job_id": "other"}')["spec"]["priority"], 3)
+        client.call(C + "CancelJob", '{"job_id": "other"}')
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, "steady", C + "GetJob",
+                            '{"job_id": "other"}')
+        self.assertRpcError(grpc.StatusCode.NOT_FOUND, "steady", C + "CancelJob",
+                            '{"job_id": "other"}')
         self.assertUntouched()
 
     def test_unknown_device_is_refused(self):

@@ -33,7 +33,8 @@ TEST(RolesFor, Table_EachMethodItsRoles) {
   EXPECT_THAT(RolesFor(method::kStoreSet), ElementsAre(Role::kWorker));
   EXPECT_THAT(RolesFor(method::kStoreGet), ElementsAre(Role::kWorker));
   EXPECT_THAT(RolesFor(method::kStoreAdd), ElementsAre(Role::kWorker));
-  for (const char* m : {method::kGetStatus, method::kListWorkers, method::kWatchStatus}) {
+  for (const char* m : {method::kGetStatus, method::kListWorkers, method::kWatchStatus,
+                        method::kListJobs, method::kGetJob}) {
     EXPECT_THAT(RolesFor(m), UnorderedElementsAre(Role::kOperator, Role::kAdmin)) << m;
   }
   EXPECT_THAT(RolesFor(method::kSubmitJob), ElementsAre(Role::kAdmin));
@@ -111,7 +112,8 @@ TEST(Authorizer, EachRole_AllowedItsMethods) {
   for (const char* m : {method::kAttach, method::kStoreSet, method::kStoreGet, method::kStoreAdd}) {
     EXPECT_THAT(a.Check(m, Bearer(kWorkerToken)), IsOk()) << m;
   }
-  for (const char* m : {method::kGetStatus, method::kListWorkers, method::kWatchStatus}) {
+  for (const char* m : {method::kGetStatus, method::kListWorkers, method::kWatchStatus,
+                        method::kListJobs, method::kGetJob}) {
     EXPECT_THAT(a.Check(m, Bearer(kOperatorToken)), IsOk()) << m;
     EXPECT_THAT(a.Check(m, Bearer(kAdminToken)), IsOk()) << m;
   }

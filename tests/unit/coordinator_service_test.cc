@@ -30,6 +30,7 @@ constexpr absl::Duration kCallBound = absl::Seconds(5);
 
 constexpr char kWorkerToken[] = "worker-token-0123456789";
 constexpr char kOperatorToken[] = "operator-token-0123456789";
+constexpr char kAdminToken[] = "admin-token-of-alice-0123456789";
 
 // Waits for a condition that real threads (gRPC's) make true, bounded.
 bool Eventually(const std::function<bool()>& condition) {
@@ -306,7 +307,9 @@ class AuthorizedServiceTest : public CoordinatorServiceTest {
  protected:
   void SetUp() override {
     Serve(std::make_unique<Authorizer>(
-        std::vector<TokenEntry>{{Role::kWorker, kWorkerToken}, {Role::kOperator, kOperatorToken}}));
+        std::vector<TokenEntry>{{Role::kWorker, kWorkerToken},
+                                {Role::kOperator, kOperatorToken},
+                                {Role::kAdmin, kAdminToken, "alice"}}));
   }
 
   grpc::Status GetStatusWith(const std::string& token) {
@@ -319,6 +322,33 @@ TEST_F(AuthorizedServiceTest, GetStatus_NoOrUnknownToken_Unauthenticated) {
   EXPECT_EQ(GetStatusWith("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(GetStatusWith("not-a-token-0123456789").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(AuthorizedServiceTest, SubmitJob_TheTokensOwnerOwnsTheJobAndASecondIsQueued) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Job(1);
+  v1::SubmitJobResponse first, second;
+  ASSERT_TRUE(stub_->SubmitJob(Context(kAdminToken).get(), request, &first).ok());
+  EXPECT_EQ(first.state(), v1::JOB_STATE_WAITING);  // no worker yet; it holds the pool
+  request.mutable_spec()->set_name("second");
+  ASSERT_TRUE(stub_->SubmitJob(Context(kAdminToken).get(), request, &second).ok());
+  EXPECT_EQ(second.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(second.message(), HasSubstr("waiting for job \"test-job\" to end"));
+  v1::GetJobRequest get;
+  get.set_job_id("second");
+  v1::JobSummary job;
+  ASSERT_TRUE(stub_->GetJob(Context(kOperatorToken).get(), get, &job).ok());
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(job.spec().name(), "second");
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(stub_->ListJobs(Context(kOperatorToken).get(), v1::ListJobsRequest(), &jobs).ok());
+  ASSERT_EQ(jobs.jobs_size(), 2);
+  EXPECT_EQ(jobs.jobs(0).owner(), "alice");
+  // Operators read; only admins submit or cancel.
+  EXPECT_EQ(stub_->SubmitJob(Context(kOperatorToken).get(), request, &second).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(stub_->ListJobs(Context(kWorkerToken).get(), v1::ListJobsRequest(), &jobs).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(AuthorizedServiceTest, GetStatus_RoleNotAllowed_PermissionDenied) {

@@ -116,8 +116,8 @@ TEST_F(CoordinatorTest, SubmitJob_InvalidSpec_NamesFieldAndLeavesRunningJobAlone
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job.batch_size")));
   v1::JobSpec other = Job(3);
   other.set_name("other");
-  EXPECT_THAT(Submit(*core_, other),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("test-job")));
+  EXPECT_THAT(Submit(*core_, other), IsOk());  // queued (coordinator_queue_test.cc)
+  EXPECT_EQ(core_->GetJob("other")->state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Status().generation(), 1u);
 }
@@ -186,7 +186,7 @@ TEST_F(CoordinatorTest, SubmitJob_WithInputFiles_RefusedUnchecked) {
   EXPECT_TRUE(checks.pending.empty());
 }
 
-TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_FailedPreconditionNamingIt) {
+TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_QueuedBehindIt) {
   DeferredChecks checks;
   Coordinator core(&clock_, checks.Options());
   v1::JobSpec first = Job(1), second = Job(1);
@@ -199,7 +199,11 @@ TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_FailedPreconditio
   checks.pending[1].Pass();
   checks.pending[0].Pass();
   EXPECT_THAT(*second_answer, IsOk());
-  EXPECT_THAT(*first_answer, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("second")));
+  EXPECT_THAT(*first_answer, IsOk());
+  absl::StatusOr<v1::JobSummary> queued = core.GetJob("first");
+  ASSERT_THAT(queued, IsOk());
+  EXPECT_EQ(queued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(queued->message(), HasSubstr("\"second\""));
 }
 
 TEST_F(CoordinatorTest, SubmitJob_JobAlreadyHeld_NotCheckedAgain) {

@@ -72,6 +72,7 @@ TEST(CoordinatorFamilies, RunningJob_MapsSnapshotToGauges) {
   status->set_samples_per_sec(1500.5);
   status->set_loss(0.25);
   status->set_test_accuracy(0.875);
+  status->set_queued_jobs(4);
   for (v1::WorkerState s : {v1::WORKER_STATE_TRAINING, v1::WORKER_STATE_TRAINING,
                             v1::WORKER_STATE_LOST, v1::WORKER_STATE_IDLE}) {
     status->add_workers()->set_state(s);
@@ -86,6 +87,8 @@ TEST(CoordinatorFamilies, RunningJob_MapsSnapshotToGauges) {
 
   EXPECT_EQ(GaugeValue(f, "ddp_job_state", {{"state", "running"}}), 1);
   EXPECT_EQ(GaugeValue(f, "ddp_job_state", {{"state", "waiting"}}), 0);
+  EXPECT_EQ(GaugeValue(f, "ddp_job_state", {{"state", "queued"}}), 0);
+  EXPECT_EQ(GaugeValue(f, "ddp_coordinator_queued_jobs"), 4);
   EXPECT_EQ(GaugeValue(f, "ddp_job_generation"), 3);
   EXPECT_EQ(GaugeValue(f, "ddp_job_world_size"), 2);
   EXPECT_EQ(GaugeValue(f, "ddp_job_global_step"), 120);

@@ -1,0 +1,102 @@
+#include "coordinator/job_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp {
+namespace {
+
+// Higher priority first, then the earlier submission.
+bool StartsBefore(const QueuedJob& a, const QueuedJob& b) {
+  if (a.spec.priority() != b.spec.priority()) return a.spec.priority() > b.spec.priority();
+  return a.sequence < b.sequence;
+}
+
+}  // namespace
+
+absl::Status JobQueue::CheckRoom() const {
+  if (jobs_.size() < kMaxQueuedJobs) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the queue is full (", kMaxQueuedJobs,
+                   " jobs wait for the pool); cancel one (CancelJob) or submit again later"));
+}
+
+absl::Status JobQueue::Add(const v1::JobSpec& spec, const std::string& owner, absl::Time now) {
+  if (Find(spec.name()) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("job \"", spec.name(), "\" is already queued"));
+  }
+  if (absl::Status s = CheckRoom(); !s.ok()) return s;
+  Insert({spec, owner, next_sequence_++, now});
+  return absl::OkStatus();
+}
+
+const QueuedJob* JobQueue::Find(absl::string_view id) const {
+  for (const QueuedJob& job : jobs_) {
+    if (job.spec.name() == id) return &job;
+  }
+  return nullptr;
+}
+
+bool JobQueue::Remove(absl::string_view id) {
+  auto it = std::find_if(jobs_.begin(), jobs_.end(),
+                         [&](const QueuedJob& job) { return job.spec.name() == id; });
+  if (it == jobs_.end()) return false;
+  jobs_.erase(it);
+  return true;
+}
+
+std::optional<QueuedJob> JobQueue::PopNext() {
+  if (jobs_.empty()) return std::nullopt;
+  QueuedJob next = std::move(jobs_.front());
+  jobs_.erase(jobs_.begin());
+  return next;
+}
+
+v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view running) const {
+  const QueuedJob& job = jobs_[index];
+  v1::JobSummary s;
+  s.set_job_id(job.spec.name());
+  s.set_state(v1::JOB_STATE_QUEUED);
+  s.set_priority(job.spec.priority());
+  s.set_owner(job.owner);
+  s.set_queue_position(static_cast<uint32_t>(index + 1));
+  s.set_age_seconds(absl::ToDoubleSeconds(now - job.submitted_at));
+  std::string why;
+  if (!running.empty()) why = absl::StrCat("waiting for job \"", running, "\" to end");
+  if (index > 0) {
+    absl::StrAppend(&why, why.empty() ? "waiting" : ", then", " for ", index,
+                    index == 1 ? " job" : " jobs",
+                    " queued ahead of it (higher priority, or submitted earlier)");
+  }
+  if (why.empty()) why = "next: starts at the coordinator's next tick";
+  s.set_message(std::move(why));
+  return s;
+}
+
+void JobQueue::FillDurable(v1::DurableState* state) const {
+  for (const QueuedJob& job : jobs_) {
+    v1::DurableQueuedJob* d = state->add_queue();
+    *d->mutable_spec() = job.spec;
+    d->set_owner(job.owner);
+    d->set_sequence(job.sequence);
+    d->set_submitted_unix_micros(absl::ToUnixMicros(job.submitted_at));
+  }
+  state->set_next_queue_sequence(next_sequence_);
+}
+
+void JobQueue::Restore(const v1::DurableState& state) {
+  jobs_.clear();
+  for (const v1::DurableQueuedJob& d : state.queue()) {
+    Insert({d.spec(), d.owner(), d.sequence(), absl::FromUnixMicros(d.submitted_unix_micros())});
+  }
+  next_sequence_ = state.next_queue_sequence();
+  for (const QueuedJob& job : jobs_) next_sequence_ = std::max(next_sequence_, job.sequence + 1);
+}
+
+void JobQueue::Insert(QueuedJob job) {
+  jobs_.insert(std::upper_bound(jobs_.begin(), jobs_.end(), job, StartsBefore), std::move(job));
+}
+
+}  // namespace ddp

@@ -1,0 +1,72 @@
+// Jobs accepted while another holds the pool: they start one at a time,
+// highest priority first and, among equal priorities, in the order they were
+// submitted. Each keeps the spec its check returned (input files pinned), so
+// it starts as it was accepted, however long it waited.
+//
+// Thread-compatible: the Coordinator guards it with its mutex.
+#ifndef DDP_COORDINATOR_JOB_QUEUE_H_
+#define DDP_COORDINATOR_JOB_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "ddp/v1/state.pb.h"
+#include "ddp/v1/status.pb.h"
+
+namespace ddp {
+
+// A client can make the coordinator hold this many queued jobs, no more.
+inline constexpr size_t kMaxQueuedJobs = 100;
+// JobStatus.queue lists this many (ListJobs pages through the rest).
+inline constexpr size_t kQueueInStatus = 100;
+
+struct QueuedJob {
+  v1::JobSpec spec;
+  std::string owner;
+  uint64_t sequence = 0;
+  absl::Time submitted_at;
+};
+
+class JobQueue {
+ public:
+  // RESOURCE_EXHAUSTED when kMaxQueuedJobs are queued; ALREADY_EXISTS when
+  // a job of that name is (the caller decides whether it is the same job).
+  absl::Status Add(const v1::JobSpec& spec, const std::string& owner, absl::Time now);
+  // OK to add one more (RESOURCE_EXHAUSTED as Add says it).
+  absl::Status CheckRoom() const;
+  // The job named `id`, or nullptr.
+  const QueuedJob* Find(absl::string_view id) const;
+  // Takes job `id` off the queue; false when it isn't queued.
+  bool Remove(absl::string_view id);
+  // Takes the job to start next off the queue; nullopt when empty.
+  std::optional<QueuedJob> PopNext();
+
+  // In the order they will start.
+  const std::vector<QueuedJob>& jobs() const { return jobs_; }
+  bool empty() const { return jobs_.empty(); }
+  size_t size() const { return jobs_.size(); }
+
+  // The summary operators see (no spec); `position` counts from 1. `ahead`
+  // names the job the pool runs now, if any.
+  v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view running) const;
+
+  void FillDurable(v1::DurableState* state) const;
+  void Restore(const v1::DurableState& state);
+
+ private:
+  // Keeps jobs_ in start order.
+  void Insert(QueuedJob job);
+
+  std::vector<QueuedJob> jobs_;
+  uint64_t next_sequence_ = 1;
+};
+
+}  // namespace ddp
+
+#endif  // DDP_COORDINATOR_JOB_QUEUE_H_
