@@ -97,11 +97,9 @@ absl::StatusOr<v1::JobSummary> Coordinator::GetJob(const std::string& job_id) co
     *s.mutable_spec() = run.spec();
     return s;
   }
-  const std::string ahead = run.active() ? run.id() : "";
-  for (size_t i = 0; i < queue_.size(); ++i) {
-    if (queue_.jobs()[i].spec.name() != job_id) continue;
-    v1::JobSummary s = queue_.Summary(i, now, ahead);
-    *s.mutable_spec() = queue_.jobs()[i].spec;
+  if (const std::optional<size_t> i = queue_.IndexOf(job_id)) {
+    v1::JobSummary s = queue_.Summary(*i, now, run.active() ? run.id() : "");
+    *s.mutable_spec() = queue_.jobs()[*i].spec;
     return s;
   }
   return absl::NotFoundError(absl::StrCat(

@@ -32,18 +32,22 @@ absl::Status JobQueue::Add(const v1::JobSpec& spec, const std::string& owner, ab
   return absl::OkStatus();
 }
 
-const QueuedJob* JobQueue::Find(absl::string_view id) const {
-  for (const QueuedJob& job : jobs_) {
-    if (job.spec.name() == id) return &job;
+std::optional<size_t> JobQueue::IndexOf(absl::string_view id) const {
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    if (jobs_[i].spec.name() == id) return i;
   }
-  return nullptr;
+  return std::nullopt;
+}
+
+const QueuedJob* JobQueue::Find(absl::string_view id) const {
+  const std::optional<size_t> i = IndexOf(id);
+  return i ? &jobs_[*i] : nullptr;
 }
 
 bool JobQueue::Remove(absl::string_view id) {
-  auto it = std::find_if(jobs_.begin(), jobs_.end(),
-                         [&](const QueuedJob& job) { return job.spec.name() == id; });
-  if (it == jobs_.end()) return false;
-  jobs_.erase(it);
+  const std::optional<size_t> i = IndexOf(id);
+  if (!i) return false;
+  jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(*i));
   return true;
 }
 

@@ -42,6 +42,8 @@ class JobQueue {
   absl::Status CheckRoom() const;
   // The job named `id`, or nullptr.
   const QueuedJob* Find(absl::string_view id) const;
+  // Where job `id` stands in start order (0: next), if it is queued.
+  std::optional<size_t> IndexOf(absl::string_view id) const;
   // Takes job `id` off the queue; false when it isn't queued.
   bool Remove(absl::string_view id);
   // Takes the job to start next off the queue; nullopt when empty.
@@ -52,8 +54,8 @@ class JobQueue {
   bool empty() const { return jobs_.empty(); }
   size_t size() const { return jobs_.size(); }
 
-  // The summary operators see (no spec); `position` counts from 1. `ahead`
-  // names the job the pool runs now, if any.
+  // What operators see of jobs()[index] (no spec; its position counts from
+  // 1). `running` names the job holding the pool, if one does.
   v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view running) const;
 
   void FillDurable(v1::DurableState* state) const;
