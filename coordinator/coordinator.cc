@@ -24,7 +24,7 @@ Coordinator::Coordinator(const Clock* clock, Options options)
       stall_(StallWatch::ForHeartbeats(options_.registry.heartbeat_timeout,
                                        options_.heartbeat_interval),
              clock->Now()),
-      run_(std::make_unique<JobRun>(clock)) {
+      no_job_(std::make_unique<JobRun>(clock)) {
   if (options_.state_store != nullptr) {
     state_writer_ = std::make_unique<StateWriter>(options_.state_store);
   }
@@ -34,17 +34,35 @@ Coordinator::Coordinator(const Clock* clock, Options options)
 
 void Coordinator::Restore(const v1::DurableState& state) {
   absl::MutexLock lock(&mu_);
-  run_->Restore(state, options_.adopt_grace);
+  // The job saved in the state's own fields, then those beside it.
+  std::vector<const v1::DurableState*> saved;
+  if (state.has_job()) saved.push_back(&state);
+  for (const v1::DurableState& beside : state.jobs_beside()) saved.push_back(&beside);
+  for (const v1::DurableState* job : saved) {
+    auto run = std::make_unique<JobRun>(clock_);
+    run->Restore(*job, options_.adopt_grace);
+    run->set_start_sequence(next_run_sequence_++);
+    runs_.push_back(std::move(run));
+  }
+  latest_generation_ = std::max(latest_generation_, state.latest_generation());
   queue_.Restore(state);
   dirty_ = true;
   PublishLocked();
 }
 
-void Coordinator::PersistLocked(JobRun& run, Effects* fx) {
+void Coordinator::PersistLocked(Effects* fx) {
   if (state_writer_ == nullptr) return;
-  run.NotePersisted();
+  // The job the status is about in the state's own fields (an ended one
+  // too: a restarted coordinator still shows how it ended), every other
+  // running job beside it.
+  const JobRun& primary = PrimaryRunLocked();
   v1::DurableState state;
-  run.FillDurable(&state);
+  if (&primary != no_job_.get()) primary.FillDurable(&state);
+  for (const auto& run : runs_) {
+    run->NotePersisted();
+    if (run.get() != &primary && run->active()) run->FillDurable(state.add_jobs_beside());
+  }
+  state.set_latest_generation(LatestGenerationLocked());
   queue_.FillDurable(&state);
   fx->persist.emplace(++persist_sequence_, std::move(state));
 }
@@ -144,12 +162,26 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
                           ? absl::StrCat(", holding job ", Quote(request.held().job_id()),
                                          " at step ", request.held().step())
                           : "");
-    JobRun& run = *run_;  // the job its claim and held state name, or it may prepare for
-    if (request.has_held()) NoteHeldLocked(run, worker, request.held());
-    OnClaimLocked(run, worker, request, took_over, &fx);
-    MaybePrepareLocked(run, worker, &fx);
+    // A member of a running job's generation (back after a coordinator
+    // restart, or on a new stream) belongs to that job again.
+    if (JobRun* claimed = RunOfGenerationLocked(request.generation());
+        claimed != nullptr && claimed->generations().current()->RankOf(worker->id) >= 0) {
+      registry_.Reserve(worker, claimed->id());
+    }
+    // The job its claim and held state are about: its own, else the running
+    // job its held state names (the pool gives it back there first).
+    JobRun* run = &RunOfLocked(*worker);
+    if (run == no_job_.get() && request.has_held()) {
+      if (JobRun* named = FindRunLocked(request.held().job_id()); named && named->active()) {
+        run = named;
+      }
+    }
+    if (request.has_held()) NoteHeldLocked(*run, worker, request.held());
+    OnClaimLocked(*run, worker, request, took_over, &fx);
     dirty_ = true;
-    MaybeFormGenerationLocked(run, &fx);
+    AllocateLocked(&fx);
+    MaybePrepareLocked(RunOfLocked(*worker), worker, &fx);
+    MaybeFormGenerationLocked(RunOfLocked(*worker), &fx);
   }
   Apply(fx);
   return session;
@@ -159,12 +191,13 @@ absl::Status Coordinator::CheckMemberLocked(const JobRun& run, const WorkerRecor
                                             uint64_t generation, int* rank) {
   const Generation* current = run.generations().current();
   if (current == nullptr || current->number != generation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "stale generation ", generation, ": the job is ",
-        current
-            ? absl::StrCat("in generation ", current->number)
-            : absl::StrCat("not running a generation (latest ", run.generations().latest(), ")"),
-        "; the message was dropped"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("stale generation ", generation, ": ",
+                     run.id().empty() ? absl::StrCat("worker ", worker.id, " is in no running job")
+                     : current        ? absl::StrCat("the job is in generation ", current->number)
+                                      : absl::StrCat("the job is not running a generation (latest ",
+                                                     run.generations().latest(), ")"),
+                     "; the message was dropped"));
   }
   *rank = current->RankOf(worker.id);
   if (*rank < 0) {
@@ -190,7 +223,7 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
     registry_.Touch(worker);
     HeardLocked();
     dirty_ = true;
-    JobRun& run = *run_;  // the job the worker's message is about
+    JobRun& run = RunOfLocked(*worker);  // the job the worker's message is about
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
         OnHeartbeatLocked(run, worker, message.heartbeat(), &fx);
@@ -217,6 +250,9 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
         RejectLocked(worker->id, absl::InvalidArgumentError("empty WorkerMessage"), &fx);
         break;
     }
+    // It may have left its generation, or its job ended: the pool shares
+    // out whoever is free.
+    if (message.has_state()) AllocateLocked(&fx);
   }
   Apply(fx);
 }
@@ -226,17 +262,19 @@ void Coordinator::OnStreamClosed(const Session& session, const std::string& reas
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    JobRun& run = *run_;  // the job the worker was in
     // A program that said it was done, leaving as told once its job ended:
     // gone, but DONE in the status, not lost.
     const WorkerRecord* before = registry_.FindAttached(session.worker_id, session.id);
-    const bool finished = before != nullptr && before->capabilities.program() &&
+    if (before == nullptr) return;
+    JobRun& run = RunOfLocked(*before);  // the job the worker was in
+    const bool finished = before->capabilities.program() &&
                           before->state() == v1::WORKER_STATE_DONE && run.progress().ended();
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
     WorkerRecord* worker = registry_.Find(session.worker_id);
     OnWorkerLostLocked(run, worker, &fx);
     if (finished) registry_.MarkProgramExited(worker);
+    AllocateLocked(&fx);
   }
   Apply(fx);
 }

@@ -3,14 +3,20 @@
 // a lost, hung or failed member ends its generation, and the next one forms
 // from the workers still there (plus any that join), starting from the most
 // advanced state any of them holds. One class per concern underneath
-// (WorkerRegistry, KvStore, and per job a JobRun: its JobProgress,
-// GenerationManager, GenerationLifecycle and ChangeLog), and every decision
-// is a pure function in reform_policy.h; this class gathers their inputs
-// under one lock and carries the answers out. A worker's state changes only
-// through WorkerRegistry's transitions, and a job's through its JobRun.
-// Every private method that acts on the job is given its JobRun; the pool's
-// entry points (a worker attaching or speaking, the tick, an operator's
-// call) find it and pass it down. It knows nothing
+// (WorkerRegistry, KvStore, JobQueue, and per job a JobRun: its
+// JobProgress, GenerationManager, GenerationLifecycle and ChangeLog), and
+// every decision is a pure function in reform_policy.h; this class gathers
+// their inputs under one lock and carries the answers out. A worker's state
+// changes only through WorkerRegistry's transitions, and a job's through
+// its JobRun.
+//
+// Many jobs share the pool, each on workers of its own: the pool gives a
+// free worker to one job at a time (WorkerRecord::job, coordinator_pool.cc)
+// and takes it back when the job ends. Every private method that acts on a
+// job is given its JobRun; the pool's entry points (a worker attaching or
+// speaking, the tick, an operator's call) find it (by the worker's job, or
+// by job id) and pass it down. Generation numbers are the pool's: no two
+// jobs' generations share a number. It knows nothing
 // of gRPC: workers are reached through the WorkerChannel interface, and time
 // comes from an injected Clock.
 //
@@ -135,30 +141,34 @@ class Coordinator {
   void OnStreamClosed(const Session& session, const std::string& reason);
 
   // Validates (INVALID_ARGUMENT names the field), runs validate_job, and
-  // makes the spec the current job, or queues it (JobQueue) while another
-  // job is active (also one accepted while this one was being checked);
-  // the queue's next job starts at the first Tick after the current one
-  // ended. A job the coordinator already holds or queues, under the same
-  // name with the same spec, is a no-op (it is not checked or run again);
-  // FAILED_PRECONDITION for the same name with another spec;
-  // RESOURCE_EXHAUSTED when the queue is full. `owner`: who submits it (the
-  // owner= of the caller's token). `done` gets the spec with defaults, once:
-  // on the caller's thread when no check is needed, else on the thread
+  // starts the job, or queues it (JobQueue) while other jobs are active
+  // (also one accepted while this one was being checked). A queued job
+  // starts, highest priority first, once min_workers free workers fit it
+  // (gang scheduling), beside the jobs running; the head of the queue
+  // waits for the workers running jobs hold, which don't grow meanwhile. A job the coordinator
+  // already holds or queues, under the same name with the same spec, is a no-op (it is not checked
+  // or run again); FAILED_PRECONDITION for the same name with another spec; RESOURCE_EXHAUSTED when
+  // the queue is full. `owner`: who submits it (the owner= of the caller's token). `done` gets the
+  // spec with defaults, once: on the caller's thread when no check is needed, else on the thread
   // validate_job answers on. Never blocks.
   void SubmitJob(const v1::JobSpec& spec, SubmitDone done, const std::string& owner = "");
-  // Cancels the current job, or takes a queued one off the queue. NOT_FOUND
+  // How many jobs that started the coordinator keeps once they ended (for
+  // status, GetJob and ListJobs).
+  static constexpr size_t kKeptEndedJobs = 16;
+  // Cancels a running job, or takes a queued one off the queue. NOT_FOUND
   // for a job that is neither, FAILED_PRECONDITION if it already ended.
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
-  // The current job or a queued one, with its spec; NOT_FOUND otherwise.
+  // A job that started (running, or ended lately) or a queued one, with its
+  // spec; NOT_FOUND otherwise.
   absl::StatusOr<v1::JobSummary> GetJob(const std::string& job_id) const;
-  // One page of the current job and the queued ones, in the order they run
-  // (see ListJobsRequest). The page token names the last job handed out, so
-  // jobs queued or started between two calls neither repeat nor shift the
-  // rest; INVALID_ARGUMENT for a token this coordinator did not give.
+  // One page of the jobs that started (in start order) and the queued ones
+  // (in the order they will start): see ListJobsRequest. The page token names the last job handed
+  // out, so jobs queued or started between two calls neither repeat nor shift the rest;
+  // INVALID_ARGUMENT for a token this coordinator did not give.
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request) const;
 
   // Store operations, fenced: FAILED_PRECONDITION unless (job, generation)
-  // is the generation in progress; INVALID_ARGUMENT for an empty or too
+  // is a running job's generation in progress; INVALID_ARGUMENT for an empty or too
   // long key; RESOURCE_EXHAUSTED, OUT_OF_RANGE as KvStore says. With
   // Options::require_store_tokens, PERMISSION_DENIED unless `store_token`
   // is the store token of one of that generation's members (compared in
@@ -191,6 +201,12 @@ class Coordinator {
   // The same snapshot as GetStatus answers it: a summary of the workers and
   // at most options.status_workers of them.
   std::shared_ptr<const v1::JobStatus> StatusView() const;
+  // GetStatus of one job: StatusView() for the job it is about by default
+  // (or for an empty id), else that job's status with its own workers,
+  // built now. NOT_FOUND for a job that never started (or was forgotten),
+  // FAILED_PRECONDITION for a queued one.
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> JobStatusView(const std::string& job_id);
+  // The state of the job the status is about by default (see JobStatus).
   v1::JobState job_state() const;
 
   // Tells every attached worker to exit.
@@ -222,20 +238,49 @@ class Coordinator {
     bool in_current = false;
   };
 
-  // The answer to a submission that needs no check (the job already held,
-  // a conflict with it or with an active job), if there is one.
-  std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(JobRun& run,
-                                                                      const v1::JobSpec& spec)
+  // The answer to a submission that needs no check (a job of that name
+  // held already, or queued, or a full queue), if there is one.
+  std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes a checked spec the current job.
+  // Starts or queues a checked spec.
   absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec, const std::string& owner);
-  // Makes `spec` the current job and offers it the pool.
-  absl::Status StartJobLocked(JobRun& run, const v1::JobSpec& spec, const std::string& owner,
-                              Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The current job ended: the queue's next one starts.
-  void StartQueuedLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Saves the durable state: the job's (today the whole of it).
-  void PersistLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts `spec` as a job of its own and offers it the pool.
+  absl::Status StartJobLocked(const v1::JobSpec& spec, const std::string& owner, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the durable state: every running job's, and the queue.
+  void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- The pool (coordinator_pool.cc).
+
+  // The job named `job_id` that started (running or ended), or null.
+  JobRun* FindRunLocked(absl::string_view job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job the worker belongs to, or no_job_.
+  JobRun& RunOfLocked(const WorkerRecord& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running job whose current generation is `generation`, or null.
+  JobRun* RunOfGenerationLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job GetStatus is about by default: the first running one to have
+  // started, else the last to start, else no_job_.
+  const JobRun& PrimaryRunLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AnyActiveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running jobs' ids, quoted, in start order ("none").
+  std::string RunningJobsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free, and in no running job (a job that ended keeps its workers' ranks
+  // on show until another job takes them).
+  bool InPoolLocked(const WorkerRecord& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool's latest generation number (of any job).
+  uint64_t LatestGenerationLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Shares out the free workers (those of jobs that ended too): to running
+  // jobs that need them to form, then to queued jobs that fit, then to
+  // running jobs that can grow (see coordinator_pool.cc), each asked to
+  // prepare the job it now belongs to.
+  void AllocateLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queue's head starts if it fits (or if no job runs): true if it did.
+  bool StartQueuedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives free workers of the pool that fit `run` to it, up to `want`.
+  void GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the oldest ended jobs beyond kKeptEndedJobs.
+  void PruneEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -343,6 +388,8 @@ class Coordinator {
   std::string DescribeLocked(const WorkerRecord& worker, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillWorkerLocked(const WorkerRecord& worker, absl::Time now, v1::WorkerStatus* ws)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock* clock_;
   const Options options_;
@@ -355,12 +402,22 @@ class Coordinator {
   StallWatch stall_ ABSL_GUARDED_BY(mu_);
   // Deafness was logged (once per spell).
   bool deaf_logged_ ABSL_GUARDED_BY(mu_) = false;
-  // The job: one, never null, started afresh by each job accepted. The
-  // public methods dereference it where they need the job (the seams where
-  // many jobs would look one up: by worker, by job id, or all of them).
-  std::unique_ptr<JobRun> run_ ABSL_GUARDED_BY(mu_) ABSL_PT_GUARDED_BY(mu_);
-  // Jobs accepted while run_'s was active.
+  // The jobs that started, in start order: those running, and the last
+  // kKeptEndedJobs to end.
+  std::vector<std::unique_ptr<JobRun>> runs_ ABSL_GUARDED_BY(mu_);
+  // Where workers in no job are heard: a JobRun that never holds a job, so
+  // whatever they say of a generation is stale.
+  std::unique_ptr<JobRun> no_job_ ABSL_GUARDED_BY(mu_) ABSL_PT_GUARDED_BY(mu_);
+  // The pool's latest generation number, kept here too for jobs forgotten.
+  uint64_t latest_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The start_sequence the next job to start gets.
+  uint64_t next_run_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Jobs accepted while others were active, waiting for workers.
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Why the queue's head waits (empty: nothing is queued), and whether it
+  // waits for workers the running jobs hold (then they don't grow).
+  std::string queue_head_waits_ ABSL_GUARDED_BY(mu_);
+  bool queue_head_needs_workers_ ABSL_GUARDED_BY(mu_) = false;
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);

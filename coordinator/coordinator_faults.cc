@@ -37,21 +37,28 @@ void Coordinator::Tick() {
                           "network are stalled; no worker is counted lost or hung until they "
                           "are heard again";
     }
-    JobRun& run = *run_;  // the job's sweeps (with many jobs: each job's in turn)
     if (!deaf) {
       for (const std::string& id : registry_.ExpireSilent()) {
-        OnWorkerLostLocked(run, registry_.Find(id), &fx);
+        WorkerRecord* lost = registry_.Find(id);
+        OnWorkerLostLocked(RunOfLocked(*lost), lost, &fx);
         dirty_ = true;
       }
     }
-    CheckAdoptionLocked(run, &fx);
-    if (!deaf) {
-      CheckLeavingLocked(run, &fx);
-      CheckHungLocked(run, &fx);
+    // Each job's sweeps in turn (a sweep may end a job, never start one).
+    for (const auto& run : runs_) {
+      CheckAdoptionLocked(*run, &fx);
+      if (!deaf) {
+        CheckLeavingLocked(*run, &fx);
+        CheckHungLocked(*run, &fx);
+      }
     }
-    StartQueuedLocked(run, &fx);
-    MaybeFormGenerationLocked(run, &fx);
-    if (run.ProgressUnsaved(absl::Seconds(5))) PersistLocked(run, &fx);
+    AllocateLocked(&fx);
+    bool unsaved = false;
+    for (const auto& run : runs_) {
+      MaybeFormGenerationLocked(*run, &fx);
+      unsaved = unsaved || run->ProgressUnsaved(absl::Seconds(5));
+    }
+    if (unsaved) PersistLocked(&fx);
     const absl::Duration age = clock_->Now() - published_at_;
     if ((dirty_ && age >= options_.snapshot_min_interval) || age >= options_.snapshot_max_age) {
       PublishLocked();
@@ -73,7 +80,7 @@ void Coordinator::HeardLocked() {
 
 void Coordinator::GraceLocked(absl::Duration paused) {
   registry_.Grace(paused);
-  run_->lifecycle().Grace(paused);  // the job's deadlines too (with many: every job's)
+  for (const auto& run : runs_) run->lifecycle().Grace(paused);  // every job's deadlines too
   dirty_ = true;
 }
 
@@ -163,7 +170,7 @@ void Coordinator::CheckAdoptionLocked(JobRun& run, Effects* fx) {
         }
       }
       if (succeeded) EndGenerationLocked(run, "", fx);
-      PersistLocked(run, fx);
+      PersistLocked(fx);
       return;
     }
     case Adoption::kGiveUp: {
@@ -263,14 +270,14 @@ void Coordinator::OnFaultLocked(JobRun& run, v1::ChangeCause cause, const std::s
   }
   EndGenerationLocked(run, reason, fx);
   run.Recover(absl::StrCat("re-forming after: ", reason));
-  PersistLocked(run, fx);  // RECOVERING, not the RUNNING that EndGenerationLocked saw
+  PersistLocked(fx);  // RECOVERING, not the RUNNING that EndGenerationLocked saw
 }
 
 void Coordinator::FailJobLocked(JobRun& run, const std::string& reason, Effects* fx) {
   run.Fail(reason);
   EndGenerationLocked(run, reason, fx);
   run.lifecycle().ClearLeaving();
-  PersistLocked(run, fx);
+  PersistLocked(fx);
 }
 
 void Coordinator::OnWorkerLostLocked(JobRun& run, WorkerRecord* worker, Effects* fx) {

@@ -14,37 +14,16 @@
 #include "common/labels.h"
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/worker_fit.h"
 
 namespace ddp {
 namespace {
 
-// Whether the worker can run the job's backend on its device.
-bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
-  // A ddp-worker trains the built-in models; a program on the library only
-  // its own.
-  if (w.capabilities.program() != IsProgramJob(spec)) return false;
-  if (!LabelsMatch(w.labels, {spec.worker_selector().begin(), spec.worker_selector().end()})) {
-    return false;
-  }
-  const auto& backends = w.capabilities.backends();
-  const bool has_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
-  switch (BackendOf(spec)) {
-    case v1::BACKEND_GLOO:
-    case v1::BACKEND_SHM:
-      return true;  // a GPU's buckets are staged through host memory
-    case v1::BACKEND_NCCL:
-      return w.device.is_cuda() && has_nccl;
-    case v1::BACKEND_AUTO:  // nccl when every rank has its own GPU (transport_choice.h)
-      return true;
-    case v1::BACKEND_UNKNOWN:  // refused by the job's check
-      return false;
-  }
-  return false;
-}
-
 // Holds the job's state (it checked the job and spec when it said so),
 // or is a program on the library, which builds its own before attaching.
-bool Prepared(const WorkerRecord& w) { return w.capabilities.program() || w.held.has_value(); }
+bool Prepared(const WorkerRecord& w, const JobRun& run) {
+  return w.capabilities.program() || (w.held.has_value() && run.IsOwnState(*w.held));
+}
 
 std::string SourceWords(const SourceChoice& s) {
   switch (s.source) {
@@ -72,8 +51,9 @@ std::vector<Candidate> Coordinator::FreeCandidatesLocked(const JobRun& run, uint
   const Generation* g = run.generations().current();
   std::vector<Candidate> free;
   for (const WorkerRecord* w : registry_.All()) {
-    if (!IsFree(*w) || !CanRun(*w, run.spec())) continue;
-    if (!Prepared(*w)) {
+    // Only the workers the pool gave this job.
+    if (w->job != run.id() || !IsFree(*w) || !CanRun(*w, run.spec())) continue;
+    if (!Prepared(*w, run)) {
       if (preparing && !w->prepare_failed && !w->prepare_asked.empty()) ++*preparing;
       continue;
     }
@@ -85,8 +65,8 @@ std::vector<Candidate> Coordinator::FreeCandidatesLocked(const JobRun& run, uint
 }
 
 void Coordinator::MaybePrepareLocked(const JobRun& run, WorkerRecord* worker, Effects* fx) {
-  if (!run.active() || worker->lost() || !IsFree(*worker) || Prepared(*worker) ||
-      !CanRun(*worker, run.spec())) {
+  if (!run.active() || worker->job != run.id() || worker->lost() || !IsFree(*worker) ||
+      Prepared(*worker, run) || !CanRun(*worker, run.spec())) {
     return;
   }
   const std::string asked = run.PrepareKey();
@@ -164,6 +144,8 @@ void Coordinator::FormGenerationLocked(JobRun& run, std::vector<Candidate> candi
   const SourceChoice source = ChooseSource(source_in);
   const uint32_t world = static_cast<uint32_t>(members.size());
   const double lr = ScaledLr(spec.optimizer().lr(), LrScalingOf(spec), world, spec.max_workers());
+  // Numbered after every job's generations: a number names one job's.
+  run.generations().RestoreLatest(LatestGenerationLocked());
   const Generation& g = run.FormGeneration(members, source, lr);
   DDP_LOG(Info) << "job " << job.id() << ": generation " << g.number << " formed with " << world
                 << " worker(s), starting from " << SourceWords(source)
@@ -177,7 +159,7 @@ void Coordinator::FormGenerationLocked(JobRun& run, std::vector<Candidate> candi
     SendLocked(id, std::move(message), fx);
   }
   dirty_ = true;
-  PersistLocked(run, fx);
+  PersistLocked(fx);
 }
 
 void Coordinator::AdmitJoinersLocked(JobRun& run, const std::string& why, Effects* fx) {
@@ -207,7 +189,7 @@ void Coordinator::OnLeftLocked(JobRun& run, const std::string& worker_id, Effect
   lifecycle.EndAdmitting();
   EndGenerationLocked(run, "", fx);
   run.Recover("admitting joining workers");
-  PersistLocked(run, fx);
+  PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);
 }
 
@@ -233,7 +215,7 @@ void Coordinator::EndGenerationLocked(JobRun& run, const std::string& abort_reas
   }
   fx->dropped_namespaces.push_back(run.EndGeneration());
   dirty_ = true;
-  PersistLocked(run, fx);
+  PersistLocked(fx);
 }
 
 void Coordinator::StopProgramsLocked(const JobRun& run, Effects* fx) {

@@ -1,5 +1,5 @@
-// The Coordinator's operator side: jobs (submit, cancel), the rendezvous
-// store, and the status snapshot operators read.
+// The Coordinator's operator side: jobs (submit, cancel) and the
+// rendezvous store. The status operators read is in coordinator_status.cc.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -31,9 +31,9 @@ v1::JobSpec Unpinned(v1::JobSpec spec) {
 }  // namespace
 
 std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked(
-    JobRun& run, const v1::JobSpec& spec) {
-  const JobProgress& job = run.progress();
-  if (job.state() != v1::JOB_STATE_UNSPECIFIED && job.id() == spec.name()) {
+    const v1::JobSpec& spec) {
+  if (const JobRun* run = FindRunLocked(spec.name())) {
+    const JobProgress& job = run->progress();
     if (google::protobuf::util::MessageDifferencer::Equals(Unpinned(job.spec()), Unpinned(spec))) {
       return job.spec();  // already held: a restart re-reading its --job, say
     }
@@ -53,7 +53,7 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
         FirstDifference(queued->spec, spec),
         "); give the new job another name, or cancel the queued one first (CancelJob)"));
   }
-  if (job.active()) {
+  if (AnyActiveLocked()) {
     if (absl::Status s = queue_.CheckRoom(); !s.ok()) return s;
   }
   return std::nullopt;
@@ -71,7 +71,7 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
   {
     // Refuse early, before the (slow) check.
     absl::MutexLock lock(&mu_);
-    answer = AnswerWithoutCheckLocked(*run_, spec);
+    answer = AnswerWithoutCheckLocked(spec);
   }
   if (answer) return done(std::move(*answer));
   if (!options_.validate_job) return done(AcceptJob(spec, owner));
@@ -87,16 +87,17 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
-    JobRun& run = *run_;
     // Things may have changed while the job was checked.
-    if (auto answer = AnswerWithoutCheckLocked(run, spec)) return *answer;
-    if (run.active()) {
+    if (auto answer = AnswerWithoutCheckLocked(spec)) return *answer;
+    if (AnyActiveLocked()) {
       if (absl::Status s = queue_.Add(spec, owner, clock_->Now()); !s.ok()) return s;
       DDP_LOG(Info) << "job " << spec.name() << " queued (priority " << spec.priority() << ", "
-                    << queue_.size() << " in the queue): job " << run.id() << " holds the pool";
+                    << queue_.size() << " in the queue)";
       dirty_ = true;
-      PersistLocked(run, &fx);
-    } else if (absl::Status s = StartJobLocked(run, spec, owner, &fx); !s.ok()) {
+      // It may fit the free workers at once.
+      AllocateLocked(&fx);
+      PersistLocked(&fx);
+    } else if (absl::Status s = StartJobLocked(spec, owner, &fx); !s.ok()) {
       return s;
     }
   }
@@ -104,19 +105,22 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
   return spec;
 }
 
-absl::Status Coordinator::StartJobLocked(JobRun& run, const v1::JobSpec& spec,
-                                         const std::string& owner, Effects* fx) {
-  if (absl::Status s = run.Start(spec, owner); !s.ok()) return s;
+absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::string& owner,
+                                         Effects* fx) {
+  auto started = std::make_unique<JobRun>(clock_);
+  // Its generations are numbered after every job's.
+  started->generations().RestoreLatest(LatestGenerationLocked());
+  if (absl::Status s = started->Start(spec, owner); !s.ok()) return s;
+  started->set_start_sequence(next_run_sequence_++);
+  runs_.push_back(std::move(started));
+  JobRun& run = *runs_.back();
+  PruneEndedLocked();
   DDP_LOG(Info) << "job " << spec.name() << " submitted: " << spec.model().kind() << " on "
                 << spec.dataset().kind() << ", " << spec.min_workers() << "-" << spec.max_workers()
                 << " workers";
-  // Held states belong to the previous job.
-  registry_.ForgetJobStates();
-  for (const WorkerRecord* w : registry_.All()) {
-    MaybePrepareLocked(run, registry_.Find(w->id), fx);
-  }
   dirty_ = true;
-  PersistLocked(run, fx);
+  GiveWorkersLocked(run, run.spec().max_workers(), fx);
+  PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);
   return absl::OkStatus();
 }
@@ -127,17 +131,25 @@ absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
-    JobRun& run = *run_;
     if (queue_.Remove(job_id)) {
       DDP_LOG(Info) << "job " << job_id << " cancelled while queued: " << reason;
     } else {
+      JobRun* found = FindRunLocked(job_id);
+      if (found == nullptr) {
+        return absl::NotFoundError(absl::StrCat(
+            "no job ", Quote(job_id), " is running or queued (running: ", RunningJobsLocked(),
+            "; ListJobs lists every job)"));
+      }
+      JobRun& run = *found;
       if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
       DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
       EndGenerationLocked(
           run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), &fx);
+      // Its workers go to the queue's next job, or to the jobs running.
+      AllocateLocked(&fx);
     }
     dirty_ = true;
-    PersistLocked(run, &fx);
+    PersistLocked(&fx);
   }
   Apply(fx);
   return absl::OkStatus();
@@ -148,12 +160,11 @@ absl::StatusOr<std::string> Coordinator::StoreNamespace(const std::string& job_i
                                                         absl::string_view store_token) {
   if (absl::Status s = store_.CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  const JobRun& run = *run_;  // the job the key names, if it is running
-  if (!run.active() || job_id != run.id()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", Quote(job_id), " is not running",
-                     run.active() ? absl::StrCat("; the current job is \"", run.id(), "\"") : ""));
+  const JobRun* found = FindRunLocked(job_id);  // the job the key names, if it is running
+  if (found == nullptr || !found->active()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", Quote(job_id), " is not running"));
   }
+  const JobRun& run = *found;
   const Generation* current = run.generations().current();
   if (current == nullptr || current->number != generation) {
     return absl::FailedPreconditionError(absl::StrCat("stale generation ", generation, " for job ",
@@ -214,87 +225,6 @@ absl::StatusOr<int64_t> Coordinator::StoreAdd(const v1::StoreAddRequest& request
       StoreNamespace(request.job_id(), request.generation(), request.key(), store_token);
   if (!ns.ok()) return ns.status();
   return store_.Add(*ns, request.key(), request.delta());
-}
-
-void Coordinator::PublishLocked() {
-  JobRun& run = *run_;  // the job the status is about
-  run.progress().SampleProgress();
-  // On an arena: at 4,096 workers the snapshot is ~40k small objects, made
-  // and (for the one it replaces) freed under mu_ several times a second.
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.start_block_size = 64 << 10;
-  arena_options.max_block_size = 4 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
-  v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
-  run.FillStatus(status);
-  const std::string ahead = run.active() ? run.id() : "";
-  for (size_t i = 0; i < queue_.size() && i < kQueueInStatus; ++i) {
-    *status->add_queue() = queue_.Summary(i, clock_->Now(), ahead);
-  }
-  status->set_queued_jobs(static_cast<uint32_t>(queue_.size()));
-  // Ranks as in the current generation, or once it ended, the last one
-  // (operators still want to see who had which rank).
-  const Generation* g = run.generations().last();
-  // What GetStatus answers: the job as above, with a bounded worker list.
-  // Its own heap copy: a WatchStatus stream holding it must not keep the
-  // whole snapshot's arena alive.
-  auto view = std::make_shared<v1::JobStatus>(*status);
-  const absl::Time now = clock_->Now();
-  uint32_t attached = 0;
-  for (const WorkerRecord* w : registry_.All()) {
-    attached += w->lost() ? 0 : 1;
-    v1::WorkerStatus* ws = status->add_workers();
-    ws->set_worker_id(w->id);
-    ws->set_host(w->host);
-    ws->set_device(w->device.ToString());
-    ws->set_pid(w->pid);
-    ws->mutable_labels()->insert(w->labels.begin(), w->labels.end());
-    ws->set_version(w->version);
-    ws->set_rank(g ? g->RankOf(w->id) : -1);
-    ws->set_state(w->state());
-    ws->set_detail(w->detail());
-    ws->set_generation(w->generation);
-    ws->set_epoch(w->epoch);
-    ws->set_step(w->step);
-    ws->set_last_loss(w->last_loss);
-    ws->set_samples_per_sec(w->samples_per_sec);
-    *ws->mutable_reduction() = w->reduction;
-    *ws->mutable_timings() = w->timings;
-    ws->set_step_seconds(w->step_seconds);
-    for (const auto& name : w->unused_parameters) ws->add_unused_parameters(name);
-    ws->set_seconds_since_heartbeat(absl::ToDoubleSeconds(now - w->last_seen));
-    ws->set_phase(w->phase);
-    ws->set_reports_dropped(w->reports_dropped);
-    *ws->mutable_probe() = w->probe;
-    ws->set_stale_messages(w->stale_messages);
-    ws->set_unused_parameter_names_dropped(w->unused_names_dropped);
-    ws->set_parameter_digest(w->parameter_digest);
-    ws->set_digest_step(w->digest_step);
-    if (w->held) *ws->mutable_held() = *w->held;
-  }
-  status->set_attached_workers(attached);
-  view->set_attached_workers(attached);
-  BoundStatusView(*status, options_.status_workers, view.get());
-  dirty_ = false;
-  published_at_ = now;
-  absl::MutexLock lock(&snapshot_mu_);
-  snapshot_ = std::shared_ptr<const v1::JobStatus>(std::move(arena), status);
-  view_ = std::move(view);
-}
-
-std::shared_ptr<const v1::JobStatus> Coordinator::Snapshot() const {
-  absl::MutexLock lock(&snapshot_mu_);
-  return snapshot_;
-}
-
-std::shared_ptr<const v1::JobStatus> Coordinator::StatusView() const {
-  absl::MutexLock lock(&snapshot_mu_);
-  return view_;
-}
-
-v1::JobState Coordinator::job_state() const {
-  absl::MutexLock lock(&mu_);
-  return run_->progress().state();
 }
 
 }  // namespace ddp

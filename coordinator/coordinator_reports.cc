@@ -44,7 +44,7 @@ void Coordinator::OnEpochResultLocked(JobRun& run, WorkerRecord* worker,
     return;
   }
   run.progress().OnEpochResult(result);
-  PersistLocked(run, fx);
+  PersistLocked(fx);
   DDP_LOG(Info) << "epoch " << result.epoch() << " done: test accuracy " << result.test_accuracy()
                 << ", train loss " << result.train_loss();
 }
@@ -67,7 +67,7 @@ void Coordinator::OnReportsLocked(JobRun& run, WorkerRecord* worker,
     }
     run.progress().OnStepReport(rank, report);
     // A pause ended: saved, so a restart keeps what it cost.
-    if (run.changes().OnStep(report.generation())) PersistLocked(run, fx);
+    if (run.changes().OnStep(report.generation())) PersistLocked(fx);
     registry_.RecordStepReport(worker, report);
     samples += report.samples();
     seconds += report.step_seconds();
@@ -110,7 +110,7 @@ void Coordinator::OnCheckpointLocked(JobRun& run, WorkerRecord* worker,
     DDP_LOG(Warning) << "checkpoint of step " << result.step() << " failed on " << worker->id
                      << ": " << kept.error();
   }
-  PersistLocked(run, fx);
+  PersistLocked(fx);
 }
 
 void Coordinator::OnStateChangeLocked(JobRun& run, WorkerRecord* worker,
@@ -196,7 +196,7 @@ void Coordinator::OnMemberStateLocked(JobRun& run, WorkerRecord* worker, const R
     run.changes().OnStarted(
         change.generation(), change.held().step(),
         s.rank == static_cast<int>(run.generations().current()->source.rank) ? s.detail : "");
-    PersistLocked(run, fx);
+    PersistLocked(fx);
   }
   if (change.state() != v1::WORKER_STATE_FAILED) return;
   const std::string reason =
@@ -222,8 +222,10 @@ void Coordinator::OnPrepareFailedLocked(JobRun& run, WorkerRecord* worker,
   const std::string reason =
       absl::StrCat("worker ", worker->id, " on ", worker->host, ": ", detail);
   if (ClassifyFailure(static_cast<absl::StatusCode>(change.code())) == FailureKind::kFault) {
-    // Not asked again until it attaches anew; the job goes on without it.
+    // Not asked again for this job until it attaches anew; the job goes on
+    // without it, and the pool may give it to another.
     DDP_LOG(Warning) << reason;
+    registry_.Release(worker);
     return;
   }
   // A model or data file it can't use: every worker would fail the same way

@@ -287,6 +287,13 @@ uint64_t JobProgress::GlobalStep() const {
   return step;
 }
 
+void JobProgress::FillSummary(v1::JobSummary* summary) const {
+  summary->set_global_step(GlobalStep());
+  double rate = 0;
+  for (const auto& r : ranks_) rate += r.reported ? r.samples_per_sec : 0;
+  summary->set_samples_per_sec(state_ == v1::JOB_STATE_RUNNING ? rate : 0);
+}
+
 void JobProgress::FillStatus(v1::JobStatus* status) const {
   status->set_job_id(spec_.name());
   status->set_state(state_);

@@ -104,6 +104,8 @@ class JobProgress {
   void FillDurable(v1::DurableState* state) const;
 
   // Fills the job-level fields of `status`.
+  // How far it has come, in brief: its global step and samples/s.
+  void FillSummary(v1::JobSummary* summary) const;
   void FillStatus(v1::JobStatus* status) const;
 
  private:

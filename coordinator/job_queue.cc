@@ -58,7 +58,7 @@ std::optional<QueuedJob> JobQueue::PopNext() {
   return next;
 }
 
-v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view running) const {
+v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view head_waits) const {
   const QueuedJob& job = jobs_[index];
   v1::JobSummary s;
   s.set_job_id(job.spec.name());
@@ -68,13 +68,13 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   s.set_queue_position(static_cast<uint32_t>(index + 1));
   s.set_age_seconds(absl::ToDoubleSeconds(now - job.submitted_at));
   std::string why;
-  if (!running.empty()) why = absl::StrCat("waiting for job \"", running, "\" to end");
   if (index > 0) {
-    absl::StrAppend(&why, why.empty() ? "waiting" : ", then", " for ", index,
-                    index == 1 ? " job" : " jobs",
-                    " queued ahead of it (higher priority, or submitted earlier)");
+    why = absl::StrCat("waiting for ", index, index == 1 ? " job" : " jobs",
+                       " queued ahead of it (higher priority, or submitted earlier) to start");
+  } else {
+    why = head_waits.empty() ? "next: starts at the coordinator's next tick"
+                             : std::string(head_waits);
   }
-  if (why.empty()) why = "next: starts at the coordinator's next tick";
   s.set_message(std::move(why));
   return s;
 }

@@ -1,6 +1,6 @@
-// Jobs accepted while another holds the pool: they start one at a time,
-// highest priority first and, among equal priorities, in the order they were
-// submitted. Each keeps the spec its check returned (input files pinned), so
+// Jobs accepted while others hold the pool: they start one at a time, as
+// workers free up, highest priority first and, among equal priorities, in
+// the order they were submitted. Each keeps the spec its check returned (input files pinned), so
 // it starts as it was accepted, however long it waited.
 //
 // Thread-compatible: the Coordinator guards it with its mutex.
@@ -55,8 +55,8 @@ class JobQueue {
   size_t size() const { return jobs_.size(); }
 
   // What operators see of jobs()[index] (no spec; its position counts from
-  // 1). `running` names the job holding the pool, if one does.
-  v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view running) const;
+  // 1). `head_waits`: why the first waits (the pool's words).
+  v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view head_waits) const;
 
   void FillDurable(v1::DurableState* state) const;
   void Restore(const v1::DurableState& state);

@@ -138,6 +138,23 @@ bool JobRun::ProgressUnsaved(absl::Duration interval) const {
          clock_->Now() - persisted_at_ >= interval;
 }
 
+v1::JobSummary JobRun::Summary(absl::Time now) const {
+  v1::JobSummary s;
+  s.set_job_id(id());
+  s.set_state(progress_.state());
+  s.set_message(progress_.message());
+  s.set_priority(spec().priority());
+  s.set_owner(owner_);
+  s.set_age_seconds(absl::ToDoubleSeconds(now - progress_.submitted_at()));
+  progress_.FillSummary(&s);
+  s.set_generation(generations_.latest());
+  if (const Generation* current = generations_.current()) {
+    s.set_world_size(static_cast<uint32_t>(current->members.size()));
+    for (const RankCandidate& m : current->members) s.add_members(m.worker_id);
+  }
+  return s;
+}
+
 void JobRun::FillStatus(v1::JobStatus* status) const {
   progress_.FillStatus(status);
   if (progress_.state() != v1::JOB_STATE_UNSPECIFIED) status->set_owner(owner_);

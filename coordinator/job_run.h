@@ -61,6 +61,9 @@ class JobRun {
   bool active() const { return progress_.active(); }
   // Who submitted it (the owner= of their token; may be empty).
   const std::string& owner() const { return owner_; }
+  // Its place among the jobs the coordinator started (ListJobs pages by it).
+  uint64_t start_sequence() const { return start_sequence_; }
+  void set_start_sequence(uint64_t sequence) { start_sequence_ = sequence; }
 
   // ---- The job.
 
@@ -126,11 +129,15 @@ class JobRun {
   // now (none while recovering or after the end). Call
   // progress().SampleProgress() first.
   void FillStatus(v1::JobStatus* status) const;
+  // The job in brief, with its generation (not its spec, nor the workers
+  // the pool gave it, which the pool counts).
+  v1::JobSummary Summary(absl::Time now) const;
 
  private:
   const Clock* clock_;
   JobProgress progress_;
   std::string owner_;
+  uint64_t start_sequence_ = 0;
   GenerationManager generations_;
   ChangeLog changes_;
   // Leaving members, admitting joiners, adopting after a restart, the

@@ -151,10 +151,13 @@ grpc::ServerUnaryReactor* CoordinatorService::StoreAdd(grpc::CallbackServerConte
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* context,
-                                                        const v1::GetStatusRequest* /*request*/,
+                                                        const v1::GetStatusRequest* request,
                                                         v1::JobStatus* response) {
   if (absl::Status s = Allow(context, method::kGetStatus); !s.ok()) return Reply(context, s);
-  *response = *core_->StatusView();
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> view =
+      core_->JobStatusView(request->job_id());
+  if (!view.ok()) return Reply(context, view.status());
+  *response = **view;
   if (leadership_ != nullptr) *response->mutable_leadership() = leadership_->Describe();
   return Reply(context, absl::OkStatus());
 }

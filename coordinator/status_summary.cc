@@ -14,7 +14,10 @@ bool InTrouble(const v1::WorkerStatus& w) {
   return w.state() == v1::WORKER_STATE_FAILED || w.state() == v1::WORKER_STATE_LOST;
 }
 
-bool IsMember(const v1::WorkerStatus& w) { return w.rank() >= 0; }
+// A member of the status's job (other jobs' members have ranks too).
+bool IsMember(const v1::WorkerStatus& w, const std::string& job) {
+  return w.rank() >= 0 && w.job_id() == job;
+}
 
 void Brief(const v1::WorkerStatus& w, v1::WorkerBrief* out) {
   out->set_worker_id(w.worker_id());
@@ -29,8 +32,8 @@ void Brief(const v1::WorkerStatus& w, v1::WorkerBrief* out) {
 
 // Which workers come first when not all fit: trouble, then members
 // furthest behind, then by rank; non-members last.
-auto ListingKey(const v1::WorkerStatus& w) {
-  const int group = InTrouble(w) ? 0 : IsMember(w) ? 1 : 2;
+auto ListingKey(const v1::WorkerStatus& w, const std::string& job) {
+  const int group = InTrouble(w) ? 0 : IsMember(w, job) ? 1 : 2;
   const uint64_t step = group == 1 ? w.step() : 0;
   return std::make_tuple(group, step, w.rank(), w.worker_id());
 }
@@ -61,7 +64,7 @@ void BoundStatusView(const v1::JobStatus& full, uint32_t max_workers, v1::JobSta
   std::vector<const v1::WorkerStatus*> members;
   for (const v1::WorkerStatus& w : full.workers()) {
     ++states[w.state()];
-    if (IsMember(w)) members.push_back(&w);
+    if (IsMember(w, full.job_id())) members.push_back(&w);
   }
   summary->set_total(static_cast<uint32_t>(full.workers_size()));
   for (const auto& [state, count] : states) {
@@ -110,8 +113,9 @@ void BoundStatusView(const v1::JobStatus& full, uint32_t max_workers, v1::JobSta
     all.reserve(static_cast<size_t>(full.workers_size()));
     for (const v1::WorkerStatus& w : full.workers()) all.push_back(&w);
     for (const v1::WorkerStatus* w :
-         Top(std::move(all), max_workers,
-             [](const auto*a, const auto*b) { return ListingKey(*a) < ListingKey(*b); })) {
+         Top(std::move(all), max_workers, [&full](const auto*a, const auto*b) {
+           return ListingKey(*a, full.job_id()) < ListingKey(*b, full.job_id());
+         })) {
       *view->add_workers() = *w;
     }
   }

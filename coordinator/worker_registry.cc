@@ -282,14 +282,6 @@ void WorkerRegistry::AllowPrepareAgain(WorkerRecord* worker) {
   if (!worker->held && !worker->prepare_failed) worker->prepare_asked.clear();
 }
 
-void WorkerRegistry::ForgetJobStates() {
-  for (auto& [id, record] : by_id_) {
-    record->held.reset();
-    record->prepare_asked.clear();
-    record->prepare_failed = false;
-  }
-}
-
 void WorkerRegistry::NoteUnusedParameters(
     WorkerRecord* worker, const google::protobuf::RepeatedPtrField<std::string>& names) {
   size_t added = 0;

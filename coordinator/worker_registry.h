@@ -108,6 +108,9 @@ class WorkerRecord {
   bool prepare_failed = false;
   // When `step` last grew (or its generation started): hang detection.
   absl::Time step_advanced_at;
+  // The job the pool gave it (empty: free for any job). Only that job
+  // prepares it, forms generations with it and hears what it says.
+  std::string job;
 
  private:
   friend class WorkerRegistry;
@@ -224,15 +227,20 @@ class WorkerRegistry {
   // Asked to prepare `job` ("id/spec digest").
   void MarkPrepareAsked(WorkerRecord* worker, const std::string& job) {
     worker->prepare_asked = job;
+    worker->prepare_failed = false;  // a failure for another job says nothing of this one
   }
-  // Could not prepare: not asked again until it attaches anew.
+  // Could not prepare: not asked again (for that job) until it attaches
+  // anew.
   void MarkPrepareFailed(WorkerRecord* worker) { worker->prepare_failed = true; }
   // Left a generation holding nothing (its state was dropped): unless its
   // preparation failed, it may be asked to build the state anew.
   void AllowPrepareAgain(WorkerRecord* worker);
-  // A new job: what any worker held or was asked to prepare was the last
-  // job's.
-  void ForgetJobStates();
+  // ---- Which job it belongs to.
+
+  // The pool gives it to job `job_id`.
+  void Reserve(WorkerRecord* worker, const std::string& job_id) { worker->job = job_id; }
+  // It goes back to the pool (its job ended or let it go).
+  void Release(WorkerRecord* worker) { worker->job.clear(); }
 
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.

@@ -140,7 +140,7 @@ class BadInputTest(unittest.TestCase):
         client = self.cluster.client
         queued = client.call(C + "SubmitJob", '{"spec": {"name": "other", "priority": 3}}')
         self.assertEqual(queued["state"], "JOB_STATE_QUEUED", queued)
-        self.assertIn('waiting for job "steady" to end', queued["message"])
+        self.assertIn('running: "steady"', queued["message"])
         # The status is a snapshot, republished within moments.
         wait_for(lambda: [j["job_id"] for j in self.cluster.status().get("queue", [])] == ["other"],
                  10, "the status to show the queue")

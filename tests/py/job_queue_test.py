@@ -27,7 +27,7 @@ class JobQueueTest(unittest.TestCase):
                 job = synthetic_job(name, 2, evaluate=False, priority=priority)
                 answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job))
                 self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
-                self.assertIn('waiting for job "first" to end', answer["message"])
+                self.assertIn('running: "first"', answer["message"])
             listed = client.call(C + "ListJobs")
             self.assertEqual([j["job_id"] for j in listed["jobs"]],
                              ["first", "high", "doomed", "low"])

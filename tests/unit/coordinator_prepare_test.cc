@@ -36,15 +36,18 @@ TEST_F(CoordinatorPrepareTest, Submit_EveryFreeWorkerAskedOnceWithTheSpec) {
   auto a = Slow("cpu:0");
   auto b = Slow("cpu:1");
   EXPECT_THAT(Prepares(a), IsEmpty()) << "no job yet";
-  ASSERT_THAT(Submit(*core_, Job(2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Job(2, 3)), IsOk());
   ASSERT_EQ(Prepares(a).size(), 1u);
   EXPECT_EQ(Prepares(a)[0].job_id(), "test-job");
   EXPECT_EQ(Prepares(a)[0].spec().min_workers(), 2u);
   Pass(absl::Seconds(3), {{a}, {b}});
   EXPECT_EQ(Prepares(a).size(), 1u) << "asked once";
-  // A worker attaching later is asked when it attaches.
+  // A worker attaching later is asked when it attaches, while the job can
+  // take it (max_workers); beyond, the pool keeps it for other jobs.
   auto c = Slow("cpu:2");
   EXPECT_EQ(Prepares(c).size(), 1u);
+  auto d = Slow("cpu:3");
+  EXPECT_THAT(Prepares(d), IsEmpty());
 }
 
 TEST_F(CoordinatorPrepareTest, Unprepared_NoGenerationUntilTheyHoldTheState) {

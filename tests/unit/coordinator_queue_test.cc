@@ -57,7 +57,9 @@ TEST_F(CoordinatorQueueTest, SubmitJob_WhileAJobRuns_QueuedSayingBehindWhomAndRu
   ASSERT_THAT(second, IsOk());
   EXPECT_EQ(second->state(), v1::JOB_STATE_QUEUED);
   EXPECT_EQ(second->queue_position(), 1u);
-  EXPECT_THAT(second->message(), HasSubstr("waiting for job \"test-job\" to end"));
+  EXPECT_THAT(second->message(),
+              HasSubstr("waiting for 3 free worker(s) that fit it (0 free now; running: "
+                        "\"test-job\")"));
   EXPECT_EQ(second->spec().name(), "second");  // GetJob gives the spec
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.job_id(), "test-job");
@@ -77,7 +79,7 @@ TEST_F(CoordinatorQueueTest, Queue_HigherPriorityFirstThenInSubmissionOrder) {
   }
   EXPECT_THAT(Listed(), ElementsAre("test-job", "b", "a", "c", "d"));
   EXPECT_EQ(core_->GetJob("c")->queue_position(), 3u);
-  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("then for 2 jobs queued ahead of it"));
+  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("waiting for 2 jobs queued ahead of it"));
 }
 
 TEST_F(CoordinatorQueueTest, CurrentJobEnds_NextQueuedStartsOnTheSameWorkersAtTheNextTick) {
@@ -95,8 +97,9 @@ TEST_F(CoordinatorQueueTest, CurrentJobEnds_NextQueuedStartsOnTheSameWorkersAtTh
     EXPECT_EQ(w.assignment().job_id(), "high");
     EXPECT_EQ(w.assignment().generation(), 2u);
   }
-  EXPECT_THAT(Listed(), ElementsAre("high", "low"));
-  EXPECT_THAT(core_->GetJob("low")->message(), HasSubstr("waiting for job \"high\""));
+  // The job that ended stays listed, before those that started after it.
+  EXPECT_THAT(Listed(), ElementsAre("test-job", "high", "low"));
+  EXPECT_THAT(core_->GetJob("low")->message(), HasSubstr("running: \"high\""));
 }
 
 TEST_F(CoordinatorQueueTest, CancelJob_Queued_TakenOffAndRunningJobUntouched) {
@@ -177,8 +180,8 @@ TEST_F(CoordinatorQueueTest, ListJobs_Pages_EachJobOnceEvenWhenTheQueueChangesBe
 
 TEST_F(CoordinatorQueueTest, GetJob_Unknown_NotFoundSayingWhatIsHeld) {
   StartThree();
-  EXPECT_THAT(core_->GetJob("nope"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job \"test-job\" and 0 queued")));
+  EXPECT_THAT(core_->GetJob("nope"), StatusIs(absl::StatusCode::kNotFound,
+                                              HasSubstr("1 job(s) that started and 0 queued")));
   EXPECT_EQ(core_->GetJob("test-job")->state(), v1::JOB_STATE_RUNNING);
 }
 

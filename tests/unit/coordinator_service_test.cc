@@ -333,7 +333,7 @@ TEST_F(AuthorizedServiceTest, SubmitJob_TheTokensOwnerOwnsTheJobAndASecondIsQueu
   request.mutable_spec()->set_name("second");
   ASSERT_TRUE(stub_->SubmitJob(Context(kAdminToken).get(), request, &second).ok());
   EXPECT_EQ(second.state(), v1::JOB_STATE_QUEUED);
-  EXPECT_THAT(second.message(), HasSubstr("waiting for job \"test-job\" to end"));
+  EXPECT_THAT(second.message(), HasSubstr("running: \"test-job\""));
   v1::GetJobRequest get;
   get.set_job_id("second");
   v1::JobSummary job;

@@ -467,17 +467,25 @@ TEST_F(WorkerRegistryTest, RecordStepReport_OlderStepThanHeartbeat_KeepsHeartbea
   EXPECT_EQ(w->last_loss, 0.5);
 }
 
-TEST_F(WorkerRegistryTest, ForgetJobStates_NewJob_EveryWorkerMayBeAskedToPrepareAgain) {
+TEST_F(WorkerRegistryTest, PrepareFailed_NotAskedAgainForThatJob_AskedForAnother) {
   WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
-  registry_.SetHeld(w, v1::HeldState());
   registry_.MarkPrepareAsked(w, "job/abc");
   registry_.MarkPrepareFailed(w);
   registry_.AllowPrepareAgain(w);  // failed: not asked again within the job
   EXPECT_EQ(w->prepare_asked, "job/abc");
-  registry_.ForgetJobStates();
-  EXPECT_FALSE(w->held.has_value());
-  EXPECT_TRUE(w->prepare_asked.empty());
+  EXPECT_TRUE(w->prepare_failed);
+  registry_.MarkPrepareAsked(w, "other/def");  // another job may ask
+  EXPECT_EQ(w->prepare_asked, "other/def");
   EXPECT_FALSE(w->prepare_failed);
+}
+
+TEST_F(WorkerRegistryTest, ReserveAndRelease_TheJobAWorkerBelongsTo) {
+  WorkerRecord* w = *registry_.Register(Req("h1", "cpu:0"), "1.0", 1, &took_over_);
+  EXPECT_TRUE(w->job.empty());
+  registry_.Reserve(w, "a");
+  EXPECT_EQ(w->job, "a");
+  registry_.Release(w);
+  EXPECT_TRUE(w->job.empty());
 }
 
 }  // namespace

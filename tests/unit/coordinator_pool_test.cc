@@ -1,0 +1,254 @@
+// Many jobs on one pool: each runs on workers of its own, side by side; a
+// queued job starts only when min_workers free workers fit it (gang), and
+// waits for them ahead of the running jobs' growth; a job's end gives its
+// workers to the next one; a fault in one job leaves the others alone; and
+// a restart keeps every running job.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/unit/coordinator_fixture.h"
+
+namespace ddp {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+template <typename Base>
+class PoolFixture : public Base {
+ protected:
+  static v1::JobSpec Named(const std::string& name, uint32_t min, uint32_t max,
+                           int32_t priority = 0) {
+    v1::JobSpec spec = Base::Job(min, max);
+    spec.set_name(name);
+    spec.set_priority(priority);
+    spec.set_reform_min_interval_seconds(0);  // growth at once
+    return spec;
+  }
+
+  // `n` workers h/cpu:FIRST.. attached.
+  std::vector<TestWorker> AttachN(int n, int first = 0) {
+    std::vector<TestWorker> workers;
+    for (int i = first; i < first + n; ++i) {
+      workers.push_back(*this->Attach("h", absl::StrCat("cpu:", i)));
+    }
+    return workers;
+  }
+
+  // The job each worker was last assigned to (empty: none).
+  static std::vector<std::string> AssignedJobs(const std::vector<TestWorker>& workers) {
+    std::vector<std::string> jobs;
+    for (const TestWorker& w : workers) jobs.push_back(w.assignment().job_id());
+    return jobs;
+  }
+
+  const v1::JobSummary* Job(const v1::JobStatus& status, const std::string& id) {
+    for (const v1::JobSummary& j : status.jobs()) {
+      if (j.job_id() == id) return &j;
+    }
+    ADD_FAILURE() << "no job " << id << " in the status";
+    return nullptr;
+  }
+};
+
+class CoordinatorPoolTest : public PoolFixture<CoordinatorTest> {};
+
+TEST_F(CoordinatorPoolTest, TwoJobs_RunSideBySideOnDisjointWorkers) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());  // fits the two free: starts at once
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "b", "b"));
+  // Generation numbers are the pool's: one number names one job.
+  EXPECT_EQ(w[0].assignment().generation(), 1u);
+  EXPECT_EQ(w[2].assignment().generation(), 2u);
+  EXPECT_EQ(w[2].assignment().world_size(), 2u);
+  const v1::JobStatus status = Status();
+  EXPECT_EQ(status.job_id(), "a");  // the first to start, by default
+  EXPECT_EQ(core_->StatusView()->summary().members(), 2u);  // a's only
+  ASSERT_EQ(status.jobs_size(), 2);
+  for (const char* id : {"a", "b"}) {
+    const v1::JobSummary* job = Job(status, id);
+    ASSERT_NE(job, nullptr);
+    EXPECT_EQ(job->state(), v1::JOB_STATE_RUNNING);
+    EXPECT_EQ(job->workers(), 2u);
+    EXPECT_EQ(job->world_size(), 2u);
+  }
+  EXPECT_THAT(Ids(Job(status, "b")->members()), ElementsAre(w[2].id(), w[3].id()));
+  for (const TestWorker& each : w) {
+    const v1::WorkerStatus* ws = Find(status, each.id());
+    EXPECT_EQ(ws->job_id(), each.assignment().job_id());
+    EXPECT_GE(ws->rank(), 0);  // its rank in its own job
+  }
+  EXPECT_EQ(status.queued_jobs(), 0u);
+}
+
+TEST_F(CoordinatorPoolTest, QueuedJob_StartsOnlyWhenMinWorkersAreFree_AllAtOnce) {
+  auto w = AttachN(3);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  // One free worker is not enough for b: it waits, holding none.
+  absl::StatusOr<v1::JobSummary> b = core_->GetJob("b");
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(b->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(b->message(),
+              HasSubstr("waiting for 2 free worker(s) that fit it (1 free now; running: \"a\")"));
+  EXPECT_EQ(w[2].channel->Of(v1::CoordinatorMessage::kPrepare).size(), 0u);
+  auto more = AttachN(1, 3);
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(w[2].assignment().job_id(), "b");
+  EXPECT_EQ(more[0].assignment().job_id(), "b");
+  EXPECT_EQ(w[0].assignments(), 1u);  // a never re-formed
+}
+
+TEST_F(CoordinatorPoolTest, QueuedJob_WaitsAheadOfRunningJobsGrowth_ThenTheirWorkersReturn) {
+  auto w = AttachN(2);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 4)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  // A worker frees up: a could grow, but b waits for it.
+  auto third = AttachN(1, 2);
+  core_->Tick();
+  EXPECT_THAT(w[0].aborts(), IsEmpty());  // a was not asked to admit anyone
+  EXPECT_EQ(third[0].assignments(), 0u);
+  auto fourth = AttachN(1, 3);
+  EXPECT_EQ(third[0].assignment().job_id(), "b");
+  EXPECT_EQ(fourth[0].assignment().job_id(), "b");
+  const uint64_t b_generation = third[0].assignment().generation();
+  // b ends: its workers go back to the pool, and a (max 4) takes them at a
+  // step boundary, as joiners.
+  SendState(third[0], b_generation, v1::WORKER_STATE_DONE);
+  SendState(fourth[0], b_generation, v1::WORKER_STATE_DONE);
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_SUCCEEDED);
+  core_->Tick();
+  ASSERT_FALSE(w[0].aborts().empty());
+  EXPECT_TRUE(w[0].aborts().back().at_step_boundary());
+  for (const TestWorker& m : {w[0], w[1]}) {
+    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, [] {
+      v1::HeldState held;
+      held.set_job_id("a");
+      held.set_spec_digest(SpecDigest(WithDefaults(Named("a", 2, 4))));
+      held.set_step(7);
+      held.set_generation(1);
+      return held;
+    }());
+  }
+  core_->Tick();
+  EXPECT_EQ(w[0].assignment().world_size(), 4u);
+  EXPECT_EQ(third[0].assignment().job_id(), "a");
+  EXPECT_EQ(third[0].assignment().start_step(), 7u);
+}
+
+TEST_F(CoordinatorPoolTest, QueuedJobThatCanNeverFit_SaysSoAndHoldsUpNobody) {
+  auto w = AttachN(2);
+  ASSERT_THAT(Submit(*core_, Named("a", 1, 3)), IsOk());
+  v1::JobSpec picky = Named("picky", 2, 2);
+  (*picky.mutable_worker_selector())["gpu"] = "h200";
+  ASSERT_THAT(Submit(*core_, picky), IsOk());
+  EXPECT_THAT(
+      core_->GetJob("picky")->message(),
+      HasSubstr("it needs 2 that fit it and only 0 attached worker(s) do (labels gpu=h200)"));
+  // a may grow with the free worker meanwhile: nothing queued can use it.
+  auto third = AttachN(1, 2);
+  core_->Tick();
+  EXPECT_EQ(w[0].assignment().world_size(), 2u);  // a formed with both at first
+  EXPECT_FALSE(w[0].aborts().empty());            // and is asked to admit the third
+}
+
+TEST_F(CoordinatorPoolTest, WorkerLost_OnlyItsJobReforms) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 1, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  ASSERT_EQ(w[2].assignment().job_id(), "b");
+  core_->OnStreamClosed(w[0].session, "killed");
+  EXPECT_EQ(core_->GetJob("a")->state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(w[2].aborts(), IsEmpty());
+  EXPECT_THAT(w[3].aborts(), IsEmpty());
+  // a's survivor leaves and a re-forms with it alone (min 1); b's workers
+  // are not a's to take.
+  ASSERT_FALSE(w[1].aborts().empty());
+  SendState(w[1], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, [] {
+    v1::HeldState held;
+    held.set_job_id("a");
+    held.set_spec_digest(SpecDigest(WithDefaults(Named("a", 1, 2))));
+    held.set_step(3);
+    held.set_generation(1);
+    return held;
+  }());
+  core_->Tick();
+  EXPECT_EQ(w[1].assignment().job_id(), "a");
+  EXPECT_EQ(w[1].assignment().world_size(), 1u);
+  EXPECT_EQ(w[1].assignment().generation(), 3u);  // after b's 2
+  EXPECT_EQ(w[2].assignments(), 1u);
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(CoordinatorPoolTest, Store_FencedByEachJobsOwnGeneration) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  v1::StoreSetRequest set;
+  set.set_key("k");
+  set.set_value("v");
+  set.set_job_id("b");
+  set.set_generation(2);
+  EXPECT_THAT(core_->StoreSet(set), IsOk());
+  set.set_job_id("a");  // a's name with b's generation
+  EXPECT_THAT(core_->StoreSet(set),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("stale generation 2")));
+  set.set_generation(1);
+  EXPECT_THAT(core_->StoreSet(set), IsOk());
+}
+
+TEST_F(CoordinatorPoolTest, CancelRunningJob_ItsWorkersGoToTheQueuedOne) {
+  auto w = AttachN(2);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  ASSERT_THAT(core_->CancelJob("a", "make room"), IsOk());
+  for (const TestWorker& m : w) SendState(m, 1, v1::WORKER_STATE_IDLE, "left");
+  core_->Tick();
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("b", "b"));
+  EXPECT_EQ(w[0].assignment().generation(), 2u);
+  v1::ListJobsRequest all;
+  absl::StatusOr<v1::ListJobsResponse> listed = core_->ListJobs(all);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->jobs_size(), 2);
+  EXPECT_EQ(listed->jobs(0).job_id(), "a");
+  EXPECT_EQ(listed->jobs(0).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(listed->jobs(1).job_id(), "b");
+  EXPECT_EQ(listed->jobs(1).state(), v1::JOB_STATE_RUNNING);
+}
+
+class PoolPersistTest : public PoolFixture<PersistTest> {};
+
+TEST_F(PoolPersistTest, Restart_EveryRunningJobKeptAndAdoptedWhenItsMembersComeBack) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  const v1::DurableState saved = Saved();
+  EXPECT_EQ(saved.job().name(), "a");
+  ASSERT_EQ(saved.jobs_beside_size(), 1);
+  EXPECT_EQ(saved.jobs_beside(0).job().name(), "b");
+  EXPECT_EQ(saved.latest_generation(), 2u);
+  Restart();
+  // Every member comes back claiming its rank: both generations go on.
+  for (int i = 0; i < 4; ++i) {
+    v1::RegisterRequest r = w[i].request;
+    r.set_generation(w[i].assignment().generation());
+    r.set_rank(w[i].assignment().rank());
+    ASSERT_THAT(AttachWith(r), IsOk());
+  }
+  core_->Tick();
+  const v1::JobStatus status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(Job(status, "a")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(status, "b")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Job(status, "b")->generation(), 2u);
+  EXPECT_EQ(Job(status, "a")->workers(), 2u);
+  EXPECT_EQ(Job(status, "b")->workers(), 2u);
+}
+
+}  // namespace
+}  // namespace ddp
