@@ -83,11 +83,10 @@ absl::StatusOr<v1::JobSummary> Coordinator::GetJob(const std::string& job_id) co
     *s.mutable_spec() = queue_.jobs()[*i].spec;
     return s;
   }
-  return absl::NotFoundError(
-      absl::StrCat("no job ", Quote(job_id), ": the coordinator holds ", runs_.size(),
-                   " job(s) that started and ", queue_.size(),
-                   " queued (ListJobs lists them; of the jobs that ended it keeps the last ",
-                   kKeptEndedJobs, ")"));
+  return absl::NotFoundError(absl::StrCat(
+      "no job ", Quote(job_id), " (running: ", RunningJobsLocked(), "; ", queue_.size(),
+      " queued; ListJobs lists every job, and of those that ended the coordinator keeps the last ",
+      kKeptEndedJobs, ")"));
 }
 
 absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(

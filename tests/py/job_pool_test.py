@@ -15,14 +15,16 @@ import coverage  # noqa: E402
 from cluster import Cluster, synthetic_job  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
-TRAIN = 8192
+TRAIN = 60000  # Fashion-MNIST
 EPOCHS = 2
 
 
 def job(name, min_workers, max_workers):
+    """An MLP on Fashion-MNIST: ~10 s an epoch for two jobs of two workers
+    on two cores, long enough to kill a worker mid-run."""
     return synthetic_job(name, min_workers, maxWorkers=max_workers, evaluate=False,
-                         epochs=EPOCHS, seed=11,
-                         dataset={"kind": "synthetic", "trainSize": TRAIN, "testSize": 256})
+                         epochs=EPOCHS, seed=11, batchSize=64, dataset={"kind": "fashion-mnist"},
+                         rejoinTimeoutSeconds=2, hangTimeoutSeconds=10)
 
 
 class JobPoolTest(unittest.TestCase):

@@ -27,7 +27,8 @@ class JobQueueTest(unittest.TestCase):
                 job = synthetic_job(name, 2, evaluate=False, priority=priority)
                 answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job))
                 self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
-                self.assertIn('running: "first"', answer["message"])
+                # The head says whom it waits for; the rest, how many are ahead.
+                self.assertRegex(answer["message"], r'running: "first"|queued ahead of it')
             listed = client.call(C + "ListJobs")
             self.assertEqual([j["job_id"] for j in listed["jobs"]],
                              ["first", "high", "doomed", "low"])

@@ -180,8 +180,8 @@ TEST_F(CoordinatorQueueTest, ListJobs_Pages_EachJobOnceEvenWhenTheQueueChangesBe
 
 TEST_F(CoordinatorQueueTest, GetJob_Unknown_NotFoundSayingWhatIsHeld) {
   StartThree();
-  EXPECT_THAT(core_->GetJob("nope"), StatusIs(absl::StatusCode::kNotFound,
-                                              HasSubstr("1 job(s) that started and 0 queued")));
+  EXPECT_THAT(core_->GetJob("nope"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("running: \"test-job\"; 0 queued")));
   EXPECT_EQ(core_->GetJob("test-job")->state(), v1::JOB_STATE_RUNNING);
 }
 
