@@ -254,7 +254,8 @@ class Coordinator {
 
   // The job named `job_id` that started (running or ended), or null.
   JobRun* FindRunLocked(absl::string_view job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job the worker belongs to, or no_job_.
+  // The job the worker belongs to (or, given up by it, the job whose
+  // generation it has not left yet), or no_job_.
   JobRun& RunOfLocked(const WorkerRecord& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running job whose current generation is `generation`, or null.
   JobRun* RunOfGenerationLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -278,6 +279,13 @@ class Coordinator {
   bool StartQueuedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives free workers of the pool that fit `run` to it, up to `want`.
   void GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queue's head `head` waits with `free` free workers: lower-priority
+  // running jobs give it workers, down to their min_workers (free ones at
+  // once, members by a leave vote at the next step boundary: nothing is
+  // lost), if that is enough for it to start. Returns why it waits then
+  // (empty: shrinking would not do).
+  std::string ShrinkForLocked(const QueuedJob& head, uint32_t free, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the oldest ended jobs beyond kKeptEndedJobs.
   void PruneEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -166,7 +166,7 @@ void Coordinator::AdmitJoinersLocked(JobRun& run, const std::string& why, Effect
   const Generation* g = run.generations().current();
   if (g == nullptr) return;
   DDP_LOG(Info) << "job " << run.id() << ": " << why << " of generation " << g->number;
-  run.BeginAdmitting(why);
+  run.BeginLeaveVote(v1::CHANGE_CAUSE_JOINED, why);
   for (const RankCandidate& m : g->members) {
     SendAbortLocked(m.worker_id, g->number, why, /*at_step_boundary=*/true, fx);
   }
@@ -188,7 +188,7 @@ void Coordinator::OnLeftLocked(JobRun& run, const std::string& worker_id, Effect
   // Every member left at the same step boundary: nothing was lost.
   lifecycle.EndAdmitting();
   EndGenerationLocked(run, "", fx);
-  run.Recover("admitting joining workers");
+  run.Recover(absl::StrCat("re-forming after a leave vote: ", run.leave_vote_why()));
   PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);
 }

@@ -13,6 +13,12 @@
 //     at once (gang scheduling): the highest priority first, and no job
 //     behind it jumps ahead; with no job running the head starts at once
 //     and waits for workers as a lone job always has;
+//   - a queued job that outranks running jobs takes workers from them, down
+//     to their min_workers, when that is enough for it to start: the lowest
+//     priority gives first, its joiners still preparing at once and its
+//     highest ranks by a leave vote at the next step boundary (nothing is
+//     lost: CHANGE_CAUSE_SHRUNK), never more often than the giver's
+//     reformMinIntervalSeconds (whole-job preemption is not built yet);
 //   - then running jobs grow toward max_workers, but only while no queued
 //     job that could ever fit waits for the workers;
 //   - a worker holding a job's state goes to that job before others.
@@ -55,9 +61,17 @@ JobRun* Coordinator::FindRunLocked(absl::string_view job_id) const {
 }
 
 JobRun& Coordinator::RunOfLocked(const WorkerRecord& worker) {
-  if (worker.job.empty()) return *no_job_;
-  JobRun* run = FindRunLocked(worker.job);
-  return run ? *run : *no_job_;
+  if (!worker.job.empty()) {
+    JobRun* run = FindRunLocked(worker.job);
+    return run ? *run : *no_job_;
+  }
+  // Given up by its job (to another) but still a member of its generation
+  // until it leaves at the step boundary: that job hears it till then.
+  if (JobRun* run = RunOfGenerationLocked(worker.generation);
+      run != nullptr && run->generations().current()->RankOf(worker.id) >= 0) {
+    return *run;
+  }
+  return *no_job_;
 }
 
 JobRun* Coordinator::RunOfGenerationLocked(uint64_t generation) {
@@ -181,6 +195,9 @@ bool Coordinator::StartQueuedLocked(Effects* fx) {
       queue_head_waits_ =
           absl::StrCat("waiting for ", spec.min_workers(), " free worker(s) that fit it (", free,
                        " free now; ", running, ")");
+      if (const std::string shrinking = ShrinkForLocked(head, free, fx); !shrinking.empty()) {
+        queue_head_waits_ = shrinking;
+      }
       return false;
     }
   }
@@ -193,6 +210,107 @@ bool Coordinator::StartQueuedLocked(Effects* fx) {
     PersistLocked(fx);
   }
   return true;
+}
+
+std::string Coordinator::ShrinkForLocked(const QueuedJob& head, uint32_t free, Effects* fx) {
+  const v1::JobSpec& spec = head.spec;
+  // Workers already given up for it, still leaving their generation.
+  uint32_t leaving = 0;
+  for (const WorkerRecord* w : registry_.All()) {
+    if (!w->lost() && w->job.empty() && !IsFree(*w) && Fits(*w, spec)) ++leaving;
+  }
+  const std::string wanted =
+      absl::StrCat(spec.min_workers(), " worker(s) that fit it (", free, " free");
+  if (free + leaving >= spec.min_workers()) {
+    return absl::StrCat("waiting for ", wanted, ", ", leaving,
+                        " leaving lower-priority jobs at a step boundary)");
+  }
+  // What each lower-priority running job can give without going below its
+  // min_workers: the workers it holds outside its generation (joiners still
+  // preparing) at once, its highest ranks by a leave vote. The lowest
+  // priority gives first, and of equal priorities the last to start.
+  struct Giver {
+    JobRun* run;
+    std::vector<WorkerRecord*> idle, members;
+    bool rate_limited;
+  };
+  std::vector<Giver> givers;
+  uint32_t can_give = 0;
+  const absl::Time now = clock_->Now();
+  for (const auto& owned : runs_) {
+    JobRun& run = *owned;
+    const Generation* g = run.generations().current();
+    if (!run.active() || run.spec().priority() >= spec.priority() || g == nullptr ||
+        run.lifecycle().admitting() || run.lifecycle().adopting()) {
+      continue;
+    }
+    Giver giver{&run, {}, {}, false};
+    for (const WorkerRecord* w : registry_.All()) {
+      if (w->job == run.id() && IsFree(*w) && g->RankOf(w->id) < 0 && Fits(*w, spec)) {
+        giver.idle.push_back(registry_.Find(w->id));
+      }
+    }
+    const size_t spare =
+        g->members.size() - std::min<size_t>(g->members.size(), run.spec().min_workers());
+    for (auto m = g->members.rbegin(); m != g->members.rend() && giver.members.size() < spare;
+         ++m) {
+      WorkerRecord* w = registry_.Find(m->worker_id);
+      if (w != nullptr && !w->lost() && Fits(*w, spec)) giver.members.push_back(w);
+    }
+    FormationInput timing;
+    run.lifecycle().FillFormationInput(&timing);
+    giver.rate_limited =
+        now < timing.last_formed_at + absl::Seconds(run.spec().reform_min_interval_seconds());
+    can_give += static_cast<uint32_t>(giver.idle.size() + giver.members.size());
+    givers.push_back(std::move(giver));
+  }
+  if (free + leaving + can_give < spec.min_workers()) return "";  // shrinking would not do
+  std::stable_sort(givers.begin(), givers.end(), [](const Giver& a, const Giver& b) {
+    if (a.run->spec().priority() != b.run->spec().priority()) {
+      return a.run->spec().priority() < b.run->spec().priority();
+    }
+    return a.run->start_sequence() > b.run->start_sequence();
+  });
+  uint32_t still = spec.min_workers() - free - leaving;
+  std::string waits_for;
+  for (Giver& giver : givers) {
+    for (WorkerRecord* w : giver.idle) {
+      if (still == 0) break;
+      registry_.Release(w);
+      --still;
+    }
+    if (still == 0) break;
+    if (giver.members.empty()) continue;
+    if (giver.rate_limited) {
+      // reformMinIntervalSeconds: no job is re-formed more often, for
+      // anyone; it gives its workers once that has passed.
+      absl::StrAppend(&waits_for, waits_for.empty() ? "" : ", ", Quote(giver.run->id()));
+      continue;
+    }
+    std::vector<std::string> giving;
+    for (WorkerRecord* w : giver.members) {
+      if (giving.size() == still) break;
+      registry_.Release(w);
+      giving.push_back(w->id);
+    }
+    still -= static_cast<uint32_t>(giving.size());
+    const Generation& g = *giver.run->generations().current();
+    const std::string why =
+        absl::StrCat("giving ", giving.size(), " worker(s) to job ", Quote(spec.name()),
+                     " (priority ", spec.priority(), ") at the next step boundary");
+    DDP_LOG(Info) << "job " << giver.run->id() << " (priority " << giver.run->spec().priority()
+                  << "): " << why << " of generation " << g.number;
+    giver.run->BeginLeaveVote(v1::CHANGE_CAUSE_SHRUNK, why, giving);
+    for (const RankCandidate& m : g.members) {
+      SendAbortLocked(m.worker_id, g.number, why, /*at_step_boundary=*/true, fx);
+    }
+  }
+  dirty_ = true;
+  return absl::StrCat("waiting for ", wanted, "; lower-priority jobs give the rest",
+                      waits_for.empty()
+                          ? ""
+                          : absl::StrCat(", ", waits_for, " once reformMinIntervalSeconds passed"),
+                      ")");
 }
 
 void Coordinator::PruneEndedLocked() {

@@ -65,9 +65,11 @@ void JobRun::AdoptGeneration(uint64_t step) {
   changes_.Adopted(g.number, g.MemberIds(), step);
 }
 
-void JobRun::BeginAdmitting(const std::string& why) {
+void JobRun::BeginLeaveVote(v1::ChangeCause cause, const std::string& why,
+                            const std::vector<std::string>& giving) {
   lifecycle_.BeginAdmitting();
-  changes_.Open(v1::CHANGE_CAUSE_JOINED, generations_.current()->number, why, {});
+  leave_vote_why_ = why;
+  changes_.Open(cause, generations_.current()->number, why, giving);
   progress_.SetWaitingMessage(why);
 }
 

@@ -98,8 +98,13 @@ class JobRun {
   // `step` as if formed now.
   void AdoptGeneration(uint64_t step);
   // The running generation's members were asked to leave at the next step
-  // boundary to admit joiners, for `why`.
-  void BeginAdmitting(const std::string& why);
+  // boundary (a leave vote: nothing is lost), for `why`: to admit joiners
+  // (CHANGE_CAUSE_JOINED), or to give the workers in `giving` to another
+  // job (CHANGE_CAUSE_SHRUNK).
+  void BeginLeaveVote(v1::ChangeCause cause, const std::string& why,
+                      const std::vector<std::string>& giving = {});
+  // Why the members were last asked to leave at a step boundary.
+  const std::string& leave_vote_why() const { return leave_vote_why_; }
   // The current generation is lost to a fault (`cause`, with `reason`, the
   // workers in `left` gone): nothing is admitted or adopted any more and a
   // change opens. Needs a current generation. The caller counts the fault.
@@ -138,6 +143,7 @@ class JobRun {
   JobProgress progress_;
   std::string owner_;
   uint64_t start_sequence_ = 0;
+  std::string leave_vote_why_;
   GenerationManager generations_;
   ChangeLog changes_;
   // Leaving members, admitting joiners, adopting after a restart, the

@@ -8,7 +8,8 @@
   const COLORS = ["#2e90fa", "#f79009", "#12b76a", "#f04438", "#7a5af8", "#06aed4", "#ee46bc",
                   "#667085", "#b54708", "#3b7c0f"];
   const CAUSE_COLORS = {START: "#12b76a", LOST: "#f04438", HUNG: "#f79009", FAILED: "#d92d20",
-                        JOINED: "#2e90fa", COORDINATOR_RESTART: "#7a5af8", ADOPTED: "#06aed4"};
+                        JOINED: "#2e90fa", COORDINATOR_RESTART: "#7a5af8", ADOPTED: "#06aed4",
+                        SHRUNK: "#ee46bc"};
   // StepTimings' fields as protobuf JSON names them; "other" is the rest of
   // the step's wall time (reports, bookkeeping).
   const PHASES = [["dataMs", "data", "#98a2b3"], ["forwardMs", "forward", "#2e90fa"],

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Two jobs side by side on one pool of real worker processes: each trains
-on workers of its own (no process in both), a kill -9 of a worker of one job
-re-forms only that job, and both succeed with every sample once (the
-workers' index logs)."""
+"""Jobs sharing one pool of real worker processes: two side by side, each on
+workers of its own (no process in both), where a kill -9 of a worker of one
+job re-forms only that job; and a higher-priority job that makes a running
+one shrink at a step boundary and grow back once it is done. Every job
+succeeds with every sample once (the workers' index logs)."""
 import json
 import os
 import signal
@@ -19,33 +20,53 @@ TRAIN = 60000  # Fashion-MNIST
 EPOCHS = 2
 
 
-def job(name, min_workers, max_workers):
+def job(name, min_workers, max_workers, **overrides):
     """An MLP on Fashion-MNIST: ~10 s an epoch for two jobs of two workers
     on two cores, long enough to kill a worker mid-run."""
-    return synthetic_job(name, min_workers, maxWorkers=max_workers, evaluate=False,
+    spec = synthetic_job(name, min_workers, maxWorkers=max_workers, evaluate=False,
                          epochs=EPOCHS, seed=11, batchSize=64, dataset={"kind": "fashion-mnist"},
-                         rejoinTimeoutSeconds=2, hangTimeoutSeconds=10)
+                         rejoinTimeoutSeconds=2, hangTimeoutSeconds=10,
+                         reformMinIntervalSeconds=1)
+    spec.update(overrides)
+    return spec
+
+
+def start_pool(test, cluster, n):
+    """`n` workers with index logs, attached."""
+    workers = [cluster.start_worker(
+        i, extra=["--index_log=" + os.path.join(cluster.dir, "w%d.idx.jsonl" % i)])
+        for i in range(n)]
+    cluster.wait_for(lambda: len(cluster.client.call(C + "ListWorkers").get("workers", [])) == n,
+                     60, "%d workers to attach" % n)
+    return workers
+
+
+def jobs(cluster):
+    return {j["job_id"]: j for j in cluster.status().get("jobs", [])}
+
+
+def check_every_sample_once(test, cluster, epochs_by_job):
+    """Every epoch of each job trained every sample once; returns the lines."""
+    lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
+    for name, epochs in epochs_by_job.items():
+        mine = [l for l in lines if l["job"] == name]
+        test.assertTrue(mine, name)
+        coverage.check(mine, TRAIN, epochs)
+    return lines
 
 
 class JobPoolTest(unittest.TestCase):
     def test_two_jobs_side_by_side_and_a_kill_reforms_only_its_job(self):
         cluster = Cluster()
         try:
-            workers = [cluster.start_worker(
-                i, extra=["--index_log=" + os.path.join(cluster.dir, "w%d.idx.jsonl" % i)])
-                for i in range(4)]
+            workers = start_pool(self, cluster, 4)
             client = cluster.client
-            cluster.wait_for(lambda: len(client.call(C + "ListWorkers").get("workers", [])) == 4,
-                             60, "four workers to attach")
             for spec in (job("a", 1, 2), job("b", 2, 2)):
                 answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(spec))
                 self.assertEqual(answer["state"], "JOB_STATE_WAITING", answer)
 
-            def jobs():
-                return {j["job_id"]: j for j in cluster.status().get("jobs", [])}
-
             def both_training():
-                js = jobs()
+                js = jobs(cluster)
                 return all(js.get(n, {}).get("world_size") == 2 and
                            int(js[n].get("global_step", 0)) > 10 for n in ("a", "b")) and js
             running = cluster.wait_for(both_training, 120, "both jobs to train on two workers")
@@ -59,24 +80,53 @@ class JobPoolTest(unittest.TestCase):
             # A worker of job a dies: a re-forms on its survivor; b trains on.
             os.kill(by_job["a"][0], signal.SIGKILL)
             cluster.wait_for(lambda: (lambda js: js["a"]["generation"] != running["a"]["generation"]
-                                      and js["a"].get("world_size") == 1)(jobs()),
+                                      and js["a"].get("world_size") == 1)(jobs(cluster)),
                              60, "job a to re-form without its killed worker")
             cluster.wait_for(lambda: all(j["state"] == "JOB_STATE_SUCCEEDED"
-                                         for j in jobs().values()) and len(jobs()) == 2,
+                                         for j in jobs(cluster).values()) and len(jobs(cluster)) == 2,
                              300, "both jobs to succeed")
-            self.assertEqual(jobs()["b"]["generation"], b_generation, "b re-formed")
+            self.assertEqual(jobs(cluster)["b"]["generation"], b_generation, "b re-formed")
 
-            lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
-            for name in ("a", "b"):
-                mine = [l for l in lines if l["job"] == name]
-                self.assertTrue(mine, name)
-                coverage.check(mine, TRAIN, EPOCHS)
+            lines = check_every_sample_once(self, cluster, {"a": EPOCHS, "b": EPOCHS})
             self.assertEqual({l["generation"] for l in lines if l["job"] == "b"},
                              {int(b_generation)})
             self.assertEqual(len({l["generation"] for l in lines if l["job"] == "a"}), 2)
             for w in workers:
                 if w.pid != by_job["a"][0]:
                     self.assertIsNone(w.poll(), "a worker exited")
+        finally:
+            cluster.stop()
+
+    def test_higher_priority_job_shrinks_a_running_one_which_grows_back(self):
+        cluster = Cluster()
+        try:
+            start_pool(self, cluster, 4)
+            client = cluster.client
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job("a", 2, 4)))
+            cluster.wait_for(lambda: (lambda a: a.get("world_size") == 4 and
+                                      int(a.get("global_step", 0)) > 20)(jobs(cluster).get("a", {})),
+                             120, "job a to train on four workers")
+            answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("b", 2, 2, priority=10, epochs=1)))
+            self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
+            # a gives b two workers at a step boundary; b starts beside it.
+            cluster.wait_for(lambda: (lambda js: js.get("b", {}).get("state") == "JOB_STATE_RUNNING"
+                                      and js["a"].get("world_size") == 2)(jobs(cluster)),
+                             60, "a to shrink to two and b to start")
+            # b ends: a grows back to four.
+            cluster.wait_for(lambda: (lambda js: js["b"]["state"] == "JOB_STATE_SUCCEEDED" and
+                                      js["a"].get("world_size") == 4)(jobs(cluster)),
+                             120, "b to succeed and a to grow back to four")
+            cluster.wait_for(lambda: jobs(cluster)["a"]["state"] == "JOB_STATE_SUCCEEDED",
+                             300, "a to succeed")
+            a = client.call(C + "GetStatus", '{"job_id": "a"}')
+            causes = [c["cause"] for c in a["generation_changes"]]
+            self.assertEqual(causes, ["CHANGE_CAUSE_START", "CHANGE_CAUSE_SHRUNK",
+                                      "CHANGE_CAUSE_JOINED"], a["generation_changes"])
+            for change in a["generation_changes"]:
+                self.assertEqual(int(change.get("steps_lost", 0)), 0, change)
+            lines = check_every_sample_once(self, cluster, {"a": EPOCHS, "b": 1})
+            self.assertEqual(sorted({l["world_size"] for l in lines if l["job"] == "a"}), [2, 4])
         finally:
             cluster.stop()
 

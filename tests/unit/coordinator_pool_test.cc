@@ -66,7 +66,7 @@ TEST_F(CoordinatorPoolTest, TwoJobs_RunSideBySideOnDisjointWorkers) {
   EXPECT_EQ(w[2].assignment().generation(), 2u);
   EXPECT_EQ(w[2].assignment().world_size(), 2u);
   const v1::JobStatus status = Status();
-  EXPECT_EQ(status.job_id(), "a");  // the first to start, by default
+  EXPECT_EQ(status.job_id(), "a");                          // the first to start, by default
   EXPECT_EQ(core_->StatusView()->summary().members(), 2u);  // a's only
   ASSERT_EQ(status.jobs_size(), 2);
   for (const char* id : {"a", "b"}) {
@@ -219,6 +219,94 @@ TEST_F(CoordinatorPoolTest, CancelRunningJob_ItsWorkersGoToTheQueuedOne) {
   EXPECT_EQ(listed->jobs(0).state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(listed->jobs(1).job_id(), "b");
   EXPECT_EQ(listed->jobs(1).state(), v1::JOB_STATE_RUNNING);
+}
+
+// The state of job `spec` a worker holds after leaving `generation` at
+// `step`.
+v1::HeldState HeldOf(const v1::JobSpec& spec, uint64_t generation, uint64_t step) {
+  v1::HeldState held;
+  held.set_job_id(spec.name());
+  held.set_spec_digest(SpecDigest(WithDefaults(spec)));
+  held.set_step(step);
+  held.set_generation(generation);
+  return held;
+}
+
+TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThenGrowsBack) {
+  auto w = AttachN(4);
+  const v1::JobSpec a = Named("a", 2, 4), b = Named("b", 2, 2, /*priority=*/10);
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_EQ(w[3].assignment().world_size(), 4u);
+  ASSERT_THAT(Submit(*core_, b), IsOk());
+  // a is asked to leave at its next step boundary, giving its two highest
+  // ranks to b; nothing else happens until the members are out.
+  for (const TestWorker& m : w) {
+    ASSERT_EQ(m.aborts().size(), 1u);
+    EXPECT_TRUE(m.aborts()[0].at_step_boundary());
+    EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("giving 2 worker(s) to job \"b\""));
+  }
+  EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("lower-priority jobs give the rest"));
+  for (const TestWorker& m : w) {
+    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
+  }
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "b", "b"));
+  EXPECT_EQ(w[0].assignment().world_size(), 2u);
+  EXPECT_EQ(w[0].assignment().start_step(), 5u);  // from the step boundary: nothing lost
+  const v1::JobStatus status = Status();
+  ASSERT_GE(status.generation_changes_size(), 2);
+  const v1::GenerationChange& shrunk =
+      status.generation_changes(status.generation_changes_size() - 1);
+  EXPECT_EQ(shrunk.cause(), v1::CHANGE_CAUSE_SHRUNK);
+  EXPECT_THAT(Ids(shrunk.left()), UnorderedElementsAre(w[2].id(), w[3].id()));
+  EXPECT_EQ(shrunk.steps_lost(), 0u);
+  // b finishes: a takes its workers back, at a step boundary again.
+  const uint64_t b_generation = w[2].assignment().generation();
+  for (int i : {2, 3}) SendState(w[i], b_generation, v1::WORKER_STATE_DONE);
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_SUCCEEDED);
+  core_->Tick();
+  ASSERT_EQ(w[0].aborts().size(), 2u);
+  const uint64_t a_generation = w[0].assignment().generation();
+  for (int i : {0, 1}) {
+    SendState(w[i], a_generation, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk,
+              HeldOf(a, a_generation, 9));
+  }
+  core_->Tick();
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "a", "a"));
+  EXPECT_EQ(w[3].assignment().world_size(), 4u);
+  EXPECT_EQ(w[3].assignment().start_step(), 9u);
+}
+
+TEST_F(CoordinatorPoolTest, HigherPriorityJob_NotEnoughAboveMinWorkers_NobodyShrinks) {
+  auto w = AttachN(3);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 3)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2, /*priority=*/10)), IsOk());
+  // a can give one worker (down to its min 2); b needs two: a is left alone.
+  for (const TestWorker& m : w) EXPECT_THAT(m.aborts(), IsEmpty());
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(CoordinatorPoolTest, EqualPriority_NobodyShrinksForTheQueue) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 4)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  for (const TestWorker& m : w) EXPECT_THAT(m.aborts(), IsEmpty());
+  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(CoordinatorPoolTest, Shrink_WaitsOutReformMinInterval) {
+  auto w = AttachN(4);
+  v1::JobSpec a = Named("a", 2, 4);
+  a.set_reform_min_interval_seconds(30);
+  a.set_hang_timeout_seconds(600);  // the heartbeats below name no new step
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2, /*priority=*/10)), IsOk());
+  EXPECT_THAT(w[0].aborts(), IsEmpty());  // a formed just now
+  EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("\"a\" once reformMinIntervalSeconds"));
+  Pass(absl::Seconds(31), {{w[0], 1}, {w[1], 1}, {w[2], 1}, {w[3], 1}});
+  ASSERT_EQ(w[0].aborts().size(), 1u);
+  EXPECT_TRUE(w[0].aborts()[0].at_step_boundary());
 }
 
 class PoolPersistTest : public PoolFixture<PersistTest> {};
