@@ -17,6 +17,17 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
+// The state of job `spec` a worker holds after leaving `generation` at
+// `step`.
+v1::HeldState HeldOf(const v1::JobSpec& spec, uint64_t generation, uint64_t step) {
+  v1::HeldState held;
+  held.set_job_id(spec.name());
+  held.set_spec_digest(SpecDigest(WithDefaults(spec)));
+  held.set_step(step);
+  held.set_generation(generation);
+  return held;
+}
+
 template <typename Base>
 class PoolFixture : public Base {
  protected:
@@ -125,14 +136,8 @@ TEST_F(CoordinatorPoolTest, QueuedJob_WaitsAheadOfRunningJobsGrowth_ThenTheirWor
   ASSERT_FALSE(w[0].aborts().empty());
   EXPECT_TRUE(w[0].aborts().back().at_step_boundary());
   for (const TestWorker& m : {w[0], w[1]}) {
-    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, [] {
-      v1::HeldState held;
-      held.set_job_id("a");
-      held.set_spec_digest(SpecDigest(WithDefaults(Named("a", 2, 4))));
-      held.set_step(7);
-      held.set_generation(1);
-      return held;
-    }());
+    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk,
+              HeldOf(Named("a", 2, 4), 1, 7));
   }
   core_->Tick();
   EXPECT_EQ(w[0].assignment().world_size(), 4u);
@@ -169,14 +174,8 @@ TEST_F(CoordinatorPoolTest, WorkerLost_OnlyItsJobReforms) {
   // a's survivor leaves and a re-forms with it alone (min 1); b's workers
   // are not a's to take.
   ASSERT_FALSE(w[1].aborts().empty());
-  SendState(w[1], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, [] {
-    v1::HeldState held;
-    held.set_job_id("a");
-    held.set_spec_digest(SpecDigest(WithDefaults(Named("a", 1, 2))));
-    held.set_step(3);
-    held.set_generation(1);
-    return held;
-  }());
+  SendState(w[1], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk,
+            HeldOf(Named("a", 1, 2), 1, 3));
   core_->Tick();
   EXPECT_EQ(w[1].assignment().job_id(), "a");
   EXPECT_EQ(w[1].assignment().world_size(), 1u);
@@ -219,17 +218,6 @@ TEST_F(CoordinatorPoolTest, CancelRunningJob_ItsWorkersGoToTheQueuedOne) {
   EXPECT_EQ(listed->jobs(0).state(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(listed->jobs(1).job_id(), "b");
   EXPECT_EQ(listed->jobs(1).state(), v1::JOB_STATE_RUNNING);
-}
-
-// The state of job `spec` a worker holds after leaving `generation` at
-// `step`.
-v1::HeldState HeldOf(const v1::JobSpec& spec, uint64_t generation, uint64_t step) {
-  v1::HeldState held;
-  held.set_job_id(spec.name());
-  held.set_spec_digest(SpecDigest(WithDefaults(spec)));
-  held.set_step(step);
-  held.set_generation(generation);
-  return held;
 }
 
 TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThenGrowsBack) {
