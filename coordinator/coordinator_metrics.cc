@@ -102,9 +102,42 @@ std::vector<prometheus::MetricFamily> CoordinatorFamilies(const CoordinatorSampl
                       s.faults()));
   out.push_back(
       Gauge("ddp_job_elapsed_seconds", "seconds since the job was submitted", s.elapsed_seconds()));
-  out.push_back(Gauge("ddp_coordinator_queued_jobs",
-                      "jobs waiting for the current one to end (JOB_STATE_QUEUED)",
+  out.push_back(Gauge("ddp_coordinator_queued_jobs", "jobs waiting for workers (JOB_STATE_QUEUED)",
                       s.queued_jobs()));
+  // Every job that started, by its name: those running and the last few to
+  // end (JobStatus.jobs, bounded by the coordinator), so the series a
+  // client can make it keep are bounded too.
+  struct PerJob {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::JobSummary&);
+  };
+  static constexpr PerJob kPerJob[] = {
+      {"ddp_pool_job_running", "1 while the job runs (waits, trains or recovers), 0 once it ended",
+       [](const v1::JobSummary& j) {
+         return j.state() == v1::JOB_STATE_WAITING || j.state() == v1::JOB_STATE_RUNNING ||
+                        j.state() == v1::JOB_STATE_RECOVERING
+                    ? 1.0
+                    : 0.0;
+       }},
+      {"ddp_pool_job_workers", "workers the pool gave the job (members and joiners preparing)",
+       [](const v1::JobSummary& j) { return static_cast<double>(j.workers()); }},
+      {"ddp_pool_job_world_size", "members of the job's generation training now (0 between)",
+       [](const v1::JobSummary& j) { return static_cast<double>(j.world_size()); }},
+      {"ddp_pool_job_global_step", "optimizer steps every member of the job has completed",
+       [](const v1::JobSummary& j) { return static_cast<double>(j.global_step()); }},
+      {"ddp_pool_job_samples_per_second", "the job's members' samples per second, summed",
+       [](const v1::JobSummary& j) { return j.samples_per_sec(); }},
+      {"ddp_pool_job_priority", "the job's priority (higher first)",
+       [](const v1::JobSummary& j) { return static_cast<double>(j.priority()); }},
+  };
+  for (const PerJob& metric : kPerJob) {
+    prometheus::MetricFamily family = Family(metric.name, metric.help, MetricType::Gauge);
+    for (const v1::JobSummary& job : s.jobs()) {
+      AddValue(&family, metric.value(job), {{"job", job.job_id()}});
+    }
+    out.push_back(std::move(family));
+  }
 
   prometheus::MetricFamily changes =
       Family("ddp_job_generation_changes_total",

@@ -108,6 +108,33 @@ TEST(CoordinatorFamilies, RunningJob_MapsSnapshotToGauges) {
   EXPECT_EQ(Find(f, "ddp_job_generation_changes_total")->type, prometheus::MetricType::Counter);
 }
 
+TEST(CoordinatorFamilies, ManyJobs_OneSeriesPerJobThatStarted) {
+  auto status = std::make_shared<v1::JobStatus>();
+  v1::JobSummary* a = status->add_jobs();
+  a->set_job_id("a");
+  a->set_state(v1::JOB_STATE_RUNNING);
+  a->set_workers(2);
+  a->set_world_size(2);
+  a->set_global_step(40);
+  a->set_samples_per_sec(800);
+  v1::JobSummary* b = status->add_jobs();
+  b->set_job_id("b");
+  b->set_state(v1::JOB_STATE_SUCCEEDED);
+  b->set_priority(10);
+  CoordinatorSample sample;
+  sample.status = status;
+  ChangeTally tally;
+  const auto f = CoordinatorFamilies(sample, tally);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_running", {{"job", "a"}}), 1);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_running", {{"job", "b"}}), 0);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_workers", {{"job", "a"}}), 2);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_world_size", {{"job", "a"}}), 2);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_global_step", {{"job", "a"}}), 40);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_samples_per_second", {{"job", "a"}}), 800);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_job_priority", {{"job", "b"}}), 10);
+  EXPECT_EQ(Find(f, "ddp_pool_job_workers")->metric.size(), 2u);
+}
+
 TEST(CoordinatorFamilies, Leadership_OnlyForCoordinatorsThatFailOver) {
   CoordinatorSample sample;
   sample.status = std::make_shared<v1::JobStatus>();
