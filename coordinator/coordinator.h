@@ -44,6 +44,7 @@
 #include "common/clock.h"
 #include "common/job_spec.h"
 #include "common/kv_store.h"
+#include "common/tokens.h"
 #include "common/version.h"
 #include "coordinator/job_queue.h"
 #include "coordinator/job_run.h"
@@ -100,6 +101,9 @@ class Coordinator {
     // they name (Assignment.store_token); set when callers authenticate
     // (--tokens_file), so that a worker token alone reaches no store.
     bool require_store_tokens = false;
+    // The most workers each owner's jobs may hold together (the tokens
+    // file's max_workers): a job over its owner's quota waits.
+    OwnerQuotas owner_quotas;
   };
   // The answer to SubmitJob: the spec with its defaults, or why not.
   using SubmitDone = std::function<void(absl::StatusOr<v1::JobSpec>)>;
@@ -275,8 +279,22 @@ class Coordinator {
   // running jobs that can grow (see coordinator_pool.cc), each asked to
   // prepare the job it now belongs to.
   void AllocateLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running jobs, highest priority first, then in start order.
+  std::vector<JobRun*> RunningByPriorityLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many live workers the job holds (members, joiners, preparing).
+  uint32_t HeldCountLocked(const JobRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queue's head starts if it fits (or if no job runs): true if it did.
+  // The head is the first job its owner's quota lets start: one over its
+  // quota waits without holding back the jobs behind it.
   bool StartQueuedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many more workers `owner`'s jobs may take (no quota: no limit).
+  uint32_t QuotaLeftLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a job of `owner` needing `spec.min_workers()` can't start now for
+  // its owner's quota ("": it can).
+  std::string OverQuotaLocked(const v1::JobSpec& spec, const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why queued job `index` waits ("": the queue's own words).
+  absl::string_view QueueWhyLocked(size_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives free workers of the pool that fit `run` to it, up to `want`.
   void GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -422,9 +440,11 @@ class Coordinator {
   uint64_t next_run_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Jobs accepted while others were active, waiting for workers.
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
-  // Why the queue's head waits (empty: nothing is queued), and whether it
-  // waits for workers the running jobs hold (then they don't grow).
-  std::string queue_head_waits_ ABSL_GUARDED_BY(mu_);
+  // Why queued jobs wait, by job id, where the queue's own words ("N jobs
+  // ahead of it") don't say it: the head, and jobs over their owner's
+  // quota. And whether the head waits for workers the running jobs hold
+  // (then they don't grow).
+  std::map<std::string, std::string> queue_waits_ ABSL_GUARDED_BY(mu_);
   bool queue_head_needs_workers_ ABSL_GUARDED_BY(mu_) = false;
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_

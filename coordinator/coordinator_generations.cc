@@ -183,7 +183,9 @@ void Coordinator::OnLeftLocked(JobRun& run, const std::string& worker_id, Effect
   }
   for (const RankCandidate& m : g->members) {
     const WorkerRecord* w = registry_.Find(m.worker_id);
-    if (w != nullptr && !w->lost() && !IsFree(*w)) return;  // still finishing its step
+    // One that left may already train in another job's generation (it was
+    // given away): only a member still in this generation is finishing its step.
+    if (w != nullptr && !w->lost() && !IsFree(*w) && w->generation == g->number) return;
   }
   // Every member left at the same step boundary: nothing was lost.
   lifecycle.EndAdmitting();
@@ -226,6 +228,8 @@ void Coordinator::StopProgramsLocked(const JobRun& run, Effects* fx) {
   for (const auto& [id, channel] : channels_) {
     const WorkerRecord* w = registry_.Find(id);
     if (w == nullptr || !w->capabilities.program()) continue;
+    // Only this job's programs: another job's run on beside it.
+    if (!w->job.empty() && w->job != run.id()) continue;
     v1::CoordinatorMessage message;
     message.mutable_stop()->set_reason(reason);
     // The program's finish() throws with the job's message unless it

@@ -89,6 +89,14 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
     absl::MutexLock lock(&mu_);
     // Things may have changed while the job was checked.
     if (auto answer = AnswerWithoutCheckLocked(spec)) return *answer;
+    if (const auto quota = options_.owner_quotas.find(owner);
+        quota != options_.owner_quotas.end() && spec.min_workers() > quota->second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "minWorkers ", spec.min_workers(), " is more than the ", quota->second,
+          " worker(s) the jobs of ", Quote(owner),
+          " may hold (max_workers in the coordinator's tokens file): lower minWorkers, or ask "
+          "an admin for a larger quota"));
+    }
     if (AnyActiveLocked()) {
       if (absl::Status s = queue_.Add(spec, owner, clock_->Now()); !s.ok()) return s;
       DDP_LOG(Info) << "job " << spec.name() << " queued (priority " << spec.priority() << ", "

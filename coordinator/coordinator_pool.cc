@@ -21,8 +21,12 @@
 //     reformMinIntervalSeconds (whole-job preemption is not built yet);
 //   - then running jobs grow toward max_workers, but only while no queued
 //     job that could ever fit waits for the workers;
-//   - a worker holding a job's state goes to that job before others.
+//   - a worker holding a job's state goes to that job before others;
+//   - an owner's jobs together never hold more workers than its quota (the
+//     tokens file's max_workers): a queued job over it waits, saying so,
+//     and the jobs behind it may start first.
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/labels.h"
@@ -106,27 +110,28 @@ uint64_t Coordinator::LatestGenerationLocked() const {
   return latest;
 }
 
+std::vector<JobRun*> Coordinator::RunningByPriorityLocked() const {
+  std::vector<JobRun*> runs;
+  for (const auto& run : runs_) {
+    if (run->active()) runs.push_back(run.get());
+  }
+  std::stable_sort(runs.begin(), runs.end(), [](const JobRun* a, const JobRun* b) {
+    return a->spec().priority() > b->spec().priority();
+  });
+  return runs;
+}
+
+uint32_t Coordinator::HeldCountLocked(const JobRun& run) const {
+  uint32_t n = 0;
+  for (const WorkerRecord* w : registry_.All()) n += !w->lost() && w->job == run.id() ? 1 : 0;
+  return n;
+}
+
 void Coordinator::AllocateLocked(Effects* fx) {
-  // The running jobs by priority, then start order.
-  auto running = [this] {
-    std::vector<JobRun*> runs;
-    for (const auto& run : runs_) {
-      if (run->active()) runs.push_back(run.get());
-    }
-    std::stable_sort(runs.begin(), runs.end(), [](const JobRun* a, const JobRun* b) {
-      return a->spec().priority() > b->spec().priority();
-    });
-    return runs;
-  };
-  auto held = [this](const JobRun& run) {
-    uint32_t n = 0;
-    for (const WorkerRecord* w : registry_.All()) n += !w->lost() && w->job == run.id() ? 1 : 0;
-    return n;
-  };
   // First what running jobs need to train at all: a job without a
   // generation, up to min_workers.
-  for (JobRun* run : running()) {
-    const uint32_t has = held(*run);
+  for (JobRun* run : RunningByPriorityLocked()) {
+    const uint32_t has = HeldCountLocked(*run);
     if (run->generations().current() == nullptr && has < run->spec().min_workers()) {
       GiveWorkersLocked(*run, run->spec().min_workers() - has, fx);
     }
@@ -136,15 +141,47 @@ void Coordinator::AllocateLocked(Effects* fx) {
   }
   // Then growth toward max_workers, unless a queued job waits for workers.
   if (queue_head_needs_workers_) return;
-  for (JobRun* run : running()) {
-    const uint32_t has = held(*run);
+  for (JobRun* run : RunningByPriorityLocked()) {
+    const uint32_t has = HeldCountLocked(*run);
     if (has < run->spec().max_workers()) {
       GiveWorkersLocked(*run, run->spec().max_workers() - has, fx);
     }
   }
 }
 
+uint32_t Coordinator::QuotaLeftLocked(const std::string& owner) const {
+  const auto quota = options_.owner_quotas.find(owner);
+  if (quota == options_.owner_quotas.end()) return std::numeric_limits<uint32_t>::max();
+  uint32_t held = 0;
+  for (const auto& run : runs_) {
+    if (run->active() && run->owner() == owner) held += HeldCountLocked(*run);
+  }
+  return quota->second - std::min(quota->second, held);
+}
+
+std::string Coordinator::OverQuotaLocked(const v1::JobSpec& spec, const std::string& owner) const {
+  const auto quota = options_.owner_quotas.find(owner);
+  if (quota == options_.owner_quotas.end()) return "";
+  if (spec.min_workers() > quota->second) {
+    return absl::StrCat("it can never start: it needs ", spec.min_workers(),
+                        " workers and its owner ", Quote(owner), " may hold at most ",
+                        quota->second, " (max_workers in the coordinator's tokens file)");
+  }
+  const uint32_t left = QuotaLeftLocked(owner);
+  if (spec.min_workers() <= left) return "";
+  return absl::StrCat("waiting for its owner's quota: ", Quote(owner), "'s running jobs hold ",
+                      quota->second - left, " of the ", quota->second,
+                      " worker(s) it may hold, and it needs ", spec.min_workers());
+}
+
+absl::string_view Coordinator::QueueWhyLocked(size_t index) const {
+  const auto why = queue_waits_.find(queue_.jobs()[index].spec.name());
+  return why == queue_waits_.end() ? absl::string_view() : why->second;
+}
+
 void Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx) {
+  // Never past its owner's quota.
+  want = std::min(want, QuotaLeftLocked(run.owner()));
   std::vector<WorkerRecord*> given;
   // Those holding this job's state first (no preparing), then the rest.
   for (int pass = 0; pass < 2 && given.size() < want; ++pass) {
@@ -166,11 +203,21 @@ void Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx) {
 }
 
 bool Coordinator::StartQueuedLocked(Effects* fx) {
-  queue_head_waits_.clear();
+  queue_waits_.clear();
   queue_head_needs_workers_ = false;
-  if (queue_.empty()) return false;
-  const QueuedJob& head = queue_.jobs().front();
+  const QueuedJob* first = nullptr;
+  for (const QueuedJob& job : queue_.jobs()) {
+    std::string over = OverQuotaLocked(job.spec, job.owner);
+    if (over.empty()) {
+      first = &job;
+      break;
+    }
+    queue_waits_[job.spec.name()] = std::move(over);
+  }
+  if (first == nullptr) return false;
+  const QueuedJob& head = *first;
   const v1::JobSpec& spec = head.spec;
+  std::string& head_waits = queue_waits_[spec.name()];
   if (AnyActiveLocked()) {
     const std::string running = absl::StrCat("running: ", RunningJobsLocked());
     uint32_t free = 0, fit_at_all = 0;
@@ -184,7 +231,7 @@ bool Coordinator::StartQueuedLocked(Effects* fx) {
       if (fit_at_all < spec.min_workers()) {
         // Not enough workers fit it however the pool is shared: it must not
         // hold up the running jobs' growth, and its status says why.
-        queue_head_waits_ = absl::StrCat(
+        head_waits = absl::StrCat(
             "waiting for workers: it needs ", spec.min_workers(), " that fit it and only ",
             fit_at_all, " attached worker(s) do",
             selector.empty() ? "" : absl::StrCat(" (labels ", FormatLabels(selector), ")"), "; ",
@@ -192,16 +239,16 @@ bool Coordinator::StartQueuedLocked(Effects* fx) {
         return false;
       }
       queue_head_needs_workers_ = true;
-      queue_head_waits_ =
-          absl::StrCat("waiting for ", spec.min_workers(), " free worker(s) that fit it (", free,
-                       " free now; ", running, ")");
+      head_waits = absl::StrCat("waiting for ", spec.min_workers(), " free worker(s) that fit it (",
+                                free, " free now; ", running, ")");
       if (const std::string shrinking = ShrinkForLocked(head, free, fx); !shrinking.empty()) {
-        queue_head_waits_ = shrinking;
+        head_waits = shrinking;
       }
       return false;
     }
   }
-  std::optional<QueuedJob> next = queue_.PopNext();
+  queue_waits_.erase(spec.name());
+  std::optional<QueuedJob> next = queue_.Take(spec.name());
   DDP_LOG(Info) << "job " << next->spec.name() << " leaves the queue"
                 << (AnyActiveLocked() ? ": enough free workers fit it" : ": no job runs");
   if (absl::Status s = StartJobLocked(next->spec, next->owner, fx); !s.ok()) {

@@ -79,7 +79,7 @@ absl::StatusOr<v1::JobSummary> Coordinator::GetJob(const std::string& job_id) co
     return s;
   }
   if (const std::optional<size_t> i = queue_.IndexOf(job_id)) {
-    v1::JobSummary s = queue_.Summary(*i, now, queue_head_waits_);
+    v1::JobSummary s = queue_.Summary(*i, now, QueueWhyLocked(*i));
     *s.mutable_spec() = queue_.jobs()[*i].spec;
     return s;
   }
@@ -111,7 +111,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(
   for (size_t i = 0; i < queue_.size(); ++i) {
     const QueuedJob& job = queue_.jobs()[i];
     jobs.push_back(
-        {queue_.Summary(i, now, queue_head_waits_), QueuedToken(job), start->Skips(job)});
+        {queue_.Summary(i, now, QueueWhyLocked(i)), QueuedToken(job), start->Skips(job)});
   }
   v1::ListJobsResponse response;
   uint32_t total = 0;

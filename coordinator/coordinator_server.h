@@ -51,6 +51,8 @@ struct CoordinatorSecurity {
   HttpAccess http;
   // "plaintext", "TLS" or "mutual TLS", for the log.
   std::string transport;
+  // The tokens file's max_workers per owner.
+  OwnerQuotas owner_quotas;
 };
 
 class CoordinatorServer {

@@ -58,7 +58,7 @@ void Coordinator::PublishLocked() {
   v1::JobStatus* status = google::protobuf::Arena::CreateMessage<v1::JobStatus>(arena.get());
   run.FillStatus(status);
   for (size_t i = 0; i < queue_.size() && i < kQueueInStatus; ++i) {
-    *status->add_queue() = queue_.Summary(i, clock_->Now(), queue_head_waits_);
+    *status->add_queue() = queue_.Summary(i, clock_->Now(), QueueWhyLocked(i));
   }
   status->set_queued_jobs(static_cast<uint32_t>(queue_.size()));
   std::map<std::string, uint32_t> held;  // workers each job holds

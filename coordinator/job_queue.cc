@@ -44,21 +44,17 @@ const QueuedJob* JobQueue::Find(absl::string_view id) const {
   return i ? &jobs_[*i] : nullptr;
 }
 
-bool JobQueue::Remove(absl::string_view id) {
+bool JobQueue::Remove(absl::string_view id) { return Take(id).has_value(); }
+
+std::optional<QueuedJob> JobQueue::Take(absl::string_view id) {
   const std::optional<size_t> i = IndexOf(id);
-  if (!i) return false;
+  if (!i) return std::nullopt;
+  QueuedJob job = std::move(jobs_[*i]);
   jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(*i));
-  return true;
+  return job;
 }
 
-std::optional<QueuedJob> JobQueue::PopNext() {
-  if (jobs_.empty()) return std::nullopt;
-  QueuedJob next = std::move(jobs_.front());
-  jobs_.erase(jobs_.begin());
-  return next;
-}
-
-v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view head_waits) const {
+v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view why) const {
   const QueuedJob& job = jobs_[index];
   v1::JobSummary s;
   s.set_job_id(job.spec.name());
@@ -67,15 +63,15 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   s.set_owner(job.owner);
   s.set_queue_position(static_cast<uint32_t>(index + 1));
   s.set_age_seconds(absl::ToDoubleSeconds(now - job.submitted_at));
-  std::string why;
-  if (index > 0) {
-    why = absl::StrCat("waiting for ", index, index == 1 ? " job" : " jobs",
-                       " queued ahead of it (higher priority, or submitted earlier) to start");
+  if (!why.empty()) {
+    s.set_message(std::string(why));
+  } else if (index > 0) {
+    s.set_message(
+        absl::StrCat("waiting for ", index, index == 1 ? " job" : " jobs",
+                     " queued ahead of it (higher priority, or submitted earlier) to start"));
   } else {
-    why = head_waits.empty() ? "next: starts at the coordinator's next tick"
-                             : std::string(head_waits);
+    s.set_message("next: starts at the coordinator's next tick");
   }
-  s.set_message(std::move(why));
   return s;
 }
 

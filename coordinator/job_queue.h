@@ -46,8 +46,8 @@ class JobQueue {
   std::optional<size_t> IndexOf(absl::string_view id) const;
   // Takes job `id` off the queue; false when it isn't queued.
   bool Remove(absl::string_view id);
-  // Takes the job to start next off the queue; nullopt when empty.
-  std::optional<QueuedJob> PopNext();
+  // Takes job `id` off the queue to start it; nullopt when it isn't queued.
+  std::optional<QueuedJob> Take(absl::string_view id);
 
   // In the order they will start.
   const std::vector<QueuedJob>& jobs() const { return jobs_; }
@@ -55,8 +55,9 @@ class JobQueue {
   size_t size() const { return jobs_.size(); }
 
   // What operators see of jobs()[index] (no spec; its position counts from
-  // 1). `head_waits`: why the first waits (the pool's words).
-  v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view head_waits) const;
+  // 1). `why`: why it waits, in the pool's words (empty: the jobs ahead of
+  // it, or, for the first, that it starts next).
+  v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view why) const;
 
   void FillDurable(v1::DurableState* state) const;
   void Restore(const v1::DurableState& state);

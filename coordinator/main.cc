@@ -22,6 +22,7 @@
 #include "common/logging.h"
 #include "common/net_address.h"
 #include "common/process.h"
+#include "common/quote.h"
 #include "common/tokens.h"
 #include "common/version.h"
 #include "coordinator/authorizer.h"
@@ -219,6 +220,11 @@ absl::StatusOr<CoordinatorSecurity> LoadSecurity() {
     DDP_LOG(Info) << "tokens required: " << counts[0] << " worker, " << counts[1] << " operator, "
                   << counts[2] << " admin token(s) from " << tokens_file;
     security.http.tokens = tokens->tokens;
+    for (const auto& [owner, quota] : tokens->quotas) {
+      DDP_LOG(Info) << "the jobs of " << Quote(owner) << " may hold " << quota
+                    << " worker(s) together";
+    }
+    security.owner_quotas = std::move(tokens->quotas);
     security.authorizer = std::make_unique<Authorizer>(std::move(tokens->tokens));
   } else if (IsLocalAddress(listen) && !absl::StartsWith(listen, "unix:") &&
              !absl::GetFlag(FLAGS_allow_anonymous_loopback)) {
@@ -287,6 +293,7 @@ absl::Status CoreOptionsFromFlags(const CoordinatorSecurity& security,
   options.require_store_tokens = security.authorizer != nullptr && security.local_tokens.empty();
   options.registry.name_version_in_refusals = security.authorizer != nullptr;
   options.build = ThisBuild();
+  options.owner_quotas = security.owner_quotas;
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.status_workers = absl::GetFlag(FLAGS_status_workers);

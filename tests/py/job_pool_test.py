@@ -18,6 +18,7 @@ from cluster import Cluster, synthetic_job  # noqa: E402
 C = "ddp.v1.Coordinator/"
 TRAIN = 60000  # Fashion-MNIST
 EPOCHS = 2
+A_EPOCHS = 3  # the job that shrinks and grows back
 
 
 def job(name, min_workers, max_workers, **overrides):
@@ -102,7 +103,10 @@ class JobPoolTest(unittest.TestCase):
         try:
             start_pool(self, cluster, 4)
             client = cluster.client
-            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job("a", 2, 4)))
+            # a runs long enough that b (one epoch) ends first whatever the
+            # machine's speed: at two workers a still has over 1.5 epochs.
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("a", 2, 4, epochs=A_EPOCHS)))
             cluster.wait_for(lambda: (lambda a: a.get("world_size") == 4 and
                                       int(a.get("global_step", 0)) > 20)(jobs(cluster).get("a", {})),
                              120, "job a to train on four workers")
@@ -125,7 +129,7 @@ class JobPoolTest(unittest.TestCase):
                                       "CHANGE_CAUSE_JOINED"], a["generation_changes"])
             for change in a["generation_changes"]:
                 self.assertEqual(int(change.get("steps_lost", 0)), 0, change)
-            lines = check_every_sample_once(self, cluster, {"a": EPOCHS, "b": 1})
+            lines = check_every_sample_once(self, cluster, {"a": A_EPOCHS, "b": 1})
             self.assertEqual(sorted({l["world_size"] for l in lines if l["job"] == "a"}), [2, 4])
         finally:
             cluster.stop()

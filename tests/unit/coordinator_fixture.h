@@ -123,10 +123,12 @@ struct TestWorker {
 };
 
 // Submits `spec` and returns the answer, which must come at once (no
-// validate_job, or one that answers before returning).
-inline absl::StatusOr<v1::JobSpec> Submit(Coordinator& core, const v1::JobSpec& spec) {
+// validate_job, or one that answers before returning), as `owner`'s.
+inline absl::StatusOr<v1::JobSpec> Submit(Coordinator& core, const v1::JobSpec& spec,
+                                          const std::string& owner = "") {
   std::optional<absl::StatusOr<v1::JobSpec>> answer;
-  core.SubmitJob(spec, [&answer](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); });
+  core.SubmitJob(
+      spec, [&answer](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); }, owner);
   EXPECT_TRUE(answer.has_value()) << "SubmitJob did not answer at once";
   return answer.value_or(absl::InternalError("SubmitJob did not answer"));
 }

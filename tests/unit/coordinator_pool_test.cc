@@ -234,12 +234,20 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThen
     EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("giving 2 worker(s) to job \"b\""));
   }
   EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("lower-priority jobs give the rest"));
-  for (const TestWorker& m : w) {
-    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
+  // The two given away are out first: b starts on them at once, and a
+  // re-forms when its own two are out too, though those two are already
+  // in b's generation.
+  for (int i : {2, 3}) {
+    SendState(w[i], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
   }
   core_->Tick();
   EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "b", "b"));
+  EXPECT_EQ(w[0].assignment().world_size(), 4u);  // a still finishes its step
+  for (int i : {0, 1}) {
+    SendState(w[i], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
+  }
+  core_->Tick();
   EXPECT_EQ(w[0].assignment().world_size(), 2u);
   EXPECT_EQ(w[0].assignment().start_step(), 5u);  // from the step boundary: nothing lost
   const v1::JobStatus status = Status();
@@ -295,6 +303,58 @@ TEST_F(CoordinatorPoolTest, Shrink_WaitsOutReformMinInterval) {
   Pass(absl::Seconds(31), {{w[0], 1}, {w[1], 1}, {w[2], 1}, {w[3], 1}});
   ASSERT_EQ(w[0].aborts().size(), 1u);
   EXPECT_TRUE(w[0].aborts()[0].at_step_boundary());
+}
+
+// alice's jobs may hold two workers together; bob's any number.
+class CoordinatorQuotaTest : public PoolFixture<CoordinatorTest> {
+ protected:
+  CoordinatorQuotaTest() {
+    Coordinator::Options options = TestOptions();
+    options.owner_quotas = {{"alice", 2}};
+    core_ = std::make_unique<Coordinator>(&clock_, options);
+  }
+};
+
+TEST_F(CoordinatorQuotaTest, JobOverItsOwnersQuota_WaitsSayingWhy_TheJobBehindStartsFirst) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 1, 4), "alice"), IsOk());
+  // a could take all four: its owner's quota gives it two.
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "", ""));
+  EXPECT_EQ(w[0].assignment().world_size(), 2u);
+  ASSERT_THAT(Submit(*core_, Named("a2", 1, 1), "alice"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2), "bob"), IsOk());
+  // a2 is first in the queue, but over alice's quota: b, behind it, starts.
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("a", "a", "b", "b"));
+  absl::StatusOr<v1::JobSummary> a2 = core_->GetJob("a2");
+  ASSERT_THAT(a2, IsOk());
+  EXPECT_EQ(a2->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(a2->message(), HasSubstr("waiting for its owner's quota: \"alice\"'s running jobs "
+                                       "hold 2 of the 2 worker(s) it may hold, and it needs 1"));
+  // b ends: its workers are free, but a2 still waits for alice's quota.
+  const uint64_t b_generation = w[2].assignment().generation();
+  for (int i : {2, 3}) SendState(w[i], b_generation, v1::WORKER_STATE_DONE);
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob("a2")->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(w[0].aborts(), IsEmpty());  // nor does a grow past it
+  // a ends: a2 starts, on one worker.
+  for (int i : {0, 1}) SendState(w[i], 1, v1::WORKER_STATE_DONE);
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob("a2")->state(), v1::JOB_STATE_RUNNING);
+  const v1::JobSummary* running = Job(Status(), "a2");
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->workers(), 1u);
+}
+
+TEST_F(CoordinatorQuotaTest, MinWorkersAboveTheQuota_RefusedSayingWhatToDo) {
+  AttachN(4);
+  absl::StatusOr<v1::JobSpec> answer = Submit(*core_, Named("big", 3, 4), "alice");
+  EXPECT_EQ(answer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(answer.status().message(),
+              HasSubstr("minWorkers 3 is more than the 2 worker(s) the jobs of \"alice\" may "
+                        "hold (max_workers in the coordinator's tokens file): lower minWorkers, "
+                        "or ask an admin for a larger quota"));
+  // Anyone else's may.
+  EXPECT_THAT(Submit(*core_, Named("big", 3, 4), "bob"), IsOk());
 }
 
 class PoolPersistTest : public PoolFixture<PersistTest> {};
