@@ -1,6 +1,9 @@
 #include "coordinator/status_history.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -71,6 +74,33 @@ void StatusHistory::Record(const v1::JobStatus& status) {
     s.points.push_back({now, w.step(), w.last_loss(), w.samples_per_sec()});
     if (s.points.size() > options_.max_points_per_rank) s.points.pop_front();
   }
+  RecordAllocationsLocked(status, now);
+}
+
+void StatusHistory::RecordAllocationsLocked(const v1::JobStatus& status, double now) {
+  if (options_.max_jobs == 0) return;
+  // Only the jobs the status still lists (it keeps a bounded few that ended).
+  std::set<std::string> listed;
+  for (const v1::JobSummary& j : status.jobs()) listed.insert(j.job_id());
+  jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(),
+                             [&listed](const JobSeries& s) { return listed.count(s.job_id) == 0; }),
+              jobs_.end());
+  for (const v1::JobSummary& j : status.jobs()) {
+    auto it = std::find_if(jobs_.begin(), jobs_.end(),
+                           [&j](const JobSeries& s) { return s.job_id == j.job_id(); });
+    if (it == jobs_.end()) {
+      if (jobs_.size() == options_.max_jobs) jobs_.erase(jobs_.begin());  // the oldest
+      jobs_.push_back({j.job_id(), {}});
+      it = std::prev(jobs_.end());
+    }
+    std::deque<Allocation>& points = it->points;
+    if (!points.empty() && points.back().workers == j.workers() &&
+        points.back().world_size == j.world_size()) {
+      continue;
+    }
+    points.push_back({now, j.workers(), j.world_size()});
+    if (points.size() > options_.max_points_per_job) points.pop_front();
+  }
 }
 
 std::vector<StatusHistory::RankCurve> StatusHistory::Curves() const {
@@ -82,6 +112,15 @@ std::vector<StatusHistory::RankCurve> StatusHistory::Curves() const {
                       std::vector<Point>(ranks_[r].points.begin(), ranks_[r].points.end())});
   }
   return curves;
+}
+
+std::vector<StatusHistory::JobAllocations> StatusHistory::Allocations() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<JobAllocations> jobs;
+  for (const JobSeries& s : jobs_) {
+    jobs.push_back({s.job_id, std::vector<Allocation>(s.points.begin(), s.points.end())});
+  }
+  return jobs;
 }
 
 std::string StatusHistory::ToJson() const {
@@ -107,6 +146,18 @@ std::string StatusHistory::ToJson() const {
       absl::StrAppend(&out, ",");
       AppendNumber(&out, p.samples_per_sec);
       absl::StrAppend(&out, "]");
+    }
+    absl::StrAppend(&out, "]}");
+  }
+  absl::StrAppend(&out, "],\"jobs\":[");
+  const std::vector<JobAllocations> jobs = Allocations();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", "{\"job_id\":", JsonString(jobs[i].job_id),
+                    ",\"points\":[");
+    for (size_t j = 0; j < jobs[i].points.size(); ++j) {
+      const Allocation& p = jobs[i].points[j];
+      absl::StrAppend(&out, j ? ",[" : "[", absl::StrFormat("%.3f", p.unix_seconds), ",", p.workers,
+                      ",", p.world_size, "]");
     }
     absl::StrAppend(&out, "]}");
   }

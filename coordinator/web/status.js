@@ -257,6 +257,54 @@
     }
   }
 
+  // The workers a job held over time, as a step line: [unix_seconds,
+  // workers, world_size] points, one per change, drawn up to now.
+  function allocationLine(points, now, maxWorkers) {
+    const w = 160, h = 24;
+    const box = document.createElementNS(SVG, "svg");
+    box.setAttribute("viewBox", "0 0 " + w + " " + h);
+    box.setAttribute("class", "allocation");
+    if (!points.length) return box;
+    const t0 = points[0][0], span = Math.max(now - t0, 1);
+    const x = (t) => 1 + (w - 2) * Math.min(1, Math.max(0, (t - t0) / span));
+    const y = (n) => h - 2 - (h - 4) * n / Math.max(maxWorkers, 1);
+    let d = "";
+    points.forEach((p, i) => {
+      d += (i ? " L" + x(p[0]) + " " + y(points[i - 1][1]) + " L" : "M") + x(p[0]) + " " + y(p[1]);
+    });
+    d += " L" + x(now) + " " + y(points[points.length - 1][1]);
+    svg(box, "path", {d: d, class: "curve", stroke: COLORS[0]});
+    svg(box, "title", {}, points.map((p) => p[1] + " worker(s) from " +
+        new Date(p[0] * 1000).toLocaleTimeString()).join("\n"));
+    return box;
+  }
+
+  // Every job of the pool: running, and the last few that ended.
+  function renderJobs(jobs, allocations, now) {
+    const body = $("jobs").tBodies[0];
+    clear(body);
+    const byJob = {};
+    for (const a of allocations) byJob[a.job_id] = a.points;
+    const most = Math.max(1, ...allocations.map((a) => Math.max(0, ...a.points.map((p) => p[1]))));
+    for (const j of jobs) {
+      const state = enumName(j.state, "JOB_STATE_");
+      const tr = el("tr", undefined, state);
+      tr.dataset.jobId = j.jobId;
+      const cells = [[j.jobId], [state], [String(j.priority || 0), "num"], [j.owner || "-"],
+                     [String(j.workers || 0), "num"]];
+      for (const [text, cls] of cells) tr.appendChild(el("td", text, cls));
+      const line = el("td");
+      line.appendChild(allocationLine(byJob[j.jobId] || [], now, most));
+      tr.appendChild(line);
+      for (const [text, cls] of [[String(j.worldSize || 0), "num"],
+                                 [String(num(j.globalStep)), "num"],
+                                 [fmt(j.samplesPerSec), "num"], [j.message || "", "detail"]]) {
+        tr.appendChild(el("td", text, cls));
+      }
+      body.appendChild(tr);
+    }
+  }
+
   // Jobs waiting for the current one to end, next first.
   function renderQueue(queue, size) {
     const body = $("queue").tBodies[0];
@@ -284,6 +332,7 @@
     renderChart("rate-chart", ranks, (p) => p[3], true);
     renderBreakdown(workers.filter((w) => w.rank >= 0 && w.state !== "WORKER_STATE_LOST"));
     renderWorkers(workers);
+    renderJobs(s.jobs || [], (data.history && data.history.jobs) || [], data.now_unix_seconds);
     renderQueue(s.queue || [], s.queuedJobs || 0);
   }
 

@@ -109,6 +109,11 @@ class StatusPageTest(unittest.TestCase):
         self.assertGreater(sum(r["points"] for r in second["rate"]), 0)
         self.assertGreater(second["phases"], 0, "no step-time breakdown drawn")
         self.assertEqual(second["generations"], 1)
+        # The pool's jobs: this one, on two workers, with its allocation drawn.
+        self.assertEqual([j["id"] for j in second["jobs"]], ["status-page"], second["jobs"])
+        job = second["jobs"][0]
+        self.assertEqual((job["cells"][1], job["cells"][4], job["cells"][6]), ("running", "2", "2"))
+        self.assertEqual(job["allocation"], 1)
 
 
 if __name__ == "__main__":

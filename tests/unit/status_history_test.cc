@@ -140,5 +140,79 @@ TEST_F(StatusHistoryTest, ToJson_NaNLossAndQuotedIds_IsValidJson) {
   EXPECT_EQ(point.values(3).number_value(), 12.5);
 }
 
+// A job of the pool as the status lists it.
+void AddJob(v1::JobStatus* s, const std::string& id, uint32_t workers, uint32_t world_size) {
+  v1::JobSummary* j = s->add_jobs();
+  j->set_job_id(id);
+  j->set_workers(workers);
+  j->set_world_size(world_size);
+}
+
+std::vector<uint32_t> Workers(const StatusHistory::JobAllocations& job) {
+  std::vector<uint32_t> workers;
+  for (const auto& p : job.points) workers.push_back(p.workers);
+  return workers;
+}
+
+TEST_F(StatusHistoryTest, Allocations_OnePointPerChangeOfEachJob) {
+  StatusHistory history(&clock_, {});
+  const double t0 = absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch());
+  v1::JobStatus s = Job("a");
+  AddJob(&s, "a", 4, 4);
+  history.Record(s);
+  clock_.Advance(absl::Seconds(1));
+  history.Record(s);  // nothing changed: no point
+  v1::JobStatus shrunk = Job("a");
+  AddJob(&shrunk, "a", 2, 2);
+  AddJob(&shrunk, "b", 2, 0);  // b holds two, still forming
+  history.Record(shrunk);
+  v1::JobStatus formed = Job("a");
+  AddJob(&formed, "a", 2, 2);
+  AddJob(&formed, "b", 2, 2);
+  history.Record(formed);
+  const std::vector<StatusHistory::JobAllocations> jobs = history.Allocations();
+  ASSERT_THAT(jobs, SizeIs(2));
+  EXPECT_EQ(jobs[0].job_id, "a");
+  EXPECT_THAT(Workers(jobs[0]), ElementsAre(4, 2));
+  EXPECT_EQ(jobs[0].points[0].unix_seconds, t0);
+  EXPECT_EQ(jobs[0].points[1].unix_seconds, t0 + 1);
+  EXPECT_EQ(jobs[1].job_id, "b");
+  ASSERT_THAT(jobs[1].points, SizeIs(2));
+  EXPECT_EQ(jobs[1].points[0].world_size, 0u);
+  EXPECT_EQ(jobs[1].points[1].world_size, 2u);
+}
+
+TEST_F(StatusHistoryTest, Allocations_BoundedInJobsAndPoints_JobsNoLongerListedForgotten) {
+  StatusHistory::Options options;
+  options.max_jobs = 2;
+  options.max_points_per_job = 3;
+  StatusHistory history(&clock_, options);
+  for (uint32_t n = 1; n <= 5; ++n) {
+    v1::JobStatus s = Job("a");
+    AddJob(&s, "a", n, n);
+    history.Record(s);
+  }
+  EXPECT_THAT(Workers(history.Allocations()[0]), ElementsAre(3, 4, 5));  // the newest
+  v1::JobStatus three = Job("a");
+  for (const char* id : {"a", "b", "c"}) AddJob(&three, id, 1, 1);
+  history.Record(three);
+  std::vector<std::string> ids;
+  for (const auto& job : history.Allocations()) ids.push_back(job.job_id);
+  EXPECT_THAT(ids, ElementsAre("b", "c"));  // the first seen went first
+  v1::JobStatus only_c = Job("c");
+  AddJob(&only_c, "c", 1, 1);
+  history.Record(only_c);
+  ASSERT_THAT(history.Allocations(), SizeIs(1));
+  EXPECT_EQ(history.Allocations()[0].job_id, "c");
+  // In the JSON too, quoted.
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(history.ToJson(), &parsed).ok());
+  const auto& job = parsed.fields().at("jobs").list_value().values(0).struct_value();
+  EXPECT_EQ(job.fields().at("job_id").string_value(), "c");
+  const auto& point = job.fields().at("points").list_value().values(0).list_value();
+  ASSERT_EQ(point.values_size(), 3);
+  EXPECT_EQ(point.values(1).number_value(), 1);
+}
+
 }  // namespace
 }  // namespace ddp

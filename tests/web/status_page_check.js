@@ -21,6 +21,11 @@ function read(page) {
       })),
       loss: points("loss-chart"),
       rate: points("rate-chart"),
+      jobs: Array.from(document.querySelectorAll("#jobs tbody tr")).map((tr) => ({
+        id: tr.dataset.jobId,
+        cells: Array.from(tr.cells).map((td) => td.textContent),
+        allocation: tr.querySelectorAll("svg.allocation path.curve").length,
+      })),
       phases: document.querySelectorAll("#breakdown rect.phase").length,
       generations: document.querySelectorAll("#timeline g.generation").length,
       changes: document.querySelectorAll("#changes tbody tr").length,
