@@ -274,7 +274,7 @@ void CoordinatorServer::TickLoop() {
     }
     core_->Tick();
     const absl::Time now = absl::Now();
-    watchers_->Broadcast(core_->StatusView(), now);
+    watchers_->Broadcast([this](const std::string& id) { return core_->JobStatusView(id); }, now);
     if (page_) history_->Record(*core_->Snapshot());
     if (now - trimmed >= absl::Seconds(5)) {
       ReturnFreeMemory();

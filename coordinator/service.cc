@@ -231,7 +231,12 @@ grpc::ServerWriteReactor<v1::JobStatus>* CoordinatorService::WatchStatus(
   }
   double seconds = request->interval_seconds() == 0 ? 1.0 : request->interval_seconds();
   seconds = std::clamp(seconds, 0.05, 3600.0);
-  return watchers_->Start(core_->StatusView(), absl::Seconds(seconds), absl::Now());
+  // A job that has a status now: its first snapshot goes out at once.
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> first =
+      core_->JobStatusView(request->job_id());
+  if (!first.ok()) return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(first.status());
+  return watchers_->Start(*std::move(first), absl::Seconds(seconds), absl::Now(),
+                          request->job_id());
 }
 
 }  // namespace ddp

@@ -1,9 +1,12 @@
 #include "coordinator/status_watchers.h"
 
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 
 namespace ddp {
 
@@ -18,8 +21,16 @@ namespace ddp {
 // they offer to it outside the owner's lock is still memory, not freed.
 class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
  public:
-  StatusWatch(StatusWatchers* owner, absl::Duration interval)
-      : owner_(owner), interval_(interval) {}
+  StatusWatch(StatusWatchers* owner, absl::Duration interval, std::string job_id)
+      : owner_(owner), interval_(interval), job_id_(std::move(job_id)) {}
+
+  const std::string& job_id() const { return job_id_; }
+
+  // Whether an Offer now would write.
+  bool Due(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    return !writing_ && !finishing_ && now - last_write_ >= interval_;
+  }
 
   void Offer(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now) {
     const v1::JobStatus* write = nullptr;
@@ -43,25 +54,29 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
     Finish(status);
   }
 
-  void End() {
+  // Ends the stream with `status` (after a write in flight).
+  void End(const grpc::Status& status = grpc::Status::OK) {
     {
       absl::MutexLock lock(&mu_);
       if (finishing_) return;
       finishing_ = true;
+      end_status_ = status;
       if (writing_) return;  // OnWriteDone finishes
     }
-    Finish(grpc::Status::OK);
+    Finish(status);
   }
 
   void OnWriteDone(bool ok) override {
     bool finish = false;
+    grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) finishing_ = true;
       finish = finishing_;
+      status = end_status_;
     }
-    if (finish) Finish(grpc::Status::OK);
+    if (finish) Finish(status);
   }
 
   void OnCancel() override { End(); }
@@ -78,7 +93,9 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
  private:
   StatusWatchers* owner_;
   const absl::Duration interval_;
+  const std::string job_id_;
   absl::Mutex mu_;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_write_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -86,8 +103,9 @@ class StatusWatch final : public grpc::ServerWriteReactor<v1::JobStatus> {
 };
 
 grpc::ServerWriteReactor<v1::JobStatus>* StatusWatchers::Start(
-    std::shared_ptr<const v1::JobStatus> first, absl::Duration interval, absl::Time now) {
-  auto watch = std::make_shared<StatusWatch>(this, interval);
+    std::shared_ptr<const v1::JobStatus> first, absl::Duration interval, absl::Time now,
+    const std::string& job_id) {
+  auto watch = std::make_shared<StatusWatch>(this, interval, job_id);
   watch->self_ = watch;
   size_t open = 0;
   {
@@ -117,8 +135,19 @@ std::vector<std::shared_ptr<StatusWatch>> StatusWatchers::Open() {
   return open;
 }
 
-void StatusWatchers::Broadcast(const std::shared_ptr<const v1::JobStatus>& status, absl::Time now) {
-  for (const std::shared_ptr<StatusWatch>& watch : Open()) watch->Offer(status, now);
+void StatusWatchers::Broadcast(const ViewOf& view_of, absl::Time now) {
+  // Each job's view is built once, and only when a watch of it is due.
+  std::map<std::string, absl::StatusOr<std::shared_ptr<const v1::JobStatus>>> views;
+  for (const std::shared_ptr<StatusWatch>& watch : Open()) {
+    if (!watch->Due(now)) continue;
+    auto view = views.find(watch->job_id());
+    if (view == views.end()) view = views.emplace(watch->job_id(), view_of(watch->job_id())).first;
+    if (view->second.ok()) {
+      watch->Offer(*view->second, now);
+    } else {
+      watch->End(ToGrpcStatus(view->second.status()));
+    }
+  }
 }
 
 void StatusWatchers::FinishAll() {

@@ -340,7 +340,8 @@ TEST_F(CoordinatorQuotaTest, JobOverItsOwnersQuota_WaitsSayingWhy_TheJobBehindSt
   for (int i : {0, 1}) SendState(w[i], 1, v1::WORKER_STATE_DONE);
   core_->Tick();
   EXPECT_EQ(core_->GetJob("a2")->state(), v1::JOB_STATE_RUNNING);
-  const v1::JobSummary* running = Job(Status(), "a2");
+  const v1::JobStatus status = Status();
+  const v1::JobSummary* running = Job(status, "a2");
   ASSERT_NE(running, nullptr);
   EXPECT_EQ(running->workers(), 1u);
 }

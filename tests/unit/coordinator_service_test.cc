@@ -85,7 +85,8 @@ class CoordinatorServiceTest : public CoordinatorTest {
   void Broadcast() {
     core_->Tick();
     broadcast_at_ += absl::Hours(1);
-    watchers_->Broadcast(core_->StatusView(), broadcast_at_);
+    watchers_->Broadcast([this](const std::string& id) { return core_->JobStatusView(id); },
+                         broadcast_at_);
   }
 
   // Reads until a snapshot is `wanted`, offering the latest status all the
@@ -232,6 +233,56 @@ TEST_F(CoordinatorServiceTest, WatchStatus_SlowAndCancelledWatchers_OthersStillS
   EXPECT_TRUE(ReadUntil(*reader, [](const v1::JobStatus& s) { return s.job_id() == "test-job"; }));
   slow_context->TryCancel();
   EXPECT_TRUE(Eventually([&] { return watchers_->open_count() == 1; }));
+}
+
+TEST_F(CoordinatorServiceTest, WatchStatus_OfOneJob_ItsOwnStatus_EndsWhenItHasNone) {
+  Serve();
+  for (const char* device : {"cpu:0", "cpu:1"}) ASSERT_THAT(Attach("h", device), IsOk());
+  for (const char* name : {"a", "b"}) {
+    v1::JobSpec spec = Job(1, 1);
+    spec.set_name(name);
+    ASSERT_THAT(Submit(*core_, spec), IsOk());
+  }
+  core_->Tick();
+  v1::WatchStatusRequest request;
+  request.set_interval_seconds(0.05);
+  request.set_job_id("b");
+  auto context = Context();
+  auto reader = stub_->WatchStatus(context.get(), request);
+  v1::JobStatus status;
+  ASSERT_TRUE(reader->Read(&status));  // the first, at once: b's own
+  EXPECT_EQ(status.job_id(), "b");
+  ASSERT_EQ(status.workers_size(), 1);
+  EXPECT_EQ(status.workers(0).job_id(), "b");
+  EXPECT_TRUE(ReadUntil(*reader, [](const v1::JobStatus& s) { return s.job_id() == "b"; }));
+  // Once the coordinator has no status of b (it no longer keeps it), the
+  // stream ends saying why.
+  std::atomic<bool> done{false};
+  std::thread offers([&] {
+    while (!done) {  // until the stream ended (a write in flight skips an offer)
+      broadcast_at_ += absl::Hours(1);
+      watchers_->Broadcast(
+          [](const std::string& id) -> absl::StatusOr<std::shared_ptr<const v1::JobStatus>> {
+            return absl::NotFoundError("no job " + id);
+          },
+          broadcast_at_);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  while (reader->Read(&status)) {
+  }
+  done = true;
+  offers.join();
+  const grpc::Status ended = reader->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ended.error_message(), "no job b");
+
+  // A job with no status: refused at once.
+  request.set_job_id("nobody");
+  auto unknown_context = Context();
+  auto unknown = stub_->WatchStatus(unknown_context.get(), request);
+  EXPECT_FALSE(unknown->Read(&status));
+  EXPECT_EQ(unknown->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(CoordinatorServiceTest, WatchStatus_OverTheLimit_ResourceExhausted) {
