@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Jobs sharing one pool of real worker processes: two side by side, each on
 workers of its own (no process in both), where a kill -9 of a worker of one
-job re-forms only that job; and a higher-priority job that makes a running
-one shrink at a step boundary and grow back once it is done. Every job
-succeeds with every sample once (the workers' index logs)."""
+job re-forms only that job, and a third is queued with its reason (and
+cancelled), as is one no worker fits; and a higher-priority job that makes
+a running one shrink at a step boundary and grow back once it is done.
+Every job succeeds with every sample once (the workers' index logs)."""
 import json
 import os
 import signal
@@ -77,6 +78,22 @@ class JobPoolTest(unittest.TestCase):
             self.assertEqual(sorted(len(by_job.get(n, [])) for n in ("a", "b")), [2, 2], by_job)
             self.assertFalse(set(by_job["a"]) & set(by_job["b"]), by_job)
             b_generation = running["b"]["generation"]
+
+            # The pool is full: a third job is queued, saying why, and can be
+            # cancelled; one that no worker fits says so.
+            answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job("c", 2, 2)))
+            self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
+            c = client.call(C + "GetJob", '{"job_id": "c"}')
+            self.assertIn("waiting for 2 free worker(s) that fit it (0 free now", c["message"])
+            client.call(C + "CancelJob", '{"job_id": "c"}')
+            self.assertNotIn("c", [j["job_id"] for j in client.call(C + "ListJobs")["jobs"]])
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("picky", 2, 2, workerSelector={"gpu": "h200"})))
+            picky = client.call(C + "GetJob", '{"job_id": "picky"}')
+            self.assertEqual(picky["state"], "JOB_STATE_QUEUED", picky)
+            self.assertIn("it needs 2 that fit it and only 0 attached worker(s) do "
+                          "(labels gpu=h200)", picky["message"])
+            client.call(C + "CancelJob", '{"job_id": "picky"}')
 
             # A worker of job a dies: a re-forms on its survivor; b trains on.
             os.kill(by_job["a"][0], signal.SIGKILL)
