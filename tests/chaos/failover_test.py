@@ -107,7 +107,9 @@ class FailoverTest(unittest.TestCase):
         self.finish(run, t)
 
     def test_etcd_member_lost_then_all_etcd_down_training_goes_on(self):
-        run = self.run_job("failover-etcd", epochs=4)
+        # Long enough to train through ~15 s of faults on a fast machine too
+        # (4 epochs ended before etcd went down on one).
+        run = self.run_job("failover-etcd", epochs=10)
         leader = run.leader()
         # One member of three: nothing to see.
         self.etcd.kill(2)

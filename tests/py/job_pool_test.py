@@ -18,13 +18,14 @@ from cluster import Cluster, synthetic_job  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
 TRAIN = 60000  # Fashion-MNIST
-EPOCHS = 2
+EPOCHS = 4  # still running at the third job and the kill, on a fast machine too
 A_EPOCHS = 3  # the job that shrinks and grows back
 
 
 def job(name, min_workers, max_workers, **overrides):
-    """An MLP on Fashion-MNIST: ~10 s an epoch for two jobs of two workers
-    on two cores, long enough to kill a worker mid-run."""
+    """An MLP on Fashion-MNIST: 3-10 s an epoch for two jobs of two workers
+    on two cores, so a job of EPOCHS runs long enough to kill a worker
+    mid-run."""
     spec = synthetic_job(name, min_workers, maxWorkers=max_workers, evaluate=False,
                          epochs=EPOCHS, seed=11, batchSize=64, dataset={"kind": "fashion-mnist"},
                          rejoinTimeoutSeconds=2, hangTimeoutSeconds=10,
