@@ -142,13 +142,19 @@ class JobPoolTest(unittest.TestCase):
             cluster.wait_for(lambda: jobs(cluster)["a"]["state"] == "JOB_STATE_SUCCEEDED",
                              300, "a to succeed")
             a = client.call(C + "GetStatus", '{"job_id": "a"}')
-            causes = [c["cause"] for c in a["generation_changes"]]
-            self.assertEqual(causes, ["CHANGE_CAUSE_START", "CHANGE_CAUSE_SHRUNK",
-                                      "CHANGE_CAUSE_JOINED"], a["generation_changes"])
-            for change in a["generation_changes"]:
+            # b's two workers may free up a moment apart: a takes them back in
+            # one re-formation or in two, each at a step boundary.
+            changes = a["generation_changes"]
+            causes = [c["cause"] for c in changes]
+            self.assertEqual(causes[:2], ["CHANGE_CAUSE_START", "CHANGE_CAUSE_SHRUNK"], changes)
+            self.assertIn(len(causes), (3, 4), changes)
+            self.assertEqual(set(causes[2:]), {"CHANGE_CAUSE_JOINED"}, changes)
+            self.assertEqual(changes[-1]["world_size"], 4, changes)
+            for change in changes:
                 self.assertEqual(int(change.get("steps_lost", 0)), 0, change)
             lines = check_every_sample_once(self, cluster, {"a": A_EPOCHS, "b": 1})
-            self.assertEqual(sorted({l["world_size"] for l in lines if l["job"] == "a"}), [2, 4])
+            sizes = {l["world_size"] for l in lines if l["job"] == "a"}
+            self.assertTrue({2, 4} <= sizes <= {2, 3, 4}, sizes)
         finally:
             cluster.stop()
 
