@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -138,6 +140,15 @@ std::vector<prometheus::MetricFamily> CoordinatorFamilies(const CoordinatorSampl
     }
     out.push_back(std::move(family));
   }
+  // What each owner's jobs hold together, against its quota: the owners of
+  // the jobs above, so bounded as they are.
+  std::map<std::string, double> by_owner;
+  for (const v1::JobSummary& job : s.jobs()) by_owner[job.owner()] += job.workers();
+  prometheus::MetricFamily owners = Family(
+      "ddp_pool_owner_workers",
+      "workers the jobs of each owner hold together (its quota caps this)", MetricType::Gauge);
+  for (const auto& [owner, workers] : by_owner) AddValue(&owners, workers, {{"owner", owner}});
+  out.push_back(std::move(owners));
 
   prometheus::MetricFamily changes =
       Family("ddp_job_generation_changes_total",

@@ -3,6 +3,7 @@
 // real daemons with a real Prometheus.
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/metrics_server.h"
@@ -133,6 +134,26 @@ TEST(CoordinatorFamilies, ManyJobs_OneSeriesPerJobThatStarted) {
   EXPECT_EQ(GaugeValue(f, "ddp_pool_job_samples_per_second", {{"job", "a"}}), 800);
   EXPECT_EQ(GaugeValue(f, "ddp_pool_job_priority", {{"job", "b"}}), 10);
   EXPECT_EQ(Find(f, "ddp_pool_job_workers")->metric.size(), 2u);
+  // Both jobs are nobody's (no owner=): the owner "" holds a's two.
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_owner_workers", {{"owner", ""}}), 2);
+}
+
+TEST(CoordinatorFamilies, Owners_WorkersTheirJobsHoldTogether) {
+  auto status = std::make_shared<v1::JobStatus>();
+  for (const auto& [id, owner, workers] :
+       {std::tuple{"a", "alice", 2}, std::tuple{"b", "alice", 3}, std::tuple{"c", "bob", 1}}) {
+    v1::JobSummary* j = status->add_jobs();
+    j->set_job_id(id);
+    j->set_owner(owner);
+    j->set_workers(workers);
+  }
+  CoordinatorSample sample;
+  sample.status = status;
+  ChangeTally tally;
+  const auto f = CoordinatorFamilies(sample, tally);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_owner_workers", {{"owner", "alice"}}), 5);
+  EXPECT_EQ(GaugeValue(f, "ddp_pool_owner_workers", {{"owner", "bob"}}), 1);
+  EXPECT_EQ(Find(f, "ddp_pool_owner_workers")->metric.size(), 2u);
 }
 
 TEST(CoordinatorFamilies, Leadership_OnlyForCoordinatorsThatFailOver) {
