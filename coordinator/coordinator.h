@@ -295,9 +295,14 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why queued job `index` waits ("": the queue's own words).
   absl::string_view QueueWhyLocked(size_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives free workers of the pool that fit `run` to it, up to `want`.
-  void GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
+  // Gives free workers of the pool that fit `run` to it, up to `want`;
+  // returns how many.
+  uint32_t GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grows running jobs of one priority (in start order) toward max_workers
+  // with the free workers that fit them: of several, each worker goes to the
+  // job whose measured samples/s gains most from it.
+  void GrowLocked(std::vector<JobRun*> jobs, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queue's head `head` waits with `free` free workers: lower-priority
   // running jobs give it workers, down to their min_workers (free ones at
   // once, members by a leave vote at the next step boundary: nothing is

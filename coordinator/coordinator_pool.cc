@@ -20,19 +20,25 @@
 //     lost: CHANGE_CAUSE_SHRUNK), never more often than the giver's
 //     reformMinIntervalSeconds (whole-job preemption is not built yet);
 //   - then running jobs grow toward max_workers, but only while no queued
-//     job that could ever fit waits for the workers;
+//     job that could ever fit waits for the workers: higher priority
+//     first; among equal priorities each free worker goes to the job whose
+//     measured samples/s gains most from it (JobProgress::throughput,
+//     ThroughputModel), ties in start order;
 //   - a worker holding a job's state goes to that job before others;
 //   - an owner's jobs together never hold more workers than its quota (the
 //     tokens file's max_workers): a queued job over it waits, saying so,
 //     and the jobs behind it may start first.
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/labels.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/throughput_model.h"
 #include "coordinator/worker_fit.h"
 
 namespace ddp {
@@ -139,13 +145,40 @@ void Coordinator::AllocateLocked(Effects* fx) {
   // Then queued jobs that fit, each taking its workers as it starts.
   while (StartQueuedLocked(fx)) {
   }
-  // Then growth toward max_workers, unless a queued job waits for workers.
+  // Then growth toward max_workers, unless a queued job waits for workers:
+  // the higher priority first, and jobs of one priority as GrowLocked says.
   if (queue_head_needs_workers_) return;
-  for (JobRun* run : RunningByPriorityLocked()) {
-    const uint32_t has = HeldCountLocked(*run);
-    if (has < run->spec().max_workers()) {
-      GiveWorkersLocked(*run, run->spec().max_workers() - has, fx);
+  const std::vector<JobRun*> running = RunningByPriorityLocked();
+  for (auto first = running.begin(); first != running.end();) {
+    auto end = std::find_if(first, running.end(), [first](const JobRun* run) {
+      return run->spec().priority() != (*first)->spec().priority();
+    });
+    GrowLocked(std::vector<JobRun*>(first, end), fx);
+    first = end;
+  }
+}
+
+void Coordinator::GrowLocked(std::vector<JobRun*> jobs, Effects* fx) {
+  std::map<const JobRun*, uint32_t> held;
+  for (const JobRun* run : jobs) held[run] = HeldCountLocked(*run);
+  auto full = [&held](const JobRun* run) { return held[run] >= run->spec().max_workers(); };
+  jobs.erase(std::remove_if(jobs.begin(), jobs.end(), full), jobs.end());
+  // One job left: all it can take at once. Of several, one worker at a
+  // time to the job whose measured samples/s gains most from it (Pollux's
+  // goodput idea; an unmeasured job gains 1, so ties go in start order).
+  while (!jobs.empty()) {
+    auto best = jobs.begin();
+    if (jobs.size() > 1) {
+      best = std::max_element(jobs.begin(), jobs.end(), [&held](const JobRun* a, const JobRun* b) {
+        return MarginalGain(a->progress().throughput(), held[a]) <
+               MarginalGain(b->progress().throughput(), held[b]);
+      });
     }
+    JobRun& run = **best;
+    const uint32_t want = jobs.size() == 1 ? run.spec().max_workers() - held[&run] : 1;
+    const uint32_t given = GiveWorkersLocked(run, want, fx);
+    held[&run] += given;
+    if (given < want || full(&run)) jobs.erase(best);  // full, or nothing fits it
   }
 }
 
@@ -179,7 +212,7 @@ absl::string_view Coordinator::QueueWhyLocked(size_t index) const {
   return why == queue_waits_.end() ? absl::string_view() : why->second;
 }
 
-void Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx) {
+uint32_t Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx) {
   // Never past its owner's quota.
   want = std::min(want, QuotaLeftLocked(run.owner()));
   std::vector<WorkerRecord*> given;
@@ -200,6 +233,7 @@ void Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx) {
     dirty_ = true;
   }
   if (!given.empty()) MaybeFormGenerationLocked(run, fx);
+  return static_cast<uint32_t>(given.size());
 }
 
 bool Coordinator::StartQueuedLocked(Effects* fx) {

@@ -101,6 +101,12 @@ void JobProgress::SampleProgress() {
   while (rate_window_.size() > 2 && now - rate_window_.front().first > kRateWindow) {
     rate_window_.pop_front();
   }
+  double rate = 0;
+  for (const RankProgress& r : ranks_) {
+    if (!r.reported) return;
+    rate += r.samples_per_sec;
+  }
+  if (rate > 0) throughput_[world_size_] = rate;
 }
 
 void JobProgress::OnEpochResult(const v1::EpochResult& result) {

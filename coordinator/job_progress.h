@@ -64,9 +64,14 @@ class JobProgress {
 
   // O(1): called for every report of every rank.
   void OnStepReport(uint32_t rank, const v1::StepReport& report);
-  // Records the global step now, for the ETA. Called when status is
-  // published, not per report: the global step is O(world size).
+  // Records the global step now, for the ETA, and the job's samples/s at
+  // its world size once every rank reported. Called when status is
+  // published, not per report: both are O(world size).
   void SampleProgress();
+  // The newest measured samples/s (every rank's, summed) at each world size
+  // the job trained at: what the pool's growth weighs (ThroughputModel).
+  // At most one entry per world size, so bounded by max_workers.
+  const std::map<uint32_t, double>& throughput() const { return throughput_; }
   void OnEpochResult(const v1::EpochResult& result);
   // 1 + the newest epoch evaluated (0: none yet).
   uint64_t evaluated_epochs() const;
@@ -156,6 +161,7 @@ class JobProgress {
   std::deque<std::pair<absl::Time, uint64_t>> rate_window_;
   // Wall times of recent steps, for the hang threshold.
   std::deque<double> step_seconds_;
+  std::map<uint32_t, double> throughput_;
 };
 
 }  // namespace ddp

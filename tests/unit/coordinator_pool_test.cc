@@ -274,6 +274,46 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThen
   EXPECT_EQ(w[3].assignment().start_step(), 9u);
 }
 
+// The job of worker `w` in the status (who the pool gave it to).
+std::string JobOf(const v1::JobStatus& status, const TestWorker& w) {
+  for (const v1::WorkerStatus& ws : status.workers()) {
+    if (ws.worker_id() == w.id()) return ws.job_id();
+  }
+  return "(not listed)";
+}
+
+TEST_F(CoordinatorPoolTest, Growth_AFreeWorkerGoesToTheEqualPriorityJobThatGainsMost) {
+  auto w = AttachN(2);
+  const v1::JobSpec x = Named("x", 1, 2), y = Named("y", 1, 2);
+  ASSERT_THAT(Submit(*core_, x), IsOk());
+  // x measures 6400 samples/s on two workers (64 samples in 20 ms each)...
+  for (const TestWorker& m : w) {
+    SendState(m, 1, v1::WORKER_STATE_TRAINING);
+    SendReport(m, 1, 1, 0.5, "", 0.02);
+  }
+  Status();
+  // ...and, once one is lost, 6095 on one: a second worker gains it 5%.
+  core_->OnStreamClosed(w[1].session, "killed");
+  SendState(w[0], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(x, 1, 1));
+  core_->Tick();
+  ASSERT_EQ(w[0].assignment().world_size(), 1u);
+  const uint64_t g = w[0].assignment().generation();
+  SendState(w[0], g, v1::WORKER_STATE_TRAINING);
+  SendReport(w[0], g, 2, 0.5, "", 64.0 / 6095);
+  Status();
+  // y, of the same priority, starts on the next worker to come.
+  ASSERT_THAT(Submit(*core_, y), IsOk());
+  auto more = AttachN(1, 2);
+  EXPECT_EQ(more[0].assignment().job_id(), "y");
+  // Both could grow by one: the next worker goes to y (unmeasured: a
+  // second worker may double it), not to x, which started first.
+  more.push_back(AttachN(1, 3)[0]);
+  EXPECT_EQ(JobOf(Status(), more[1]), "y");
+  // y is full: x takes the one after, gain or not.
+  more.push_back(AttachN(1, 4)[0]);
+  EXPECT_EQ(JobOf(Status(), more[2]), "x");
+}
+
 TEST_F(CoordinatorPoolTest, HigherPriorityJob_NotEnoughAboveMinWorkers_NobodyShrinks) {
   auto w = AttachN(3);
   ASSERT_THAT(Submit(*core_, Named("a", 2, 3)), IsOk());
