@@ -23,15 +23,21 @@
 namespace ddp {
 namespace {
 
-int ExitCodeFor(v1::JobState state) {
-  switch (state) {
-    case v1::JOB_STATE_SUCCEEDED:
-      return 0;
-    case v1::JOB_STATE_CANCELLED:
-      return 3;
-    default:
-      return 1;
-  }
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// 0 if every job succeeded, 1 if any failed, else 3 if any was cancelled.
+int ExitCodeFor(const v1::JobStatus& status) {
+  int code = 0;
+  auto note = [&code](v1::JobState state) {
+    if (state == v1::JOB_STATE_FAILED) code = 1;
+    if (state == v1::JOB_STATE_CANCELLED && code == 0) code = 3;
+  };
+  note(status.state());
+  for (const v1::JobSummary& job : status.jobs()) note(job.state());
+  return code;
 }
 
 // Written whole or not at all: a reader never sees half a file.
@@ -302,13 +308,14 @@ int CoordinatorServer::Wait() {
 bool CoordinatorServer::JobOver(absl::Time& ended_at, int& exit_code) {
   const auto snapshot = core_->Snapshot();
   const v1::JobState state = snapshot->state();
-  const bool ended = state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
-                     state == v1::JOB_STATE_CANCELLED;
-  // A queued job starts at the next tick: the coordinator's work isn't done.
-  if (!ended || snapshot->queued_jobs() > 0) return false;
+  // Every job of the pool, and the queue: a queued job starts at the next
+  // tick, so the coordinator's work isn't done.
+  bool ended = Ended(state) && snapshot->queued_jobs() == 0;
+  for (const v1::JobSummary& job : snapshot->jobs()) ended = ended && Ended(job.state());
+  if (!ended) return false;
   if (ended_at == absl::InfiniteFuture()) {
     ended_at = absl::Now();
-    exit_code = ExitCodeFor(state);
+    exit_code = ExitCodeFor(*snapshot);
     DDP_LOG(Info) << "job ended (" << v1::JobState_Name(state) << ": " << snapshot->message()
                   << "); stopping workers";
     core_->StopAllWorkers("the job ended and the coordinator exits");

@@ -44,8 +44,8 @@ ABSL_FLAG(absl::Duration, adopt_grace, absl::Seconds(10),
           "after a restart, how long the saved generation's members have to come back before it "
           "is re-formed without the missing ones");
 ABSL_FLAG(bool, exit_when_done, false,
-          "when the job ends, stop every worker and exit: 0 if it succeeded, 1 if it failed, "
-          "3 if it was cancelled");
+          "when every job has ended (none running or queued), stop every worker and exit: 0 if "
+          "every job succeeded, 1 if any failed, else 3 if any was cancelled");
 ABSL_FLAG(std::string, port_file, "", "write the port served on to this file once serving");
 ABSL_FLAG(uint32_t, max_attach_streams, 20000,
           "most worker (Attach) streams open at once, registered or not; more are refused "

@@ -250,7 +250,10 @@ class EvaluationChaosTest(unittest.TestCase):
         self.assertEqual(segments, [], "/dev/shm segments left behind")
 
     def test_evaluation_longer_than_the_hang_threshold_is_no_hang(self):
-        run = self.run_job(self.job("chaos-eval"))
+        # Twice the usual test set: each evaluation must outlast the hang
+        # threshold on a fast machine too (20000 took 0.9 s on one).
+        run = self.run_job(self.job("chaos-eval", dataset={
+            "kind": "synthetic", "trainSize": 12000, "testSize": 40000}))
         final = run.finish()
         causes = [c["cause"] for c in final["generation_changes"]]
         self.assertEqual(causes, ["CHANGE_CAUSE_START"], final["generation_changes"])

@@ -4,7 +4,8 @@ workers of its own (no process in both), where a kill -9 of a worker of one
 job re-forms only that job, and a third is queued with its reason (and
 cancelled), as is one no worker fits; and a higher-priority job that makes
 a running one shrink at a step boundary and grow back once it is done.
-Every job succeeds with every sample once (the workers' index logs)."""
+Every job succeeds with every sample once (the workers' index logs). And
+--exit_when_done waits for every job, its exit code saying the worst."""
 import json
 import os
 import signal
@@ -155,6 +156,27 @@ class JobPoolTest(unittest.TestCase):
             lines = check_every_sample_once(self, cluster, {"a": A_EPOCHS, "b": 1})
             sizes = {l["world_size"] for l in lines if l["job"] == "a"}
             self.assertTrue({2, 4} <= sizes <= {2, 3, 4}, sizes)
+        finally:
+            cluster.stop()
+
+    def test_exit_when_done_waits_for_every_job_and_says_the_worst(self):
+        cluster = Cluster(extra_flags=["--exit_when_done"])
+        try:
+            start_pool(self, cluster, 4)
+            client = cluster.client
+            # a (long) started first, b (short) last: the last to start
+            # succeeding must not hide that a was cancelled.
+            for spec in (job("a", 2, 2), job("b", 2, 2, epochs=1)):
+                client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(spec))
+            cluster.wait_for(lambda: all(jobs(cluster).get(n, {}).get("world_size") == 2
+                                         for n in ("a", "b")), 120, "both jobs to train")
+            client.call(C + "CancelJob", '{"job_id": "a"}')
+            cluster.wait_for(lambda: jobs(cluster)["a"]["state"] == "JOB_STATE_CANCELLED", 30,
+                             "a to be cancelled")
+            if client.call(C + "GetJob", '{"job_id": "b"}')["state"] == "JOB_STATE_RUNNING":
+                self.assertIsNone(cluster.coordinator.poll(), "the coordinator exited while b ran")
+            code = cluster.coordinator.wait(120)
+            self.assertEqual(code, 3, "exit code: one job was cancelled")
         finally:
             cluster.stop()
 
