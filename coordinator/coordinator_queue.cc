@@ -75,6 +75,7 @@ absl::StatusOr<v1::JobSummary> Coordinator::GetJob(const std::string& job_id) co
   const absl::Time now = clock_->Now();
   if (const JobRun* run = FindRunLocked(job_id)) {
     v1::JobSummary s = run->Summary(now);
+    s.set_workers(HeldCountLocked(*run));
     *s.mutable_spec() = run->spec();
     return s;
   }
@@ -107,6 +108,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(
   std::vector<Listed> jobs;
   for (const auto& run : runs_) {
     jobs.push_back({run->Summary(now), StartedToken(*run), start->Skips(*run)});
+    jobs.back().summary.set_workers(HeldCountLocked(*run));
   }
   for (size_t i = 0; i < queue_.size(); ++i) {
     const QueuedJob& job = queue_.jobs()[i];

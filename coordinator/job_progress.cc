@@ -298,6 +298,7 @@ void JobProgress::FillSummary(v1::JobSummary* summary) const {
   double rate = 0;
   for (const auto& r : ranks_) rate += r.reported ? r.samples_per_sec : 0;
   summary->set_samples_per_sec(state_ == v1::JOB_STATE_RUNNING ? rate : 0);
+  summary->mutable_samples_per_sec_by_world_size()->insert(throughput_.begin(), throughput_.end());
 }
 
 void JobProgress::FillStatus(v1::JobStatus* status) const {

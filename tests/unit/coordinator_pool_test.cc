@@ -12,9 +12,11 @@
 namespace ddp {
 namespace {
 
+using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
 // The state of job `spec` a worker holds after leaving `generation` at
@@ -300,7 +302,11 @@ TEST_F(CoordinatorPoolTest, Growth_AFreeWorkerGoesToTheEqualPriorityJobThatGains
   const uint64_t g = w[0].assignment().generation();
   SendState(w[0], g, v1::WORKER_STATE_TRAINING);
   SendReport(w[0], g, 2, 0.5, "", 64.0 / 6095);
-  Status();
+  const v1::JobStatus measured = Status();
+  const v1::JobSummary* x_summary = Job(measured, "x");
+  ASSERT_NE(x_summary, nullptr);
+  EXPECT_THAT(x_summary->samples_per_sec_by_world_size(),
+              UnorderedElementsAre(Pair(1u, DoubleNear(6095, 1e-6)), Pair(2u, 6400)));
   // y, of the same priority, starts on the next worker to come.
   ASSERT_THAT(Submit(*core_, y), IsOk());
   auto more = AttachN(1, 2);
@@ -312,6 +318,7 @@ TEST_F(CoordinatorPoolTest, Growth_AFreeWorkerGoesToTheEqualPriorityJobThatGains
   // y is full: x takes the one after, gain or not.
   more.push_back(AttachN(1, 4)[0]);
   EXPECT_EQ(JobOf(Status(), more[2]), "x");
+  EXPECT_EQ(core_->GetJob("y")->workers(), 2u);  // GetJob counts them too
 }
 
 TEST_F(CoordinatorPoolTest, HigherPriorityJob_NotEnoughAboveMinWorkers_NobodyShrinks) {
