@@ -6,6 +6,7 @@ Every wait here has a timeout and names what it waited for."""
 import gzip
 import json
 import os
+import random
 import socket
 import subprocess
 import time
@@ -27,9 +28,27 @@ def thread_env(**extra):
                 MKL_NUM_THREADS="1", **extra)
 
 
+_PORTS_GIVEN = set()
+
+
 def free_port():
-    """A loopback port nobody listens on now (it may be taken again before
-    use: only for servers that can't be given port 0)."""
+    """A loopback port nobody listens on now, for servers that can't be
+    given port 0. Drawn from 20000-28999: below the kernel's ephemeral range
+    (32768 up), so that no connect() or port-0 bind of the processes a test
+    starts can take it before the server binds it (one from that range
+    may be), and apart from the project's default ports (29400, 9400-9420)."""
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(20000, 29000)
+        if port in _PORTS_GIVEN:  # to this process already: not twice
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
