@@ -124,6 +124,13 @@ absl::StatusOr<std::shared_ptr<const v1::JobStatus>> Coordinator::JobStatusView(
   run->progress().SampleProgress();
   v1::JobStatus full;
   run->FillStatus(&full);
+  // The pool's jobs and queue, as the default view has them (at most a
+  // tick old): whichever job one asks about, the others stay in sight.
+  if (const std::shared_ptr<const v1::JobStatus> pool = StatusView()) {
+    *full.mutable_jobs() = pool->jobs();
+    *full.mutable_queue() = pool->queue();
+    full.set_queued_jobs(pool->queued_jobs());
+  }
   const absl::Time now = clock_->Now();
   uint32_t attached = 0;
   for (const WorkerRecord* w : registry_.All()) {

@@ -96,6 +96,12 @@ TEST_F(CoordinatorPoolTest, TwoJobs_RunSideBySideOnDisjointWorkers) {
     EXPECT_GE(ws->rank(), 0);  // its rank in its own job
   }
   EXPECT_EQ(status.queued_jobs(), 0u);
+  // b's own status lists b's workers, and the pool's jobs as the default does.
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> b = core_->JobStatusView("b");
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ((*b)->job_id(), "b");
+  EXPECT_EQ((*b)->workers_size(), 2);
+  EXPECT_EQ((*b)->jobs_size(), 2);
 }
 
 TEST_F(CoordinatorPoolTest, QueuedJob_StartsOnlyWhenMinWorkersAreFree_AllAtOnce) {
