@@ -58,8 +58,9 @@ void LineFile::Append(absl::string_view line) {
   if (fd_ < 0) return;
   std::string whole(line);
   whole.push_back('\n');
-  // O_APPEND: one write lands whole at the end (a regular file's write is
-  // not cut short but by a full disk or a signal before any byte).
+  // O_APPEND: one write lands at the end, whole but for a full disk or a
+  // SIGKILL while it copies (Linux stops between pages): then the line is
+  // cut, and the next Open starts a new line after it.
   ssize_t n;
   do {
     n = ::write(fd_, whole.data(), whole.size());

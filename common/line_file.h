@@ -1,8 +1,9 @@
 // A file of lines that a killed process can't corrupt: each line is
 // appended with one write(2) of the whole line and its newline (O_APPEND),
-// so the file only ever holds whole lines, and a process that finds the
-// last line unended (an older writer's, cut by a crash or a full disk)
-// ends it first, so that its own first line starts on a line of its own.
+// so lines never interleave and at most the last line is cut (a SIGKILL
+// while its write copies it, or a full disk); a process that finds the
+// last line unended ends it first, so that its own first line starts on a
+// line of its own.
 #ifndef DDP_COMMON_LINE_FILE_H_
 #define DDP_COMMON_LINE_FILE_H_
 
