@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/labels.h"
@@ -95,11 +96,13 @@ void Coordinator::RejectLocked(const std::string& worker_id, absl::Status why, E
 }
 
 void Coordinator::SendAbortLocked(const std::string& worker_id, uint64_t generation,
-                                  const std::string& reason, bool at_step_boundary, Effects* fx) {
+                                  const std::string& reason, bool at_step_boundary, Effects* fx,
+                                  bool checkpoint) {
   v1::CoordinatorMessage message;
   message.mutable_abort()->set_generation(generation);
   message.mutable_abort()->set_reason(Truncated(reason, kMaxReportedTextBytes));
   message.mutable_abort()->set_at_step_boundary(at_step_boundary);
+  message.mutable_abort()->set_checkpoint(checkpoint);
   SendLocked(worker_id, std::move(message), fx);
 }
 
@@ -237,9 +240,17 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
       case v1::WorkerMessage::kEpochResult:
         OnEpochResultLocked(run, worker, message.epoch_result(), &fx);
         break;
-      case v1::WorkerMessage::kCheckpoint:
-        OnCheckpointLocked(run, worker, message.checkpoint(), &fx);
+      case v1::WorkerMessage::kCheckpoint: {
+        // It may come after the worker left the job's generation (a
+        // preempted job's last checkpoint): the job it names is the one, if
+        // the worker was a member of its latest generation.
+        JobRun* named = FindRunLocked(message.checkpoint().job_id());
+        const bool was_member =
+            named != nullptr && named->active() &&
+            absl::c_linear_search(named->lifecycle().last_members(), worker->id);
+        OnCheckpointLocked(was_member ? *named : run, worker, message.checkpoint(), &fx);
         break;
+      }
       case v1::WorkerMessage::kRegister:
         RejectLocked(worker->id,
                      absl::InvalidArgumentError("already registered on this stream; a worker "
@@ -252,7 +263,7 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
     }
     // It may have left its generation, or its job ended: the pool shares
     // out whoever is free.
-    if (message.has_state()) AllocateLocked(&fx);
+    if (message.has_state() || message.has_checkpoint()) AllocateLocked(&fx);
   }
   Apply(fx);
 }

@@ -248,9 +248,11 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts or queues a checked spec.
   absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec, const std::string& owner);
-  // Starts `spec` as a job of its own and offers it the pool.
-  absl::Status StartJobLocked(const v1::JobSpec& spec, const std::string& owner, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts `spec` as a job of its own and offers it the pool; `queued`: the
+  // queue's entry it starts from (its place, and where a preempted job
+  // stood: it resumes from there).
+  absl::Status StartJobLocked(const v1::JobSpec& spec, const std::string& owner, Effects* fx,
+                              const QueuedJob* queued = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the durable state: every running job's, and the queue.
   void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -306,10 +308,21 @@ class Coordinator {
   // The queue's head `head` waits with `free` free workers: lower-priority
   // running jobs give it workers, down to their min_workers (free ones at
   // once, members by a leave vote at the next step boundary: nothing is
-  // lost), if that is enough for it to start. Returns why it waits then
-  // (empty: shrinking would not do).
+  // lost), if that is enough for it to start; if not, whole lower-priority
+  // jobs that checkpoint are preempted (PreemptLocked) while that makes it
+  // enough. Returns why it waits then (empty: neither would do).
   std::string ShrinkForLocked(const QueuedJob& head, uint32_t free, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- Preemption (coordinator_preemption.cc).
+
+  // Preempts `run` for `head`: its workers are the pool's again once they
+  // leave at the next step boundary, rank 0 checkpointing that step first.
+  void PreemptLocked(JobRun& run, const QueuedJob& head, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts each preempted job whose members all left back in the queue, once
+  // its checkpoint of their last step is written (or kPreemptCheckpointWait
+  // passed without it). Only between handlers: it drops JobRuns.
+  void RequeuePreemptedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the oldest ended jobs beyond kKeptEndedJobs.
   void PruneEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
@@ -318,7 +331,8 @@ class Coordinator {
   void RejectLocked(const std::string& worker_id, absl::Status why, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendAbortLocked(const std::string& worker_id, uint64_t generation, const std::string& reason,
-                       bool at_step_boundary, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       bool at_step_boundary, Effects* fx, bool checkpoint = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A worker registering says which generation it trains in: continue it,
   // or tell it to leave.

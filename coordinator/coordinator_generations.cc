@@ -82,7 +82,7 @@ void Coordinator::MaybePrepareLocked(const JobRun& run, WorkerRecord* worker, Ef
 void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
   JobProgress& job = run.progress();
   GenerationLifecycle& lifecycle = run.lifecycle();
-  if (!job.active() || lifecycle.adopting() || lifecycle.admitting()) return;
+  if (!job.active() || lifecycle.adopting() || lifecycle.admitting() || run.preempting()) return;
   const v1::JobSpec& spec = job.spec();
   const Generation* g = run.generations().current();
   const v1::JobState state = job.state();
@@ -190,6 +190,8 @@ void Coordinator::OnLeftLocked(JobRun& run, const std::string& worker_id, Effect
   // Every member left at the same step boundary: nothing was lost.
   lifecycle.EndAdmitting();
   EndGenerationLocked(run, "", fx);
+  // A preempted job goes back to the queue (RequeuePreemptedLocked).
+  if (run.preempting()) return;
   run.Recover(absl::StrCat("re-forming after a leave vote: ", run.leave_vote_why()));
   PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);

@@ -114,11 +114,21 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
 }
 
 absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::string& owner,
-                                         Effects* fx) {
+                                         Effects* fx, const QueuedJob* queued) {
   auto started = std::make_unique<JobRun>(clock_);
+  if (queued != nullptr && queued->preempted != nullptr) {
+    // Where it stood when preempted: its progress, newest checkpoint,
+    // changes (the preemption still open) and epoch results.
+    started->Restore(*queued->preempted, absl::ZeroDuration());
+    started->progress().Recover(
+        absl::StrCat("resuming after its preemption, from its checkpoint of step ",
+                     queued->preempted->last_checkpoint_step()));
+  } else if (absl::Status s = started->Start(spec, owner); !s.ok()) {
+    return s;
+  }
   // Its generations are numbered after every job's.
   started->generations().RestoreLatest(LatestGenerationLocked());
-  if (absl::Status s = started->Start(spec, owner); !s.ok()) return s;
+  if (queued != nullptr) started->set_queue_sequence(queued->sequence);
   started->set_start_sequence(next_run_sequence_++);
   runs_.push_back(std::move(started));
   JobRun& run = *runs_.back();

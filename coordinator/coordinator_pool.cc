@@ -119,7 +119,7 @@ uint64_t Coordinator::LatestGenerationLocked() const {
 std::vector<JobRun*> Coordinator::RunningByPriorityLocked() const {
   std::vector<JobRun*> runs;
   for (const auto& run : runs_) {
-    if (run->active()) runs.push_back(run.get());
+    if (run->active() && !run->preempting()) runs.push_back(run.get());
   }
   std::stable_sort(runs.begin(), runs.end(), [](const JobRun* a, const JobRun* b) {
     return a->spec().priority() > b->spec().priority();
@@ -134,6 +134,7 @@ uint32_t Coordinator::HeldCountLocked(const JobRun& run) const {
 }
 
 void Coordinator::AllocateLocked(Effects* fx) {
+  RequeuePreemptedLocked(fx);
   // First what running jobs need to train at all: a job without a
   // generation, up to min_workers.
   for (JobRun* run : RunningByPriorityLocked()) {
@@ -285,7 +286,7 @@ bool Coordinator::StartQueuedLocked(Effects* fx) {
   std::optional<QueuedJob> next = queue_.Take(spec.name());
   DDP_LOG(Info) << "job " << next->spec.name() << " leaves the queue"
                 << (AnyActiveLocked() ? ": enough free workers fit it" : ": no job runs");
-  if (absl::Status s = StartJobLocked(next->spec, next->owner, fx); !s.ok()) {
+  if (absl::Status s = StartJobLocked(next->spec, next->owner, fx, &*next); !s.ok()) {
     DDP_LOG(Error) << "job " << next->spec.name() << " could not start, and is dropped: " << s;
     dirty_ = true;
     PersistLocked(fx);
@@ -314,6 +315,10 @@ std::string Coordinator::ShrinkForLocked(const QueuedJob& head, uint32_t free, E
     JobRun* run;
     std::vector<WorkerRecord*> idle, members;
     bool rate_limited;
+    // Every worker it holds that fits the head, and whether it may be
+    // preempted whole (it checkpoints, and no library program trains in it).
+    uint32_t fitting;
+    bool preemptable;
   };
   std::vector<Giver> givers;
   uint32_t can_give = 0;
@@ -325,11 +330,13 @@ std::string Coordinator::ShrinkForLocked(const QueuedJob& head, uint32_t free, E
         run.lifecycle().admitting() || run.lifecycle().adopting()) {
       continue;
     }
-    Giver giver{&run, {}, {}, false};
+    Giver giver{&run, {}, {}, false, 0, !run.spec().checkpoint().dir().empty()};
     for (const WorkerRecord* w : registry_.All()) {
-      if (w->job == run.id() && IsFree(*w) && g->RankOf(w->id) < 0 && Fits(*w, spec)) {
-        giver.idle.push_back(registry_.Find(w->id));
-      }
+      if (w->job != run.id() || w->lost()) continue;
+      if (w->capabilities.program()) giver.preemptable = false;
+      if (!Fits(*w, spec)) continue;
+      ++giver.fitting;
+      if (IsFree(*w) && g->RankOf(w->id) < 0) giver.idle.push_back(registry_.Find(w->id));
     }
     const size_t spare =
         g->members.size() - std::min<size_t>(g->members.size(), run.spec().min_workers());
@@ -342,19 +349,37 @@ std::string Coordinator::ShrinkForLocked(const QueuedJob& head, uint32_t free, E
     run.lifecycle().FillFormationInput(&timing);
     giver.rate_limited =
         now < timing.last_formed_at + absl::Seconds(run.spec().reform_min_interval_seconds());
+    giver.preemptable = giver.preemptable && !giver.rate_limited;
     can_give += static_cast<uint32_t>(giver.idle.size() + giver.members.size());
     givers.push_back(std::move(giver));
   }
-  if (free + leaving + can_give < spec.min_workers()) return "";  // shrinking would not do
   std::stable_sort(givers.begin(), givers.end(), [](const Giver& a, const Giver& b) {
     if (a.run->spec().priority() != b.run->spec().priority()) {
       return a.run->spec().priority() < b.run->spec().priority();
     }
     return a.run->start_sequence() > b.run->start_sequence();
   });
-  uint32_t still = spec.min_workers() - free - leaving;
+  // Shrinking not enough: whole jobs that checkpoint go back to the queue,
+  // the lowest priority (then the last started) first, while that lets the
+  // head start; else nobody is disturbed.
+  uint32_t reachable = free + leaving + can_give;
+  std::vector<Giver*> victims;
+  for (Giver& giver : givers) {
+    if (reachable >= spec.min_workers()) break;
+    if (!giver.preemptable) continue;
+    victims.push_back(&giver);
+    reachable += giver.fitting - static_cast<uint32_t>(giver.idle.size() + giver.members.size());
+  }
+  if (reachable < spec.min_workers()) return "";  // shrinking and preempting would not do
+  uint32_t coming = free + leaving;
+  for (Giver* victim : victims) {
+    PreemptLocked(*victim->run, head, fx);
+    coming += victim->fitting;
+  }
+  uint32_t still = spec.min_workers() - std::min(spec.min_workers(), coming);
   std::string waits_for;
   for (Giver& giver : givers) {
+    if (giver.run->preempting()) continue;
     for (WorkerRecord* w : giver.idle) {
       if (still == 0) break;
       registry_.Release(w);
@@ -387,6 +412,15 @@ std::string Coordinator::ShrinkForLocked(const QueuedJob& head, uint32_t free, E
     }
   }
   dirty_ = true;
+  if (!victims.empty()) {
+    std::string names;
+    for (const Giver* victim : victims) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", Quote(victim->run->id()));
+    }
+    return absl::StrCat("waiting for ", wanted, "; preempting ", names,
+                        " (checkpointed at the next step boundary, then queued again)",
+                        still == 0 ? "" : " and shrinking lower-priority jobs", ")");
+  }
   return absl::StrCat("waiting for ", wanted, "; lower-priority jobs give the rest",
                       waits_for.empty()
                           ? ""

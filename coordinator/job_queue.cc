@@ -32,6 +32,8 @@ absl::Status JobQueue::Add(const v1::JobSpec& spec, const std::string& owner, ab
   return absl::OkStatus();
 }
 
+void JobQueue::Requeue(QueuedJob job) { Insert(std::move(job)); }
+
 std::optional<size_t> JobQueue::IndexOf(absl::string_view id) const {
   for (size_t i = 0; i < jobs_.size(); ++i) {
     if (jobs_[i].spec.name() == id) return i;
@@ -63,14 +65,20 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   s.set_owner(job.owner);
   s.set_queue_position(static_cast<uint32_t>(index + 1));
   s.set_age_seconds(absl::ToDoubleSeconds(now - job.submitted_at));
+  const std::string preempted =
+      job.preempted == nullptr ? ""
+                               : absl::StrCat("preempted at step ", job.preempted->global_step(),
+                                              "; resumes from its checkpoint of step ",
+                                              job.preempted->last_checkpoint_step(), ". ");
+  if (job.preempted != nullptr) s.set_global_step(job.preempted->global_step());
   if (!why.empty()) {
-    s.set_message(std::string(why));
+    s.set_message(absl::StrCat(preempted, why));
   } else if (index > 0) {
     s.set_message(
-        absl::StrCat("waiting for ", index, index == 1 ? " job" : " jobs",
+        absl::StrCat(preempted, "waiting for ", index, index == 1 ? " job" : " jobs",
                      " queued ahead of it (higher priority, or submitted earlier) to start"));
   } else {
-    s.set_message("next: starts at the coordinator's next tick");
+    s.set_message(absl::StrCat(preempted, "next: starts at the coordinator's next tick"));
   }
   return s;
 }
@@ -82,6 +90,7 @@ void JobQueue::FillDurable(v1::DurableState* state) const {
     d->set_owner(job.owner);
     d->set_sequence(job.sequence);
     d->set_submitted_unix_micros(absl::ToUnixMicros(job.submitted_at));
+    if (job.preempted != nullptr) *d->mutable_preempted() = *job.preempted;
   }
   state->set_next_queue_sequence(next_sequence_);
 }
@@ -89,7 +98,10 @@ void JobQueue::FillDurable(v1::DurableState* state) const {
 void JobQueue::Restore(const v1::DurableState& state) {
   jobs_.clear();
   for (const v1::DurableQueuedJob& d : state.queue()) {
-    Insert({d.spec(), d.owner(), d.sequence(), absl::FromUnixMicros(d.submitted_unix_micros())});
+    QueuedJob job{d.spec(), d.owner(), d.sequence(),
+                  absl::FromUnixMicros(d.submitted_unix_micros())};
+    if (d.has_preempted()) job.preempted = std::make_shared<const v1::DurableState>(d.preempted());
+    Insert(std::move(job));
   }
   next_sequence_ = state.next_queue_sequence();
   for (const QueuedJob& job : jobs_) next_sequence_ = std::max(next_sequence_, job.sequence + 1);

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct QueuedJob {
   std::string owner;
   uint64_t sequence = 0;
   absl::Time submitted_at;
+  // Set when it ran and was preempted: where it stood (JobRun::FillDurable);
+  // it resumes from there, from its checkpoint.
+  std::shared_ptr<const v1::DurableState> preempted;
 };
 
 class JobQueue {
@@ -38,6 +42,9 @@ class JobQueue {
   // RESOURCE_EXHAUSTED when kMaxQueuedJobs are queued; ALREADY_EXISTS when
   // a job of that name is (the caller decides whether it is the same job).
   absl::Status Add(const v1::JobSpec& spec, const std::string& owner, absl::Time now);
+  // Puts a preempted job back with its own sequence (its place among its
+  // priority), over kMaxQueuedJobs if need be: it was accepted already.
+  void Requeue(QueuedJob job);
   // OK to add one more (RESOURCE_EXHAUSTED as Add says it).
   absl::Status CheckRoom() const;
   // The job named `id`, or nullptr.

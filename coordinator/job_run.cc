@@ -73,6 +73,12 @@ void JobRun::BeginLeaveVote(v1::ChangeCause cause, const std::string& why,
   progress_.SetWaitingMessage(why);
 }
 
+void JobRun::BeginPreemption(const std::string& for_job, const std::string& why) {
+  BeginLeaveVote(v1::CHANGE_CAUSE_PREEMPTED, why, generations_.current()->MemberIds());
+  preempted_at_ = clock_->Now();
+  DDP_LOG(Info) << "job " << id() << " is preempted for job " << for_job << ": " << why;
+}
+
 void JobRun::LoseGeneration(v1::ChangeCause cause, const std::string& reason,
                             const std::vector<std::string>& left) {
   lifecycle_.EndAdmitting();

@@ -20,6 +20,7 @@
 #define DDP_COORDINATOR_JOB_RUN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,18 @@ class JobRun {
   // job (CHANGE_CAUSE_SHRUNK).
   void BeginLeaveVote(v1::ChangeCause cause, const std::string& why,
                       const std::vector<std::string>& giving = {});
+  // Preempted whole for job `for_job`: every member was asked to leave at
+  // the next step boundary, rank 0 to checkpoint that step first
+  // (CHANGE_CAUSE_PREEMPTED, open until the job resumes). The Coordinator
+  // puts it back in the queue once both are done.
+  void BeginPreemption(const std::string& for_job, const std::string& why);
+  bool preempting() const { return preempted_at_.has_value(); }
+  // When the preemption began (needs preempting()).
+  absl::Time preempted_at() const { return *preempted_at_; }
+  // Its sequence in the queue it started from (0 if it never waited): a
+  // preempted job goes back in its old place.
+  uint64_t queue_sequence() const { return queue_sequence_; }
+  void set_queue_sequence(uint64_t sequence) { queue_sequence_ = sequence; }
   // Why the members were last asked to leave at a step boundary.
   const std::string& leave_vote_why() const { return leave_vote_why_; }
   // The current generation is lost to a fault (`cause`, with `reason`, the
@@ -143,6 +156,8 @@ class JobRun {
   JobProgress progress_;
   std::string owner_;
   uint64_t start_sequence_ = 0;
+  uint64_t queue_sequence_ = 0;
+  std::optional<absl::Time> preempted_at_;
   std::string leave_vote_why_;
   GenerationManager generations_;
   ChangeLog changes_;

@@ -122,7 +122,12 @@ void WorkerAgent::OnAbort(const v1::Abort& abort) {
   DDP_LOG(Info) << "leaving generation " << abort.generation()
                 << " at the next step boundary: " << abort.reason();
   absl::MutexLock lock(&mu_);
-  if (run_ && run_->generation() == abort.generation()) run_->LeaveAtStepBoundary(abort.reason());
+  if (!run_ || run_->generation() != abort.generation()) return;
+  if (abort.checkpoint()) {
+    run_->LeaveAndCheckpoint(abort.reason());
+  } else {
+    run_->LeaveAtStepBoundary(abort.reason());
+  }
 }
 
 void WorkerAgent::OnPrepare(const v1::Prepare& prepare) {

@@ -237,6 +237,19 @@ bool CheckpointWriter::Submit(uint64_t generation, uint64_t step, uint64_t epoch
   return true;
 }
 
+bool CheckpointWriter::SubmitWhenIdle(uint64_t generation, uint64_t step, uint64_t epoch,
+                                      std::string bytes) {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](CheckpointWriter* w)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return !w->busy_ || w->stopping_; },
+      this));
+  if (stopping_) return false;
+  busy_ = true;
+  pending_ = Job{generation, step, epoch, std::move(bytes)};
+  return true;
+}
+
 uint64_t CheckpointWriter::refused() const {
   absl::MutexLock lock(&mu_);
   return refused_;

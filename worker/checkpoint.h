@@ -66,6 +66,11 @@ class CheckpointWriter {
   // (submitted, and its on_done not yet called).
   bool Submit(uint64_t generation, uint64_t step, uint64_t epoch, std::string bytes);
 
+  // As Submit, but waits for the write in progress (if any) to finish
+  // rather than refuse: for the one checkpoint a job must have (it is being
+  // preempted). False only when the writer is stopping.
+  bool SubmitWhenIdle(uint64_t generation, uint64_t step, uint64_t epoch, std::string bytes);
+
   // Submits refused because a write was in progress.
   uint64_t refused() const;
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -139,6 +140,17 @@ class OutboxObserver final : public TrainingObserver {
   StartedCallback on_started_;
 };
 
+// Sends each checkpoint's outcome to the coordinator as job `job`'s.
+std::function<void(const v1::CheckpointResult&)> CheckpointReporter(Outbox* outbox,
+                                                                    const std::string& job) {
+  return [outbox, job](const v1::CheckpointResult& result) {
+    v1::WorkerMessage message;
+    *message.mutable_checkpoint() = result;
+    message.mutable_checkpoint()->set_job_id(job);
+    outbox->Push(std::move(message));
+  };
+}
+
 }  // namespace
 
 GenerationRun::GenerationRun(v1::Assignment assignment, Environment env, Outbox* outbox,
@@ -170,6 +182,39 @@ void GenerationRun::Abort(const std::string& reason) {
 void GenerationRun::LeaveAtStepBoundary(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (!leave_.exchange(true)) abort_reason_ = reason;
+}
+
+void GenerationRun::LeaveAndCheckpoint(const std::string& reason) {
+  std::shared_ptr<TrainingState> state;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!leave_.exchange(true)) abort_reason_ = reason;
+    checkpoint_on_leave_ = true;
+    if (left_with_ == nullptr || checkpointed_) return;
+    // It left at a step boundary before the request came (another rank's
+    // vote carried it out): the state it left with is still that step's.
+    checkpointed_ = true;
+    state = left_with_;
+  }
+  CheckpointLeftState(*state);
+}
+
+void GenerationRun::LeftWith(std::shared_ptr<TrainingState> state) {
+  {
+    absl::MutexLock lock(&mu_);
+    left_with_ = state;
+    if (!checkpoint_on_leave_ || checkpointed_) return;
+    checkpointed_ = true;
+  }
+  CheckpointLeftState(*state);
+}
+
+void GenerationRun::CheckpointLeftState(TrainingState& state) {
+  if (assignment_.rank() != 0) return;
+  DDP_LOG(Info) << "checkpointing step " << state.progress().step
+                << " before going idle: the job is preempted and resumes from it";
+  state.CheckpointNow(assignment_.generation(), assignment_.world_size(),
+                      CheckpointReporter(outbox_, assignment_.job_id()));
 }
 
 void GenerationRun::PushState(v1::WorkerState state, const std::string& detail,
@@ -214,12 +259,7 @@ absl::Status GenerationRun::RunSteps(TrainingState* state, bool* left) {
   GenerationControl control;
   control.abort = &abort_;
   control.leave = &leave_;
-  control.on_checkpoint = [outbox, job = a.job_id()](const v1::CheckpointResult& result) {
-    v1::WorkerMessage message;
-    *message.mutable_checkpoint() = result;
-    message.mutable_checkpoint()->set_job_id(job);
-    outbox->Push(std::move(message));
-  };
+  control.on_checkpoint = CheckpointReporter(outbox, a.job_id());
   absl::StatusOr<GenerationEnd> end = TrainGeneration(a, state, comm.get(), &observer, control);
   if (!end.ok()) return end.status();
   *left = *end == GenerationEnd::kLeft;
@@ -283,6 +323,7 @@ void GenerationRun::Run() {
     PushState(v1::WORKER_STATE_DONE, absl::StrCat("finished at step ", held.step()), &held);
     done_ = true;
   } else if (status.ok()) {
+    LeftWith(state);  // before IDLE: a preempted job's checkpoint is asked for first
     DDP_LOG(Info) << "left generation " << a.generation() << " after step " << held.step() << ": "
                   << reason;
     PushState(v1::WORKER_STATE_IDLE, absl::StrCat("left after step ", held.step(), ": ", reason),

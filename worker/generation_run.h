@@ -73,6 +73,10 @@ class GenerationRun {
   // Leaves after the step in flight, at the same step as every rank.
   // Thread-safe.
   void LeaveAtStepBoundary(const std::string& reason);
+  // As LeaveAtStepBoundary, and rank 0 then checkpoints the step it left
+  // at (the job is preempted, to resume from it): before it says it is
+  // idle, or at once when it already left at a step boundary. Thread-safe.
+  void LeaveAndCheckpoint(const std::string& reason);
   uint64_t generation() const { return assignment_.generation(); }
   const v1::Assignment& assignment() const { return assignment_; }
   bool finished() const { return finished_; }
@@ -83,6 +87,11 @@ class GenerationRun {
   void Run();
   // Sets up the communicator and the probe, then trains.
   absl::Status RunSteps(TrainingState* state, bool* left);
+  // The run left at a step boundary holding `state`: checkpoints it if
+  // asked to (LeaveAndCheckpoint).
+  void LeftWith(std::shared_ptr<TrainingState> state);
+  // Rank 0 writes `state` to the job's checkpoint folder.
+  void CheckpointLeftState(TrainingState& state);
   void PushState(v1::WorkerState state, const std::string& detail,
                  const v1::HeldState* held = nullptr, const v1::ProbeResult* probe = nullptr,
                  absl::StatusCode code = absl::StatusCode::kOk);
@@ -99,6 +108,11 @@ class GenerationRun {
 
   absl::Mutex mu_;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  // LeaveAndCheckpoint was called; the state left with (once it left at a
+  // step boundary); whether it was checkpointed.
+  bool checkpoint_on_leave_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<TrainingState> left_with_ ABSL_GUARDED_BY(mu_);
+  bool checkpointed_ ABSL_GUARDED_BY(mu_) = false;
   // Set once built; Abort reaches it through here.
   std::shared_ptr<Communicator> comm_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

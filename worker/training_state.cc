@@ -132,4 +132,24 @@ absl::StatusOr<CheckpointWriter*> TrainingState::Checkpoints(
   return checkpoints_.get();
 }
 
+void TrainingState::CheckpointNow(uint64_t generation, uint32_t world_size,
+                                  const std::function<void(const v1::CheckpointResult&)>& on_done) {
+  auto fail = [&](absl::string_view why) {
+    v1::CheckpointResult result;
+    result.set_generation(generation);
+    result.set_step(progress_.step);
+    result.set_epoch(progress_.epoch);
+    result.set_error(std::string(why));
+    if (on_done) on_done(result);
+  };
+  if (spec_.checkpoint().dir().empty()) return fail("the job has no checkpoint.dir");
+  absl::StatusOr<CheckpointWriter*> writer = Checkpoints(on_done);
+  if (!writer.ok()) return fail(writer.status().message());
+  absl::StatusOr<std::string> bytes = Encode(generation, world_size);
+  if (!bytes.ok()) return fail(absl::StrCat("can't encode the state: ", bytes.status().message()));
+  if (!(*writer)->SubmitWhenIdle(generation, progress_.step, progress_.epoch, std::move(*bytes))) {
+    fail("the checkpoint writer is stopping");
+  }
+}
+
 }  // namespace ddp

@@ -89,6 +89,12 @@ class TrainingState {
   // folder can't be made or written. Null when the job has no checkpoints.
   absl::StatusOr<CheckpointWriter*> Checkpoints(
       const std::function<void(const v1::CheckpointResult&)>& on_done);
+  // Checkpoints the state as it stands now, after the write in progress if
+  // any (a preempted job resumes from it): `on_done` hears of the write, or
+  // of why there is none (no folder, can't encode). Call only while nothing
+  // trains on the state.
+  void CheckpointNow(uint64_t generation, uint32_t world_size,
+                     const std::function<void(const v1::CheckpointResult&)>& on_done);
 
  private:
   explicit TrainingState(const v1::JobSpec& spec);

@@ -3,9 +3,13 @@
 workers of its own (no process in both), where a kill -9 of a worker of one
 job re-forms only that job, and a third is queued with its reason (and
 cancelled), as is one no worker fits; and a higher-priority job that makes
-a running one shrink at a step boundary and grow back once it is done.
+a running one shrink at a step boundary and grow back once it is done; and
+one that needs the whole pool, for which a lower-priority job is preempted
+through a checkpoint and later resumes from it, its losses step for step
+those of an undisturbed run.
 Every job succeeds with every sample once (the workers' index logs). And
 --exit_when_done waits for every job, its exit code saying the worst."""
+import glob
 import json
 import os
 import signal
@@ -36,9 +40,10 @@ def job(name, min_workers, max_workers, **overrides):
 
 
 def start_pool(test, cluster, n):
-    """`n` workers with index logs, attached."""
+    """`n` workers with index logs and step records, attached."""
     workers = [cluster.start_worker(
-        i, extra=["--index_log=" + os.path.join(cluster.dir, "w%d.idx.jsonl" % i)])
+        i, extra=["--index_log=" + os.path.join(cluster.dir, "w%d.idx.jsonl" % i),
+                  "--metrics_file=" + os.path.join(cluster.dir, "w%d.steps.jsonl" % i)])
         for i in range(n)]
     cluster.wait_for(lambda: len(cluster.client.call(C + "ListWorkers").get("workers", [])) == n,
                      60, "%d workers to attach" % n)
@@ -59,7 +64,79 @@ def check_every_sample_once(test, cluster, epochs_by_job):
     return lines
 
 
+def losses(cluster, lines, name):
+    """{(step, rank): loss} of job `name`'s steps, from every worker's step
+    records (a generation names one job's, as the index logs say)."""
+    generations = {l["generation"] for l in lines if l["job"] == name}
+    out = {}
+    for path in glob.glob(os.path.join(cluster.dir, "*.steps.jsonl")):
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                report = record["report"]
+                if int(report["generation"]) in generations:
+                    out[(int(report["step"]), record.get("rank", 0))] = report["loss"]
+    return out
+
+
 class JobPoolTest(unittest.TestCase):
+    def test_job_needing_the_pool_preempts_one_through_a_checkpoint_which_resumes(self):
+        cluster = Cluster()
+        try:
+            start_pool(self, cluster, 4)
+            client = cluster.client
+            folder = os.path.join(cluster.dir, "a-ckpt")
+            # a (4 epochs) is still running when b (1 epoch) ends, however
+            # late b starts.
+            a = job("a", 2, 2, epochs=4, checkpoint={"dir": folder, "everySteps": 100000})
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(a))
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("b", 2, 2, priority=10, epochs=1)))
+            cluster.wait_for(lambda: all(jobs(cluster).get(n, {}).get("world_size") == 2
+                                         for n in ("a", "b")), 120, "a and b to train")
+            # c needs all four: b is of its priority, so c waits for it; then
+            # a (which checkpoints) is preempted whole.
+            answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("c", 4, 4, priority=10, epochs=1)))
+            self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
+            cluster.wait_for(lambda: jobs(cluster).get("c", {}).get("world_size") == 4,
+                             180, "b to end and c to run on all four")
+            queued = client.call(C + "GetJob", '{"job_id": "a"}')
+            if queued["state"] == "JOB_STATE_QUEUED":
+                self.assertIn("preempted at step", queued["message"])
+            cluster.wait_for(lambda: jobs(cluster).get("a", {}).get("state") ==
+                             "JOB_STATE_SUCCEEDED", 300, "a to resume and succeed")
+            final = client.call(C + "GetStatus", '{"job_id": "a"}')
+            changes = final["generation_changes"]
+            self.assertEqual([c["cause"] for c in changes],
+                             ["CHANGE_CAUSE_START", "CHANGE_CAUSE_PREEMPTED"], changes)
+            resumed = changes[1]
+            self.assertEqual(int(resumed.get("steps_lost", 0)), 0, resumed)
+            self.assertIn(resumed.get("state_source"),
+                          ("STATE_SOURCE_CHECKPOINT", "STATE_SOURCE_MEMORY"), resumed)
+            resume_step = int(resumed["resume_step"])
+            self.assertGreater(resume_step, 0, resumed)
+            self.assertTrue(os.path.exists(os.path.join(folder, "ckpt-%020d.ddpstate" %
+                                                        resume_step)), os.listdir(folder))
+            lines = check_every_sample_once(self, cluster, {"a": 4, "b": 1, "c": 1})
+            # The same job undisturbed on two workers: the same loss at every
+            # step, before the preemption and after the resume.
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                dict(a, name="a-undisturbed", checkpoint={})))
+            cluster.wait_for(lambda: jobs(cluster).get("a-undisturbed", {}).get("state") ==
+                             "JOB_STATE_SUCCEEDED", 300, "the undisturbed run to succeed")
+            lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
+            got, want = losses(cluster, lines, "a"), losses(cluster, lines, "a-undisturbed")
+            self.assertEqual(sorted(got), sorted(want))
+            after = [k for k in got if k[0] > resume_step]
+            self.assertTrue(after, "no step after the resume")
+            for key in sorted(got):
+                self.assertEqual(got[key], want[key], "step %d rank %d (resumed after step %d)"
+                                 % (key[0], key[1], resume_step))
+        finally:
+            cluster.stop()
+
+
     def test_two_jobs_side_by_side_and_a_kill_reforms_only_its_job(self):
         cluster = Cluster()
         try:

@@ -58,6 +58,18 @@ class PoolFixture : public Base {
     return jobs;
   }
 
+  // `w` (rank 0 of `generation`) wrote job `spec`'s checkpoint of `step`.
+  void SendCheckpoint(const TestWorker& w, const v1::JobSpec& spec, uint64_t generation,
+                      uint64_t step) {
+    v1::WorkerMessage m;
+    v1::CheckpointResult* result = m.mutable_checkpoint();
+    result->set_job_id(spec.name());
+    result->set_generation(generation);
+    result->set_step(step);
+    result->set_path(absl::StrCat(spec.checkpoint().dir(), "/", step));
+    this->Send(w, m);
+  }
+
   const v1::JobSummary* Job(const v1::JobStatus& status, const std::string& id) {
     for (const v1::JobSummary& j : status.jobs()) {
       if (j.job_id() == id) return &j;
@@ -358,6 +370,76 @@ TEST_F(CoordinatorPoolTest, Shrink_WaitsOutReformMinInterval) {
   EXPECT_TRUE(w[0].aborts()[0].at_step_boundary());
 }
 
+TEST_F(CoordinatorPoolTest, ShrinkingNotEnough_PreemptsACheckpointingJob_WhichResumesFromIt) {
+  auto w = AttachN(4);
+  v1::JobSpec a = Named("a", 2, 4);
+  a.mutable_checkpoint()->set_dir("/tmp/ddp-preempt-a");
+  const v1::JobSpec c = Named("c", 4, 4, /*priority=*/10);
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_EQ(w[0].assignment().world_size(), 4u);
+  // a could give two workers by shrinking; c needs four: a is preempted
+  // whole, every member leaving at the step boundary, rank 0 checkpointing.
+  ASSERT_THAT(Submit(*core_, c), IsOk());
+  for (const TestWorker& m : w) {
+    ASSERT_EQ(m.aborts().size(), 1u);
+    EXPECT_TRUE(m.aborts()[0].at_step_boundary());
+    EXPECT_TRUE(m.aborts()[0].checkpoint());
+    EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("preempted for job \"c\" (priority 10)"));
+  }
+  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("preempting \"a\""));
+  // Three are out; rank 0's checkpoint comes before the last one is.
+  for (int i : {0, 1, 2}) {
+    SendState(w[i], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
+  }
+  SendCheckpoint(w[0], a, 1, 7);
+  core_->Tick();
+  EXPECT_EQ(core_->GetJob("c")->state(), v1::JOB_STATE_QUEUED);  // three free: not yet
+  SendState(w[3], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
+  core_->Tick();
+  // c runs on all four; a waits in the queue, saying where it stopped.
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("c", "c", "c", "c"));
+  absl::StatusOr<v1::JobSummary> queued = core_->GetJob("a");
+  ASSERT_THAT(queued, IsOk());
+  EXPECT_EQ(queued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(queued->message(),
+              HasSubstr("preempted at step 7; resumes from its checkpoint of step 7"));
+  // c ends: a resumes from its checkpoint (the workers hold c's state now).
+  const uint64_t c_generation = w[0].assignment().generation();
+  for (const TestWorker& m : w) {
+    SendState(m, c_generation, v1::WORKER_STATE_DONE, "done", absl::StatusCode::kOk,
+              HeldOf(c, c_generation, 3));
+  }
+  core_->Tick();
+  EXPECT_EQ(w[0].assignment().job_id(), "a");
+  EXPECT_EQ(w[0].assignment().state_source(), v1::STATE_SOURCE_CHECKPOINT);
+  EXPECT_EQ(w[0].assignment().start_step(), 7u);
+  Status();
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> status = core_->JobStatusView("a");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ((*status)->state(), v1::JOB_STATE_RUNNING);
+  const auto& changes = (*status)->generation_changes();
+  ASSERT_GE(changes.size(), 2);
+  EXPECT_EQ(changes[0].cause(), v1::CHANGE_CAUSE_START);
+  EXPECT_EQ(changes[1].cause(), v1::CHANGE_CAUSE_PREEMPTED);
+  EXPECT_EQ(changes[1].steps_lost(), 0u);
+  EXPECT_EQ(changes[1].state_source(), v1::STATE_SOURCE_CHECKPOINT);
+}
+
+TEST_F(CoordinatorPoolTest, Preemption_OnlyOfJobsThatCheckpoint_AndOnlyWhenItLetsTheHeadStart) {
+  auto w = AttachN(4);
+  v1::JobSpec a = Named("a", 2, 2);
+  a.mutable_checkpoint()->set_dir("/tmp/ddp-preempt-a");
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2, /*priority=*/5)), IsOk());  // no checkpoints
+  ASSERT_THAT(AssignedJobs(w), ElementsAre("a", "a", "b", "b"));
+  // Preempting a frees two; c needs four and b can't be preempted: nobody
+  // is disturbed.
+  ASSERT_THAT(Submit(*core_, Named("c", 4, 4, /*priority=*/10)), IsOk());
+  core_->Tick();
+  for (const TestWorker& m : w) EXPECT_THAT(m.aborts(), IsEmpty());
+  EXPECT_EQ(core_->GetJob("c")->state(), v1::JOB_STATE_QUEUED);
+}
+
 // alice's jobs may hold two workers together; bob's any number.
 class CoordinatorQuotaTest : public PoolFixture<CoordinatorTest> {
  protected:
@@ -438,6 +520,28 @@ TEST_F(PoolPersistTest, Restart_EveryRunningJobKeptAndAdoptedWhenItsMembersComeB
   EXPECT_EQ(Job(status, "b")->generation(), 2u);
   EXPECT_EQ(Job(status, "a")->workers(), 2u);
   EXPECT_EQ(Job(status, "b")->workers(), 2u);
+}
+
+TEST_F(PoolPersistTest, PreemptedJob_KeptInTheQueueAcrossARestart) {
+  auto w = AttachN(2);
+  v1::JobSpec a = Named("a", 2, 2);
+  a.mutable_checkpoint()->set_dir("/tmp/ddp-preempt-a");
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("c", 2, 2, /*priority=*/10)), IsOk());
+  for (const TestWorker& m : w) {
+    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
+  }
+  SendCheckpoint(w[0], a, 1, 7);
+  core_->Tick();
+  ASSERT_EQ(core_->GetJob("a")->state(), v1::JOB_STATE_QUEUED);
+  const v1::DurableState saved = Saved();
+  ASSERT_EQ(saved.queue_size(), 1);
+  EXPECT_EQ(saved.queue(0).preempted().last_checkpoint_step(), 7u);
+  Restart();
+  absl::StatusOr<v1::JobSummary> queued = core_->GetJob("a");
+  ASSERT_THAT(queued, IsOk());
+  EXPECT_EQ(queued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(queued->message(), HasSubstr("resumes from its checkpoint of step 7"));
 }
 
 }  // namespace
