@@ -49,6 +49,7 @@
 #include "coordinator/job_queue.h"
 #include "coordinator/job_run.h"
 #include "coordinator/reform_policy.h"
+#include "coordinator/schedule_policy.h"
 #include "coordinator/stall_watch.h"
 #include "coordinator/state_store.h"
 #include "coordinator/state_writer.h"
@@ -251,8 +252,12 @@ class Coordinator {
   // Starts `spec` as a job of its own and offers it the pool; `queued`: the
   // queue's entry it starts from (its place, and where a preempted job
   // stood: it resumes from there).
+  // `workers`: exactly these (free) workers; else the pool gives it what
+  // fits, up to max_workers.
   absl::Status StartJobLocked(const v1::JobSpec& spec, const std::string& owner, Effects* fx,
-                              const QueuedJob* queued = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              const QueuedJob* queued = nullptr,
+                              const std::vector<std::string>* workers = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the durable state: every running job's, and the queue.
   void PersistLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -264,7 +269,7 @@ class Coordinator {
   // generation it has not left yet), or no_job_.
   JobRun& RunOfLocked(const WorkerRecord& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running job whose current generation is `generation`, or null.
-  JobRun* RunOfGenerationLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobRun* RunOfGenerationLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job GetStatus is about by default: the first running one to have
   // started, else the last to start, else no_job_.
   const JobRun& PrimaryRunLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -301,23 +306,29 @@ class Coordinator {
   // returns how many.
   uint32_t GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Grows running jobs of one priority (in start order) toward max_workers
-  // with the free workers that fit them: of several, each worker goes to the
-  // job whose measured samples/s gains most from it.
-  void GrowLocked(std::vector<JobRun*> jobs, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The queue's head `head` waits with `free` free workers: lower-priority
-  // running jobs give it workers, down to their min_workers (free ones at
-  // once, members by a leave vote at the next step boundary: nothing is
-  // lost), if that is enough for it to start; if not, whole lower-priority
-  // jobs that checkpoint are preempted (PreemptLocked) while that makes it
-  // enough. Returns why it waits then (empty: neither would do).
-  std::string ShrinkForLocked(const QueuedJob& head, uint32_t free, Effects* fx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With no job running: the queue's first job its owner's quota lets
+  // start starts at once (and waits for workers, as a lone job always has).
+  void StartAloneLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AnyPreemptingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- Scheduling jobs that contend (coordinator_schedule.cc).
+
+  // DecideSchedule's input: every running and queued job, every attached
+  // worker, the owners' quotas.
+  ScheduleInput ScheduleInputLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides with DecideSchedule and carries the plan out.
+  void ScheduleLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `run` lets the workers `removed` go to `for_job`: joiners at once,
+  // members by a leave vote at the next step boundary (nothing is lost).
+  void ShrinkLocked(JobRun& run, const std::vector<std::string>& removed, const SchedJob& for_job,
+                    Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ---- Preemption (coordinator_preemption.cc).
 
-  // Preempts `run` for `head`: its workers are the pool's again once they
-  // leave at the next step boundary, rank 0 checkpointing that step first.
-  void PreemptLocked(JobRun& run, const QueuedJob& head, Effects* fx)
+  // Preempts `run` for `for_job`: its workers are kept for that job once
+  // they leave at the next step boundary, rank 0 checkpointing that step
+  // first.
+  void PreemptLocked(JobRun& run, const SchedJob& for_job, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts each preempted job whose members all left back in the queue, once
   // its checkpoint of their last step is written (or kPreemptCheckpointWait
@@ -459,12 +470,9 @@ class Coordinator {
   uint64_t next_run_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Jobs accepted while others were active, waiting for workers.
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
-  // Why queued jobs wait, by job id, where the queue's own words ("N jobs
-  // ahead of it") don't say it: the head, and jobs over their owner's
-  // quota. And whether the head waits for workers the running jobs hold
-  // (then they don't grow).
+  // Why queued jobs wait, by job id, in the scheduling policy's words (or
+  // the quota's, when no job runs).
   std::map<std::string, std::string> queue_waits_ ABSL_GUARDED_BY(mu_);
-  bool queue_head_needs_workers_ ABSL_GUARDED_BY(mu_) = false;
   // The stream of each attached worker, with its session id.
   std::map<std::string, std::pair<uint64_t, std::shared_ptr<WorkerChannel>>> channels_
       ABSL_GUARDED_BY(mu_);

@@ -114,7 +114,8 @@ absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
 }
 
 absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::string& owner,
-                                         Effects* fx, const QueuedJob* queued) {
+                                         Effects* fx, const QueuedJob* queued,
+                                         const std::vector<std::string>* workers) {
   auto started = std::make_unique<JobRun>(clock_);
   if (queued != nullptr && queued->preempted != nullptr) {
     // Where it stood when preempted: its progress, newest checkpoint,
@@ -137,7 +138,15 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
                 << spec.dataset().kind() << ", " << spec.min_workers() << "-" << spec.max_workers()
                 << " workers";
   dirty_ = true;
-  GiveWorkersLocked(run, run.spec().max_workers(), fx);
+  if (workers == nullptr) {
+    GiveWorkersLocked(run, run.spec().max_workers(), fx);
+  } else {
+    for (const std::string& id : *workers) {
+      WorkerRecord* w = registry_.Find(id);
+      registry_.Reserve(w, run.id());
+      MaybePrepareLocked(run, w, fx);
+    }
+  }
   PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);
   return absl::OkStatus();

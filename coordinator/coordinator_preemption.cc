@@ -1,6 +1,7 @@
-// The Coordinator's whole-job preemption: when shrinking lower-priority jobs
-// can't free enough workers for a queued job, ShrinkForLocked preempts whole
-// ones that checkpoint. Every member of the preempted job leaves at the next
+// The Coordinator's whole-job preemption: when shrinking jobs can't free
+// enough workers for a higher-priority queued job, the scheduling policy
+// preempts whole lower-priority ones that checkpoint (DecideSchedule's
+// kPreempt). Every member of the preempted job leaves at the next
 // step boundary (a leave vote, as a shrink), rank 0 checkpoints that step,
 // and once both are done the job goes back to the queue, in its old place,
 // with where it stood (JobRun::FillDurable). When it starts again it resumes
@@ -24,16 +25,16 @@ constexpr absl::Duration kPreemptCheckpointWait = absl::Seconds(60);
 
 }  // namespace
 
-void Coordinator::PreemptLocked(JobRun& run, const QueuedJob& head, Effects* fx) {
+void Coordinator::PreemptLocked(JobRun& run, const SchedJob& for_job, Effects* fx) {
   const Generation& g = *run.generations().current();
-  // Its workers are the pool's from now: they go to the head as they leave.
+  // Its workers are kept for that job from now, and go to it as they leave.
   for (const WorkerRecord* w : registry_.All()) {
-    if (w->job == run.id()) registry_.Release(registry_.Find(w->id));
+    if (w->job == run.id()) registry_.Release(registry_.Find(w->id), for_job.id);
   }
   const std::string why = absl::StrCat(
-      "preempted for job ", Quote(head.spec.name()), " (priority ", head.spec.priority(),
+      "preempted for job ", Quote(for_job.id), " (priority ", for_job.priority,
       "): checkpointing at the next step boundary, then queued again to resume from there");
-  run.BeginPreemption(head.spec.name(), why);
+  run.BeginPreemption(for_job.id, why);
   for (const RankCandidate& m : g.members) {
     SendAbortLocked(m.worker_id, g.number, why, /*at_step_boundary=*/true, fx,
                     /*checkpoint=*/true);

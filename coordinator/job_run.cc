@@ -155,6 +155,7 @@ v1::JobSummary JobRun::Summary(absl::Time now) const {
   s.set_owner(owner_);
   s.set_age_seconds(absl::ToDoubleSeconds(now - progress_.submitted_at()));
   progress_.FillSummary(&s);
+  if (preempting()) s.set_message(leave_vote_why_);
   s.set_generation(generations_.latest());
   if (const Generation* current = generations_.current()) {
     s.set_world_size(static_cast<uint32_t>(current->members.size()));
@@ -165,6 +166,7 @@ v1::JobSummary JobRun::Summary(absl::Time now) const {
 
 void JobRun::FillStatus(v1::JobStatus* status) const {
   progress_.FillStatus(status);
+  if (preempting()) status->set_message(leave_vote_why_);
   if (progress_.state() != v1::JOB_STATE_UNSPECIFIED) status->set_owner(owner_);
   changes_.Fill(status->mutable_generation_changes());
   status->set_generation(generations_.latest());

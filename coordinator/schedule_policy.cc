@@ -30,12 +30,14 @@ Traits TraitsOf(SchedulingPolicy policy) {
 }
 
 bool Fits(const SchedWorker& w, const SchedJob& job) {
-  return w.device_kind == job.device_kind && LabelsMatch(w.labels, job.selector);
+  return (job.device_kind.empty() || w.device_kind == job.device_kind) &&
+         LabelsMatch(w.labels, job.selector) && w.cannot_run.count(job.id) == 0;
 }
 
-// "4 cuda workers with labels zone=a,rack=3".
+// "4 cuda workers with labels zone=a,rack=3" ("4 workers" of any kind).
 std::string Kind(const SchedJob& job, uint32_t n) {
-  std::string s = absl::StrCat(n, " ", job.device_kind, n == 1 ? " worker" : " workers");
+  std::string s = absl::StrCat(n, job.device_kind.empty() ? "" : " ", job.device_kind,
+                               n == 1 ? " worker" : " workers");
   if (!job.selector.empty()) {
     absl::StrAppend(&s, " with labels ", FormatLabels(job.selector));
   }
@@ -139,9 +141,10 @@ std::string Planner::CannotStart(int j) {
   const auto eligible = std::count_if(slots_.begin(), slots_.end(),
                                       [&](const Slot& s) { return Fits(*s.worker, job); });
   if (static_cast<uint32_t>(eligible) < need) {
-    return absl::StrCat("can never start: it needs ", Kind(job, need), " (", NeedName(),
-                        ") and the pool has ", eligible, " such of ", Workers(slots_.size()),
-                        "; attach workers that match or lower ", NeedName());
+    return absl::StrCat("can't start on the pool as it is: it needs ", Kind(job, need), " (",
+                        NeedName(), ") and the pool has ", eligible, " such of ",
+                        Workers(slots_.size()), "; attach workers that match or lower ",
+                        NeedName());
   }
   auto quota = in_.owner_quota.find(job.owner);
   if (quota == in_.owner_quota.end()) return "";
@@ -214,6 +217,7 @@ bool Planner::Take(int j, uint32_t more) {
     if (!traits_.preempt) return false;
     for (int x : lower) {
       if (freed + shrinkable >= more) break;
+      if (!jobs_[x].job->preemptible) continue;
       victims.push_back(x);
       freed += FittingOf(x, j);
       shrinkable -= Shrinkable(x, j);

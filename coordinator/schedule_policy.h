@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ struct SchedWorker {
   // fit is void. While any worker promised to a job is still busy, nothing
   // more is taken for it.
   std::string reserved_for;
+  // Jobs it can't run for reasons of its own, beyond kind and labels (the
+  // coordinator's: a library program runs only its own job, an NCCL job
+  // needs NCCL, a job it failed to prepare for).
+  std::set<std::string> cannot_run;
 };
 
 // A job that has not ended: queued, or holding workers.
@@ -77,7 +82,7 @@ struct SchedJob {
   uint64_t sequence = 0;
   uint32_t min_workers = 1;
   uint32_t max_workers = 1;
-  // The device kind every worker of the job must have.
+  // The device kind every worker of the job must have; empty: any.
   std::string device_kind = "cpu";
   // Labels every worker of the job must carry with these values.
   Labels selector;
@@ -89,6 +94,8 @@ struct SchedJob {
   // A start, shrink, grow or preemption of it is under way: its allocation
   // is left as it is until that is done.
   bool reallocating = false;
+  // It may be preempted whole (it checkpoints); else it is only shrunk.
+  bool preemptible = true;
   // Measured samples/s at each world size it has trained at.
   std::map<uint32_t, double> throughput;
 };

@@ -31,4 +31,12 @@ bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec) {
   return false;
 }
 
+bool CanGive(const WorkerRecord& w, const v1::JobSpec& spec) {
+  if (!CanRun(w, spec)) return false;
+  if (w.capabilities.program() && w.held.has_value() && !w.held->job_id().empty()) {
+    return w.held->job_id() == spec.name();
+  }
+  return true;
+}
+
 }  // namespace ddp

@@ -12,6 +12,11 @@ namespace ddp {
 
 bool CanRun(const WorkerRecord& w, const v1::JobSpec& spec);
 
+// Whether the pool may give `w` to a job of `spec`: it can run it, and a
+// program on the library goes only to the job it says it holds (if it says
+// one).
+bool CanGive(const WorkerRecord& w, const v1::JobSpec& spec);
+
 }  // namespace ddp
 
 #endif  // DDP_COORDINATOR_WORKER_FIT_H_

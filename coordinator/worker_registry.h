@@ -111,6 +111,10 @@ class WorkerRecord {
   // The job the pool gave it (empty: free for any job). Only that job
   // prepares it, forms generations with it and hears what it says.
   std::string job;
+  // Let go by its job for this one (a shrink or a preemption), while it
+  // finishes its step: the pool keeps it for that job (ScheduleWorker's
+  // reserved_for). Empty when not promised.
+  std::string promised_to;
 
  private:
   friend class WorkerRegistry;
@@ -238,9 +242,16 @@ class WorkerRegistry {
   // ---- Which job it belongs to.
 
   // The pool gives it to job `job_id`.
-  void Reserve(WorkerRecord* worker, const std::string& job_id) { worker->job = job_id; }
-  // It goes back to the pool (its job ended or let it go).
-  void Release(WorkerRecord* worker) { worker->job.clear(); }
+  void Reserve(WorkerRecord* worker, const std::string& job_id) {
+    worker->job = job_id;
+    worker->promised_to.clear();
+  }
+  // It goes back to the pool (its job ended or let it go), kept for job
+  // `promised_to` if one is named.
+  void Release(WorkerRecord* worker, const std::string& promised_to = "") {
+    worker->job.clear();
+    worker->promised_to = promised_to;
+  }
 
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.

@@ -163,15 +163,16 @@ class JobPoolTest(unittest.TestCase):
             answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job("c", 2, 2)))
             self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
             c = client.call(C + "GetJob", '{"job_id": "c"}')
-            self.assertIn("waiting for 2 free worker(s) that fit it (0 free now", c["message"])
+            self.assertIn("the pool is full: it needs 2 workers (min_workers) and 0 are free",
+                          c["message"])
             client.call(C + "CancelJob", '{"job_id": "c"}')
             self.assertNotIn("c", [j["job_id"] for j in client.call(C + "ListJobs")["jobs"]])
             client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
                 job("picky", 2, 2, workerSelector={"gpu": "h200"})))
             picky = client.call(C + "GetJob", '{"job_id": "picky"}')
             self.assertEqual(picky["state"], "JOB_STATE_QUEUED", picky)
-            self.assertIn("it needs 2 that fit it and only 0 attached worker(s) do "
-                          "(labels gpu=h200)", picky["message"])
+            self.assertIn("it needs 2 workers with labels gpu=h200 (min_workers) and the pool "
+                          "has 0 such of 4 workers", picky["message"])
             client.call(C + "CancelJob", '{"job_id": "picky"}')
 
             # A worker of job a dies: a re-forms on its survivor; b trains on.

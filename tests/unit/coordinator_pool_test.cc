@@ -12,6 +12,7 @@
 namespace ddp {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -125,7 +126,8 @@ TEST_F(CoordinatorPoolTest, QueuedJob_StartsOnlyWhenMinWorkersAreFree_AllAtOnce)
   ASSERT_THAT(b, IsOk());
   EXPECT_EQ(b->state(), v1::JOB_STATE_QUEUED);
   EXPECT_THAT(b->message(),
-              HasSubstr("waiting for 2 free worker(s) that fit it (1 free now; running: \"a\")"));
+              AllOf(HasSubstr("the pool is full: it needs 2 workers (min_workers) and 1 is free"),
+                    HasSubstr("(running: \"a\")")));
   EXPECT_EQ(w[2].channel->Of(v1::CoordinatorMessage::kPrepare).size(), 0u);
   auto more = AttachN(1, 3);
   EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_RUNNING);
@@ -173,7 +175,8 @@ TEST_F(CoordinatorPoolTest, QueuedJobThatCanNeverFit_SaysSoAndHoldsUpNobody) {
   ASSERT_THAT(Submit(*core_, picky), IsOk());
   EXPECT_THAT(
       core_->GetJob("picky")->message(),
-      HasSubstr("it needs 2 that fit it and only 0 attached worker(s) do (labels gpu=h200)"));
+      HasSubstr("it needs 2 workers with labels gpu=h200 (min_workers) and the pool has 0 such "
+                "of 2 workers; attach workers that match or lower min_workers"));
   // a may grow with the free worker meanwhile: nothing queued can use it.
   auto third = AttachN(1, 2);
   core_->Tick();
@@ -253,7 +256,7 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThen
     EXPECT_TRUE(m.aborts()[0].at_step_boundary());
     EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("giving 2 worker(s) to job \"b\""));
   }
-  EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("lower-priority jobs give the rest"));
+  EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("waiting for 2 workers released by job a"));
   // The two given away are out first: b starts on them at once, and a
   // re-forms when its own two are out too, though those two are already
   // in b's generation.
@@ -333,9 +336,10 @@ TEST_F(CoordinatorPoolTest, Growth_AFreeWorkerGoesToTheEqualPriorityJobThatGains
   // second worker may double it), not to x, which started first.
   more.push_back(AttachN(1, 3)[0]);
   EXPECT_EQ(JobOf(Status(), more[1]), "y");
-  // y is full: x takes the one after, gain or not.
+  // y is full; x's second worker would gain it 5%, under the 10% a
+  // re-formation must be worth: the one after stays free.
   more.push_back(AttachN(1, 4)[0]);
-  EXPECT_EQ(JobOf(Status(), more[2]), "x");
+  EXPECT_EQ(JobOf(Status(), more[2]), "");
   EXPECT_EQ(core_->GetJob("y")->workers(), 2u);  // GetJob counts them too
 }
 
@@ -348,12 +352,19 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_NotEnoughAboveMinWorkers_NobodyShr
   EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_QUEUED);
 }
 
-TEST_F(CoordinatorPoolTest, EqualPriority_NobodyShrinksForTheQueue) {
+// What a job grew into above its min_workers goes to a queued job of its own
+// priority, which at no workers gains more from it; never below min_workers.
+TEST_F(CoordinatorPoolTest, EqualPriority_GivesOnlyWhatItHoldsAboveMin) {
   auto w = AttachN(4);
   ASSERT_THAT(Submit(*core_, Named("a", 2, 4)), IsOk());
   ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
-  for (const TestWorker& m : w) EXPECT_THAT(m.aborts(), IsEmpty());
-  EXPECT_EQ(core_->GetJob("b")->state(), v1::JOB_STATE_QUEUED);
+  for (const TestWorker& m : w) {
+    ASSERT_EQ(m.aborts().size(), 1u);
+    EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("giving 2 worker(s) to job \"b\" (priority 0)"));
+  }
+  ASSERT_THAT(Submit(*core_, Named("c", 2, 2)), IsOk());
+  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("the pool is full"));
+  for (const TestWorker& m : w) EXPECT_EQ(m.aborts().size(), 1u);  // nothing more for c
 }
 
 TEST_F(CoordinatorPoolTest, Shrink_WaitsOutReformMinInterval) {
@@ -364,7 +375,8 @@ TEST_F(CoordinatorPoolTest, Shrink_WaitsOutReformMinInterval) {
   ASSERT_THAT(Submit(*core_, a), IsOk());
   ASSERT_THAT(Submit(*core_, Named("b", 2, 2, /*priority=*/10)), IsOk());
   EXPECT_THAT(w[0].aborts(), IsEmpty());  // a formed just now
-  EXPECT_THAT(core_->GetJob("b")->message(), HasSubstr("\"a\" once reformMinIntervalSeconds"));
+  EXPECT_THAT(core_->GetJob("b")->message(),
+              HasSubstr("job a (priority 0) may give workers in 30.0s (reform_min_interval)"));
   Pass(absl::Seconds(31), {{w[0], 1}, {w[1], 1}, {w[2], 1}, {w[3], 1}});
   ASSERT_EQ(w[0].aborts().size(), 1u);
   EXPECT_TRUE(w[0].aborts()[0].at_step_boundary());
@@ -386,7 +398,8 @@ TEST_F(CoordinatorPoolTest, ShrinkingNotEnough_PreemptsACheckpointingJob_WhichRe
     EXPECT_TRUE(m.aborts()[0].checkpoint());
     EXPECT_THAT(m.aborts()[0].reason(), HasSubstr("preempted for job \"c\" (priority 10)"));
   }
-  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("preempting \"a\""));
+  EXPECT_THAT(core_->GetJob("c")->message(), HasSubstr("waiting for 4 workers released by job a"));
+  EXPECT_THAT(core_->GetJob("a")->message(), HasSubstr("preempted for job \"c\""));
   // Three are out; rank 0's checkpoint comes before the last one is.
   for (int i : {0, 1, 2}) {
     SendState(w[i], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
@@ -438,6 +451,14 @@ TEST_F(CoordinatorPoolTest, Preemption_OnlyOfJobsThatCheckpoint_AndOnlyWhenItLet
   core_->Tick();
   for (const TestWorker& m : w) EXPECT_THAT(m.aborts(), IsEmpty());
   EXPECT_EQ(core_->GetJob("c")->state(), v1::JOB_STATE_QUEUED);
+  // b ends: its two workers and a's make four, and a is preempted.
+  const uint64_t b_generation = w[2].assignment().generation();
+  for (int i : {2, 3}) SendState(w[i], b_generation, v1::WORKER_STATE_DONE);
+  for (int i : {0, 1}) {
+    ASSERT_EQ(w[i].aborts().size(), 1u);
+    EXPECT_TRUE(w[i].aborts()[0].checkpoint());
+  }
+  EXPECT_THAT(w[2].aborts(), IsEmpty());
 }
 
 // alice's jobs may hold two workers together; bob's any number.
@@ -463,8 +484,9 @@ TEST_F(CoordinatorQuotaTest, JobOverItsOwnersQuota_WaitsSayingWhy_TheJobBehindSt
   absl::StatusOr<v1::JobSummary> a2 = core_->GetJob("a2");
   ASSERT_THAT(a2, IsOk());
   EXPECT_EQ(a2->state(), v1::JOB_STATE_QUEUED);
-  EXPECT_THAT(a2->message(), HasSubstr("waiting for its owner's quota: \"alice\"'s running jobs "
-                                       "hold 2 of the 2 worker(s) it may hold, and it needs 1"));
+  EXPECT_THAT(a2->message(),
+              HasSubstr("waits for owner alice's quota: its jobs may hold 2 workers, "
+                        "they hold 2 and this one needs 1"));
   // b ends: its workers are free, but a2 still waits for alice's quota.
   const uint64_t b_generation = w[2].assignment().generation();
   for (int i : {2, 3}) SendState(w[i], b_generation, v1::WORKER_STATE_DONE);

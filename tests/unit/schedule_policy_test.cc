@@ -98,7 +98,8 @@ std::string Show(const std::vector<JobPlan>& plans) {
 
 // The test's own reading of "fits", to check the policy's against.
 bool FitsJob(const SchedWorker& w, const SchedJob& job) {
-  if (w.device_kind != job.device_kind) return false;
+  if (!job.device_kind.empty() && w.device_kind != job.device_kind) return false;
+  if (w.cannot_run.count(job.id) > 0) return false;
   for (const auto& [key, value] : job.selector) {
     if (!w.labels.count(key) || w.labels.at(key) != value) return false;
   }
@@ -717,6 +718,34 @@ TEST(SchedulePolicy, Elastic_SelectorAndDeviceKind_AreRespected) {
   EXPECT_EQ(Show(Decide(in)), "L shrink w1,w4 -w2,w3>H; H keep");
 }
 
+// What the coordinator knows beyond kind and labels: a worker that can't run
+// a job (a library program, a failed prepare) is not given to it; a job of
+// no kind takes any worker; a job that can't be preempted is only shrunk.
+TEST(SchedulePolicy, Elastic_CannotRunAnyKindAndNotPreemptible_AreRespected) {
+  ScheduleInput in =
+      Input(SchedulingPolicy::kElastic, {Job("A", 0, 2, 2), Job("B", 0, 1, 1)}, "...");
+  in.workers[0].cannot_run = {"A"};
+  in.workers[2].device_kind = "cuda";
+  in.jobs[0].device_kind = "";
+  EXPECT_EQ(Show(Decide(in)), "A start w2,w3; B start w1");
+
+  SchedJob a = Job("A", 0, 2, 4);
+  a.preemptible = false;
+  SchedJob shrinkable = Job("A", 0, 1, 4);
+  shrinkable.preemptible = false;
+  ExpectRows(SchedulingPolicy::kElastic,
+             {
+                 {"not preemptible: C, needing four, waits; A is not even shrunk",
+                  "AAAA",
+                  {a, Job("C", 10, 4, 4)},
+                  "A keep w1,w2,w3,w4; C keep"},
+                 {"a preemptible one goes instead, and A shrinks",
+                  "AAADD",
+                  {Job("D", 0, 2, 2), shrinkable, Job("C", 10, 4, 4)},
+                  "D preempt -w4,w5>C; A shrink w1 -w2,w3>C; C keep"},
+             });
+}
+
 TEST(SchedulePolicy, NeverFits_SaysWhatItNeedsAndHoldsNobodyBack) {
   for (SchedulingPolicy policy : {SchedulingPolicy::kElastic, SchedulingPolicy::kFifoGang,
                                   SchedulingPolicy::kPriorityPreempt}) {
@@ -726,9 +755,9 @@ TEST(SchedulePolicy, NeverFits_SaysWhatItNeedsAndHoldsNobodyBack) {
     in.jobs[0].selector = {{"zone", "c"}};
     const std::vector<JobPlan> plans = Decide(in);
     EXPECT_EQ(Show(plans), "A keep; B start w1");
-    EXPECT_THAT(PlanOf(plans, "A").why,
-                AllOf(HasSubstr("can never start"), HasSubstr("2 cuda workers with labels zone=c"),
-                      HasSubstr("the pool has 0 such of 3 workers")));
+    EXPECT_THAT(PlanOf(plans, "A").why, AllOf(HasSubstr("can't start on the pool as it is"),
+                                              HasSubstr("2 cuda workers with labels zone=c"),
+                                              HasSubstr("the pool has 0 such of 3 workers")));
   }
 }
 
