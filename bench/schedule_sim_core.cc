@@ -282,6 +282,7 @@ class Simulator {
       s.allocated_at = job.allocated_at;
       s.reallocating = job.phase == Phase::kRunning && job.paused;
       s.throughput = job.measured;
+      s.preemptible = job.spec->preemptible;
       in.jobs.push_back(std::move(s));
       index.push_back(j);
     }
@@ -414,6 +415,11 @@ class Simulator {
         if (!job.started) job.out.first_start = now_ - kStart;
         job.started = true;
         ++job.out.starts;
+        // Workers promised to it that it did not take are free for anyone:
+        // the promise must not come back if it is queued again.
+        for (WorkerState& w : workers_) {
+          if (w.reserved_for == j) w.reserved_for = -1;
+        }
         break;
       case JobAction::kGrow:
         job.pause_until = now_ + trace_.costs.reform_pause;

@@ -64,6 +64,8 @@ struct TraceJob {
   double a = 0;
   uint32_t min_workers = 1;
   uint32_t max_workers = 1;
+  // It checkpoints, so it may be preempted whole; else it is only shrunk.
+  bool preemptible = true;
 };
 
 struct Trace {

@@ -67,6 +67,16 @@ absl::Status Seconds(const Struct& s, absl::string_view path, const std::string&
   return absl::OkStatus();
 }
 
+absl::Status Bool(const Struct& s, absl::string_view path, const std::string& key, bool* out) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end()) return absl::OkStatus();
+  if (it->second.kind_case() != Value::kBoolValue) {
+    return Bad(absl::StrCat(path, key), "must be true or false");
+  }
+  *out = it->second.bool_value();
+  return absl::OkStatus();
+}
+
 absl::Status String(const Struct& s, absl::string_view path, const std::string& key,
                     std::string* out) {
   auto it = s.fields().find(key);
@@ -82,9 +92,9 @@ absl::StatusOr<TraceJob> ParseJob(const Value& v, absl::string_view path) {
   if (v.kind_case() != Value::kStructValue) return Bad(path, "a job must be an object");
   const Struct& s = v.struct_value();
   const std::string p = absl::StrCat(path, ".");
-  if (absl::Status st = CheckKeys(
-          s, p,
-          {"id", "owner", "priority", "submit_s", "work", "t1", "a", "min_workers", "max_workers"});
+  if (absl::Status st = CheckKeys(s, p,
+                                  {"id", "owner", "priority", "submit_s", "work", "t1", "a",
+                                   "min_workers", "max_workers", "preemptible"});
       !st.ok()) {
     return st;
   }
@@ -101,6 +111,7 @@ absl::StatusOr<TraceJob> ParseJob(const Value& v, absl::string_view path) {
            Number(s, p, "a", 0, 1, &job.a),
            Integer(s, p, "min_workers", 1, kMaxInt, &job.min_workers),
            Integer(s, p, "max_workers", 1, kMaxInt, &job.max_workers),
+           Bool(s, p, "preemptible", &job.preemptible),
        }) {
     if (!st.ok()) return st;
   }

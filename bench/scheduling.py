@@ -407,8 +407,10 @@ def reading(main, sensitivity, shape, vs_fifo, vs_prio):
         "steps are noisy, and a re-formation's cost varies with model size); no worker "
         "fails; every worker fits every job; the true curve has the same form as the one the "
         "policy fits, which flatters the goodput choice. The run-time distribution is "
-        "independent of gang size. A smaller real-process run (issue 24: 4 workers, 6 short "
-        "jobs) is what checks the simulator against the coordinator.")
+        "independent of gang size. A smaller real-process run checks the simulator against "
+        "the coordinator, which calls the same `DecideSchedule` whenever jobs contend: "
+        "`bench/schedule_agreement.py` runs 6 short jobs on 4 real workers and the same "
+        "jobs through the simulator, and compares each job's path (docs/SCHEDULING_REAL.md).")
     return lines
 
 

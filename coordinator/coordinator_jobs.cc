@@ -138,6 +138,11 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
                 << spec.dataset().kind() << ", " << spec.min_workers() << "-" << spec.max_workers()
                 << " workers";
   dirty_ = true;
+  // Workers let go for it that it does not take are anyone's: the promise
+  // must not come back if it is preempted and queued again.
+  for (const WorkerRecord* w : registry_.All()) {
+    if (w->promised_to == run.id()) registry_.Find(w->id)->promised_to.clear();
+  }
   if (workers == nullptr) {
     GiveWorkersLocked(run, run.spec().max_workers(), fx);
   } else {

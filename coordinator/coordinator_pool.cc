@@ -203,6 +203,11 @@ uint32_t Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
     for (const WorkerRecord* w : registry_.All()) {
       if (given.size() == want) break;
       if (!InPoolLocked(*w) || !CanGive(*w, run.spec())) continue;
+      // Let go for a queued job: kept for it.
+      if (!w->promised_to.empty() && w->promised_to != run.id() &&
+          queue_.Find(w->promised_to) != nullptr) {
+        continue;
+      }
       if (w->prepare_failed && w->prepare_asked == run.PrepareKey()) continue;
       const bool holds_it = w->held.has_value() && run.IsOwnState(*w->held);
       if (holds_it != (pass == 0)) continue;

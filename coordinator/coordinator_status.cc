@@ -120,7 +120,14 @@ absl::StatusOr<std::shared_ptr<const v1::JobStatus>> Coordinator::JobStatusView(
                                             "ended the coordinator keeps the last ",
                                             kKeptEndedJobs, ")"));
   }
-  if (run == &PrimaryRunLocked()) return StatusView();
+  // The default view, when it describes this job (the snapshot may still
+  // describe the job that was the primary one a tick ago).
+  if (run == &PrimaryRunLocked()) {
+    if (std::shared_ptr<const v1::JobStatus> view = StatusView();
+        view != nullptr && view->job_id() == job_id) {
+      return view;
+    }
+  }
   run->progress().SampleProgress();
   v1::JobStatus full;
   run->FillStatus(&full);

@@ -68,7 +68,7 @@ void Planner::GrowClass(const std::vector<int>& jobs) {
         weakest = x;
       }
     }
-    if (weakest == kNone || growth(weakest) >= kMinGrowth) break;
+    if (weakest == kNone || alone_ || growth(weakest) >= kMinGrowth) break;
     for (int x : growing) {
       Entry& e = jobs_[x];
       for (int w : e.added) slots_[w].job = kNone;
@@ -106,7 +106,8 @@ void Planner::PlanGrowth(const std::vector<int>& jobs) {
       const SchedJob& job = *jobs_[g.job].job;
       const uint32_t size = jobs_[g.job].size;
       if (size >= job.max_workers || !QuotaAllows(job, 1) || !next_free(g)) continue;
-      const double gain = models_[g.job].Gain(size);
+      // Alone, it takes what it asked for: nobody else could use it.
+      const double gain = alone_ ? 1 : models_[g.job].Gain(size);
       if (gain > 0 && (best == nullptr || gain > best_gain ||
                        (gain == best_gain && job.sequence < jobs_[best->job].job->sequence))) {
         best = &g;

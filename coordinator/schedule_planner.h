@@ -121,6 +121,9 @@ class Planner {
 
   const ScheduleInput& in_;
   const Traits traits_;
+  // The input's only job (no other running or queued): under kElastic it
+  // starts on all it can use and grows without the kMinGrowth rule.
+  const bool alone_;
   std::vector<Slot> slots_;
   std::vector<Entry> jobs_;
   // Each job's throughput model, fitted once (by jobs_ index).

@@ -55,7 +55,8 @@ std::string GainNote(const ThroughputModel& model, uint32_t from, uint32_t to) {
   return absl::StrFormat("expected %+.0f%% samples/s", 100 * (model.Expected(to) / before - 1));
 }
 
-Planner::Planner(const ScheduleInput& in) : in_(in), traits_(TraitsOf(in.policy)) {
+Planner::Planner(const ScheduleInput& in)
+    : in_(in), traits_(TraitsOf(in.policy)), alone_(in.jobs.size() == 1) {
   std::map<std::string, int> index;
   for (const SchedJob& job : in.jobs) {
     index.emplace(job.id, static_cast<int>(jobs_.size()));
@@ -178,8 +179,15 @@ bool Planner::Admit(int j) {
       if (slots_[w].promised != j && FreeFor(w, j)) usable.push_back(w);
     }
     if (usable.size() >= need) {
-      usable.resize(need);
+      // Alone on the pool it takes all it can use (its quota allowing):
+      // nobody else could.
+      size_t take = need;
+      if (alone_ && traits_.grow) {
+        take = std::min<size_t>(usable.size(), jobs_[j].job->max_workers);
+        while (take > need && !QuotaAllows(*jobs_[j].job, static_cast<uint32_t>(take))) --take;
+      }
       std::sort(usable.begin(), usable.end());
+      usable.resize(take);
       Start(j, usable);
       return true;
     }
@@ -314,7 +322,9 @@ void Planner::Start(int j, const std::vector<int>& workers) {
   e.size = static_cast<uint32_t>(workers.size());
   load_[e.job->owner] += e.size;
   e.plan.action = JobAction::kStart;
-  e.plan.why = absl::StrCat("starts on ", Workers(e.size), " (", NeedName(), ")");
+  e.plan.why = absl::StrCat(
+      "starts on ", Workers(e.size), " (",
+      e.size > Need(*e.job) ? "alone on the pool: up to max_workers" : NeedName(), ")");
 }
 
 void Planner::Hold(int j) {

@@ -43,7 +43,10 @@ enum class SchedulingPolicy {
   // most (never where it gains nothing), and a job only when the round's
   // growth is expected to raise its samples/s by 10% or more (each grow
   // pauses it). A job starts on exactly min_workers and grows from there
-  // once its reform interval has passed. A queued job that can't start
+  // once its reform interval has passed. A job alone (the input's only one)
+  // starts on every free worker that fits it, up to max_workers, and grows
+  // to max_workers whatever the gain: nobody else could use them (what the
+  // coordinator has always done for a lone job). A queued job that can't start
   // keeps the free workers that fit it (up to min_workers) from the jobs
   // behind it and from growth, so smaller jobs can't starve it; they start
   // on free workers it can't use.

@@ -14,10 +14,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 #include "tests/torch/state_util.h"
@@ -155,6 +158,33 @@ TEST(CheckpointWriter, Submit_WhileBusy_ReturnsFalseAndCounts) {
   writer->reset();  // finishes step 2, then stops
   EXPECT_THAT(ListNames(dir), ElementsAre("ckpt-00000000000000000001.ddpstate",
                                           "ckpt-00000000000000000002.ddpstate"));
+}
+
+// A preempted job's checkpoint must be written: it waits for the write in
+// progress instead of being refused.
+TEST(CheckpointWriter, SubmitWhenIdle_WhileBusy_WaitsThenWrites) {
+  const std::string dir = MakeTempDir();
+  absl::Notification entered, release;
+  auto writer = CheckpointWriter::Create({dir, 3, [&](const v1::CheckpointResult& r) {
+                                            if (r.step() != 1) return;
+                                            entered.Notify();
+                                            release.WaitForNotification();
+                                          }});
+  ASSERT_THAT(writer, IsOk());
+  ASSERT_TRUE((*writer)->Submit(1, 1, 0, State(1)));
+  entered.WaitForNotification();
+  ASSERT_TRUE((*writer)->Submit(1, 2, 0, State(2)));  // busy from here until 2 is written
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    release.Notify();
+  });
+  EXPECT_TRUE((*writer)->SubmitWhenIdle(1, 3, 0, State(3)));
+  releaser.join();
+  EXPECT_EQ((*writer)->refused(), 0u);
+  writer->reset();
+  EXPECT_THAT(ListNames(dir), ElementsAre("ckpt-00000000000000000001.ddpstate",
+                                          "ckpt-00000000000000000002.ddpstate",
+                                          "ckpt-00000000000000000003.ddpstate"));
 }
 
 TEST(CheckpointWriter, Destructor_FinishesTheWriteInProgress) {

@@ -297,6 +297,21 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThen
   EXPECT_EQ(w[3].assignment().start_step(), 9u);
 }
 
+// GetStatus of a job that ended is that job's, even while the published
+// snapshot still describes the job that was the default one a tick ago.
+TEST_F(CoordinatorPoolTest, JobStatusView_OfTheLastJob_ItsOwnThoughTheSnapshotIsAnothers) {
+  auto w = AttachN(4);
+  ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
+  ASSERT_EQ(Status().job_id(), "a");  // published: a's
+  for (int i : {2, 3}) SendState(w[i], w[i].assignment().generation(), v1::WORKER_STATE_DONE);
+  for (int i : {0, 1}) SendState(w[i], w[i].assignment().generation(), v1::WORKER_STATE_DONE);
+  absl::StatusOr<std::shared_ptr<const v1::JobStatus>> b = core_->JobStatusView("b");
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ((*b)->job_id(), "b");
+  EXPECT_EQ((*b)->state(), v1::JOB_STATE_SUCCEEDED);
+}
+
 // The job of worker `w` in the status (who the pool gave it to).
 std::string JobOf(const v1::JobStatus& status, const TestWorker& w) {
   for (const v1::WorkerStatus& ws : status.workers()) {

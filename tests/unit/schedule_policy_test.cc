@@ -302,26 +302,32 @@ TEST(SchedulePolicy, MarginalGain_RelativeToCurrentSize) {
 // ---- kElastic ---------------------------------------------------------------
 
 TEST(SchedulePolicy, Elastic_QueuedJobs_StartAtMinInPriorityOrder) {
-  ExpectRows(SchedulingPolicy::kElastic,
-             {
-                 {"the higher priority first",
-                  "..",
-                  {Job("A", 0, 2, 2), Job("B", 5, 2, 2)},
-                  "A keep; B start w1,w2"},
-                 {"equal priority: the older first",
-                  "..",
-                  {Job("A", 0, 2, 2), Job("B", 0, 2, 2)},
-                  "A start w1,w2; B keep"},
-                 {"at min, not max", "....", {Job("A", 0, 1, 4)}, "A start w1"},
-                 {"a gang: never below min",
-                  "B.",
-                  {Job("A", 0, 2, 4), Job("B", 0, 1, 1)},
-                  "A keep; B keep w1"},
-                 {"both when both fit",
-                  "...",
-                  {Job("A", 0, 2, 4), Job("B", 1, 1, 4)},
-                  "A start w2,w3; B start w1"},
-             });
+  ExpectRows(SchedulingPolicy::kElastic, {
+                                             {"the higher priority first",
+                                              "..",
+                                              {Job("A", 0, 2, 2), Job("B", 5, 2, 2)},
+                                              "A keep; B start w1,w2"},
+                                             {"equal priority: the older first",
+                                              "..",
+                                              {Job("A", 0, 2, 2), Job("B", 0, 2, 2)},
+                                              "A start w1,w2; B keep"},
+                                             {"at min, not max",
+                                              "Z....",
+                                              {Job("A", 0, 1, 4), Job("Z", 9, 1, 1)},
+                                              "A start w2; Z keep w1"},
+                                             {"alone on the pool: all it can use, up to max",
+                                              ".....",
+                                              {Job("A", 0, 1, 4)},
+                                              "A start w1,w2,w3,w4"},
+                                             {"a gang: never below min",
+                                              "B.",
+                                              {Job("A", 0, 2, 4), Job("B", 0, 1, 1)},
+                                              "A keep; B keep w1"},
+                                             {"both when both fit",
+                                              "...",
+                                              {Job("A", 0, 2, 4), Job("B", 1, 1, 4)},
+                                              "A start w2,w3; B start w1"},
+                                         });
 }
 
 TEST(SchedulePolicy, Elastic_HigherPriorityWaits_ShrinksLowerBeforePreempting) {
@@ -640,9 +646,13 @@ TEST(SchedulePolicy, Elastic_SpareWorkers_GoWhereMeasuredThroughputGainsMost) {
                   {Job("A", 0, 1, 4), Job("B", 0, 1, 4)},
                   "A grow w1,w2,w5 +w5; B keep w3,w4"},
                  {"no gain: no growth",
+                  "AAZ.",
+                  {Measured(Job("A", 0, 1, 4), {{1, 100}, {2, 100}, {3, 100}}), Job("Z", 9, 1, 1)},
+                  "A keep w1,w2; Z keep w3"},
+                 {"alone, it grows whatever the gain: nobody else could use them",
                   "AA.",
                   {Measured(Job("A", 0, 1, 4), {{1, 100}, {2, 100}, {3, 100}})},
-                  "A keep w1,w2"},
+                  "A grow w1,w2,w3 +w3"},
              });
   const ScheduleInput in =
       Input(SchedulingPolicy::kElastic, {Measured(Job("A", 0, 1, 4), linear)}, "AA.");
@@ -674,13 +684,13 @@ TEST(SchedulePolicy, Elastic_Growth_OnlyWhenTheRoundGainsEnough) {
   ExpectRows(SchedulingPolicy::kElastic,
              {
                  {"one more worker gains 9%: not worth a pause",
-                  "AA.",
-                  {Measured(Job("A", 0, 1, 4), poor)},
-                  "A keep w1,w2"},
+                  "AAZ.",
+                  {Measured(Job("A", 0, 1, 4), poor), Job("Z", 9, 1, 1)},
+                  "A keep w1,w2; Z keep w3"},
                  {"two gain 14%: both in one grow",
-                  "AA..",
-                  {Measured(Job("A", 0, 1, 4), poor)},
-                  "A grow w1,w2,w3,w4 +w3,w4"},
+                  "AAZ..",
+                  {Measured(Job("A", 0, 1, 4), poor), Job("Z", 9, 1, 1)},
+                  "A grow w1,w2,w4,w5 +w4,w5; Z keep w3"},
                  {"one each would gain 9% each: the newer is left out, the older gets both",
                   "AABB..",
                   {Measured(Job("A", 0, 1, 4), poor), Measured(Job("B", 0, 1, 4), poor)},
@@ -744,6 +754,18 @@ TEST(SchedulePolicy, Elastic_CannotRunAnyKindAndNotPreemptible_AreRespected) {
                   {Job("D", 0, 2, 2), shrinkable, Job("C", 10, 4, 4)},
                   "D preempt -w4,w5>C; A shrink w1 -w2,w3>C; C keep"},
              });
+}
+
+// Once a job preempted for another has let its workers go, they go to that
+// job, not back to the preempted one (queued again, of lower priority).
+TEST(SchedulePolicy, Elastic_PreemptedWorkers_GoToTheJobTheyWereTakenFor) {
+  SchedJob b = Job("B", 0, 2, 2);
+  b.preemptible = false;
+  ScheduleInput in = Input(
+      SchedulingPolicy::kElastic,
+      {Job("A", 0, 2, 4), b, Job("C", 5, 1, 2), Job("D", 0, 1, 1), Job("E", 10, 2, 2)}, "BB..");
+  in.workers[2].reserved_for = "E";
+  EXPECT_EQ(Show(Decide(in)), "A keep; B keep w1,w2; C keep; D keep; E start w3,w4");
 }
 
 TEST(SchedulePolicy, NeverFits_SaysWhatItNeedsAndHoldsNobodyBack) {
@@ -870,9 +892,9 @@ TEST(SchedulePolicy, Elastic_Story_ShrinkForBThenGrowBackThenPreemptForC) {
   in = Apply(in, plans, absl::Seconds(60));
   Finish(&in, "C");
   plans = Decide(in);
-  EXPECT_EQ(Show(plans), "A start w1,w2");
+  EXPECT_EQ(Show(plans), "A start w1,w2,w3,w4");  // alone again: all it can use
   in = Apply(in, plans, absl::Seconds(60));
-  EXPECT_EQ(Show(Decide(in)), "A grow w1,w2,w3,w4 +w3,w4");
+  EXPECT_EQ(Show(Decide(in)), "A keep w1,w2,w3,w4");
 }
 
 // ---- The baselines ---------------------------------------------------------

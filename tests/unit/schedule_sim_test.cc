@@ -181,7 +181,7 @@ TEST(ScheduleSim, ParseTrace_ReadsEveryField) {
       "restart_pause_s": 25, "reform_min_interval_s": 30, "max_events": 100,
       "owner_quota": {"alice": 4}, "meta": {"seed": 1},
       "jobs": [{"id": "a", "owner": "alice", "priority": 3, "submit_s": 1.5, "work": 100,
-                "t1": 2, "a": 0.25, "min_workers": 1, "max_workers": 4}]})");
+                "t1": 2, "a": 0.25, "min_workers": 1, "max_workers": 4, "preemptible": false}]})");
   ASSERT_THAT(trace, IsOk());
   EXPECT_EQ(trace->workers, 8u);
   EXPECT_EQ(trace->costs.reform_pause, absl::Seconds(5));
@@ -199,6 +199,7 @@ TEST(ScheduleSim, ParseTrace_ReadsEveryField) {
   EXPECT_EQ(job.t1, 2);
   EXPECT_EQ(job.a, 0.25);
   EXPECT_EQ(job.max_workers, 4u);
+  EXPECT_FALSE(job.preemptible);
 }
 
 TEST(ScheduleSim, ParseTrace_BadInput_SaysWhere) {
@@ -210,6 +211,8 @@ TEST(ScheduleSim, ParseTrace_BadInput_SaysWhere) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("workers")));
   EXPECT_THAT(ParseTrace(R"({"jobs": [{"id": "a", "work": 1, "min_workers": 1.5}]})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("whole number")));
+  EXPECT_THAT(ParseTrace(R"({"jobs": [{"id": "a", "work": 1, "preemptible": 1}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("jobs[0].preemptible")));
 }
 
 }  // namespace
