@@ -257,6 +257,8 @@ void JobProgress::Restore(const v1::DurableState& state) {
   last_checkpoint_path_ = state.last_checkpoint_path();
   last_checkpoint_generation_ = state.last_checkpoint_generation();
   faults_ = state.faults();
+  throughput_ = {state.samples_per_sec_by_world_size().begin(),
+                 state.samples_per_sec_by_world_size().end()};
   if (!active()) return;
   if (state.has_generation()) {
     state_ = v1::JOB_STATE_RECOVERING;
@@ -284,6 +286,7 @@ void JobProgress::FillDurable(v1::DurableState* state) const {
   state->set_last_checkpoint_path(last_checkpoint_path_);
   state->set_last_checkpoint_generation(last_checkpoint_generation_);
   state->set_faults(faults_);
+  state->mutable_samples_per_sec_by_world_size()->insert(throughput_.begin(), throughput_.end());
 }
 
 uint64_t JobProgress::GlobalStep() const {

@@ -65,11 +65,22 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   s.set_owner(job.owner);
   s.set_queue_position(static_cast<uint32_t>(index + 1));
   s.set_age_seconds(absl::ToDoubleSeconds(now - job.submitted_at));
-  const std::string preempted =
-      job.preempted == nullptr ? ""
-                               : absl::StrCat("preempted at step ", job.preempted->global_step(),
-                                              "; resumes from its checkpoint of step ",
-                                              job.preempted->last_checkpoint_step(), ". ");
+  std::string preempted;
+  if (job.preempted != nullptr) {
+    const uint64_t step = job.preempted->global_step();
+    const uint64_t checkpoint = job.preempted->last_checkpoint_step();
+    preempted = absl::StrCat("preempted at step ", step, "; ");
+    if (checkpoint >= step) {
+      absl::StrAppend(&preempted, "resumes from its checkpoint of step ", checkpoint, ". ");
+    } else {
+      absl::StrAppend(&preempted,
+                      "no checkpoint of that step came: it resumes from a worker still holding "
+                      "it, else from ",
+                      checkpoint > 0 ? absl::StrCat("its checkpoint of step ", checkpoint)
+                                     : std::string("the start"),
+                      ". ");
+    }
+  }
   if (job.preempted != nullptr) s.set_global_step(job.preempted->global_step());
   if (!why.empty()) {
     s.set_message(absl::StrCat(preempted, why));

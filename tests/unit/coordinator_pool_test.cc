@@ -453,6 +453,33 @@ TEST_F(CoordinatorPoolTest, ShrinkingNotEnough_PreemptsACheckpointingJob_WhichRe
   EXPECT_EQ(changes[1].state_source(), v1::STATE_SOURCE_CHECKPOINT);
 }
 
+// Rank 0 never checkpoints (it died, its disk failed): the preempted job is
+// queued anyway once kPreemptCheckpointWait has passed, saying what it will
+// resume from.
+TEST_F(CoordinatorPoolTest, Preemption_NoCheckpointComes_QueuedAfterTheWaitSayingSo) {
+  auto w = AttachN(2);
+  v1::JobSpec a = Named("a", 2, 2);
+  a.mutable_checkpoint()->set_dir("/tmp/ddp-preempt-a");
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  v1::JobSpec c = Named("c", 2, 2, /*priority=*/10);
+  c.set_hang_timeout_seconds(600);  // the heartbeats below name no new step
+  ASSERT_THAT(Submit(*core_, c), IsOk());
+  for (const TestWorker& m : w) {
+    SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
+  }
+  core_->Tick();
+  EXPECT_THAT(AssignedJobs(w), ElementsAre("c", "c"));            // c need not wait for it
+  EXPECT_EQ(core_->GetJob("a")->state(), v1::JOB_STATE_RUNNING);  // waits for rank 0
+  const uint64_t g = w[0].assignment().generation();
+  Pass(absl::Seconds(61), {{w[0], g}, {w[1], g}});
+  absl::StatusOr<v1::JobSummary> queued = core_->GetJob("a");
+  ASSERT_THAT(queued, IsOk());
+  EXPECT_EQ(queued->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(queued->message(),
+              HasSubstr("preempted at step 7; no checkpoint of that step came: it resumes from a "
+                        "worker still holding it, else from the start"));
+}
+
 TEST_F(CoordinatorPoolTest, Preemption_OnlyOfJobsThatCheckpoint_AndOnlyWhenItLetsTheHeadStart) {
   auto w = AttachN(4);
   v1::JobSpec a = Named("a", 2, 2);
@@ -564,6 +591,11 @@ TEST_F(PoolPersistTest, PreemptedJob_KeptInTheQueueAcrossARestart) {
   v1::JobSpec a = Named("a", 2, 2);
   a.mutable_checkpoint()->set_dir("/tmp/ddp-preempt-a");
   ASSERT_THAT(Submit(*core_, a), IsOk());
+  for (const TestWorker& m : w) {
+    SendState(m, 1, v1::WORKER_STATE_TRAINING);
+    SendReport(m, 1, 7, 0.5, "", 0.02);
+  }
+  Status();  // samples the rate
   ASSERT_THAT(Submit(*core_, Named("c", 2, 2, /*priority=*/10)), IsOk());
   for (const TestWorker& m : w) {
     SendState(m, 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 7));
@@ -574,6 +606,9 @@ TEST_F(PoolPersistTest, PreemptedJob_KeptInTheQueueAcrossARestart) {
   const v1::DurableState saved = Saved();
   ASSERT_EQ(saved.queue_size(), 1);
   EXPECT_EQ(saved.queue(0).preempted().last_checkpoint_step(), 7u);
+  // What it measured goes with it: 64 samples in 20 ms on each of two.
+  EXPECT_THAT(saved.queue(0).preempted().samples_per_sec_by_world_size(),
+              UnorderedElementsAre(Pair(2u, 6400)));
   Restart();
   absl::StatusOr<v1::JobSummary> queued = core_->GetJob("a");
   ASSERT_THAT(queued, IsOk());
