@@ -1,0 +1,191 @@
+#include "worker/data/image_decode.h"
+
+#include <fcntl.h>
+#include <png.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp {
+namespace {
+
+absl::Status Bad(absl::string_view name, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
+}
+
+absl::Status CheckSize(absl::string_view name, int64_t width, int64_t height) {
+  if (width <= 0 || height <= 0) return Bad(name, "the image has no pixels");
+  if (width * height > kMaxImagePixels) {
+    return Bad(name, absl::StrCat("the image is ", width, "x", height, ", over the ",
+                                  kMaxImagePixels, " pixels an image may have"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
+  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+  if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
+  auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  int width = 0, height = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj.get(), data, bytes.size(), &width, &height, &subsamp, &colorspace) !=
+      0) {
+    return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj.get())));
+  }
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
+    return Bad(name, "a CMYK JPEG: convert it to RGB");
+  }
+  if (absl::Status s = CheckSize(name, width, height); !s.ok()) return s;
+  RgbImage image;
+  image.width = width;
+  image.height = height;
+  image.pixels.resize(static_cast<size_t>(width) * height * 3);
+  // Libjpeg's defaults, which PIL decodes with: the accurate integer IDCT
+  // and smooth upsampling. A truncated or corrupt file is an error, not a
+  // grey tail (TJFLAG_STOPONWARNING).
+  if (tjDecompress2(tj.get(), data, bytes.size(), image.pixels.data(), width, 0, height, TJPF_RGB,
+                    TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
+    return Bad(name, absl::StrCat("a corrupt or truncated JPEG: ", tjGetErrorStr2(tj.get())));
+  }
+  return image;
+}
+
+// libpng reports errors by longjmp: everything with a destructor lives in
+// DecodePng, which calls this only with plain pointers.
+struct PngRead {
+  const unsigned char* data;
+  size_t size;
+  size_t offset;
+  char error[200];
+};
+
+void ReadFromMemory(png_structp png, png_bytep out, png_size_t length) {
+  auto* read = static_cast<PngRead*>(png_get_io_ptr(png));
+  if (length > read->size - read->offset) png_error(png, "the file ends inside the image");
+  std::memcpy(out, read->data + read->offset, length);
+  read->offset += length;
+}
+
+void OnPngError(png_structp png, png_const_charp message) {
+  auto* read = static_cast<PngRead*>(png_get_error_ptr(png));
+  std::snprintf(read->error, sizeof(read->error), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void OnPngWarning(png_structp, png_const_charp) {}
+
+// Decodes into `pixels` (an object of the caller's frame: a longjmp skips
+// no destructor here); false with read->error set on failure.
+bool DecodePngInto(PngRead* read, int* width, int* height, std::vector<uint8_t>* pixels) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, read, OnPngError, OnPngWarning);
+  if (png == nullptr) {
+    std::snprintf(read->error, sizeof(read->error), "out of memory");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  // Set after setjmp and read after a longjmp: volatile.
+  png_bytep* volatile rows = nullptr;
+  if (info == nullptr || setjmp(png_jmpbuf(png))) {
+    png_free(png, rows);
+    png_destroy_read_struct(&png, &info, nullptr);
+    if (read->error[0] == '\0') std::snprintf(read->error, sizeof(read->error), "out of memory");
+    return false;
+  }
+  png_set_read_fn(png, read, ReadFromMemory);
+  // A PNG's CRCs are checked; an ancillary chunk's bad CRC is an error too.
+  png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
+  png_read_info(png, info);
+  const png_uint_32 w = png_get_image_width(png, info);
+  const png_uint_32 h = png_get_image_height(png, info);
+  if (w == 0 || h == 0 || static_cast<int64_t>(w) * h > kMaxImagePixels) {
+    std::snprintf(read->error, sizeof(read->error),
+                  "the image is %ux%u, over the %lld pixels an image may have", w, h,
+                  static_cast<long long>(kMaxImagePixels));
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  // What PIL's convert("RGB") does: palette and low-bit grey expanded,
+  // 16 bits to 8 (the high byte), grey repeated, alpha dropped.
+  png_set_expand(png);
+  png_set_strip_16(png);
+  png_set_gray_to_rgb(png);
+  png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * 3) {
+    std::snprintf(read->error, sizeof(read->error), "an unexpected PNG layout");
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  pixels->resize(static_cast<size_t>(w) * h * 3);
+  rows = static_cast<png_bytep*>(png_malloc(png, sizeof(png_bytep) * h));
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels->data() + static_cast<size_t>(y) * w * 3;
+  png_read_image(png, rows);
+  png_read_end(png, nullptr);
+  png_free(png, rows);
+  rows = nullptr;
+  png_destroy_read_struct(&png, &info, nullptr);
+  *width = static_cast<int>(w);
+  *height = static_cast<int>(h);
+  return true;
+}
+
+absl::StatusOr<RgbImage> DecodePng(absl::string_view bytes, absl::string_view name) {
+  PngRead read{reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), 0, {0}};
+  RgbImage image;
+  if (!DecodePngInto(&read, &image.width, &image.height, &image.pixels))
+    return Bad(name, absl::StrCat("a corrupt or truncated PNG: ", read.error));
+  return image;
+}
+
+}  // namespace
+
+absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
+  static constexpr unsigned char kPng[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff &&
+      static_cast<unsigned char>(bytes[1]) == 0xd8 &&
+      static_cast<unsigned char>(bytes[2]) == 0xff) {
+    return DecodeJpeg(bytes, name);
+  }
+  if (bytes.size() >= sizeof(kPng) && std::memcmp(bytes.data(), kPng, sizeof(kPng)) == 0) {
+    return DecodePng(bytes, name);
+  }
+  return Bad(name, bytes.empty() ? "an empty file, not an image"
+                                 : "neither a JPEG nor a PNG (by its first bytes)");
+}
+
+absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Bad(path, absl::StrCat("can't open: ", std::strerror(errno)));
+  std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Bad(path, absl::StrCat("can't stat: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return Bad(path, "not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return Bad(path, absl::StrCat("the file is ", st.st_size, " bytes, over the ", max_bytes,
+                                  " an image file may have"));
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Bad(path, absl::StrCat("can't read: ", std::strerror(errno)));
+    if (n == 0) return Bad(path, "the file shrank while it was read");
+    got += static_cast<size_t>(n);
+  }
+  return DecodeImage(bytes, path);
+}
+
+}  // namespace ddp

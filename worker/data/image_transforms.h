@@ -1,0 +1,34 @@
+// torchvision.transforms on a decoded image, with their semantics and
+// parameter names, so that a batch equals what torchvision would make of
+// the same files: CenterCrop (padding with zeros when the image is smaller,
+// the offset rounded as Python rounds), then ToTensor (CHW, in [0, 1]) and
+// Normalize (per-channel mean and std).
+//
+// No LibTorch: the output is float32 CHW in a plain buffer.
+#ifndef DDP_WORKER_DATA_IMAGE_TRANSFORMS_H_
+#define DDP_WORKER_DATA_IMAGE_TRANSFORMS_H_
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "worker/data/image_decode.h"
+
+namespace ddp {
+
+// transforms.CenterCrop((height, width)).
+RgbImage CenterCrop(const RgbImage& image, int height, int width);
+
+struct Normalization {
+  std::array<float, 3> mean;
+  std::array<float, 3> std;
+};
+
+// transforms.ToTensor(), then transforms.Normalize(mean, std) when given:
+// 3 x height x width floats.
+std::vector<float> ToTensorChw(const RgbImage& image,
+                               const std::optional<Normalization>& normalize = std::nullopt);
+
+}  // namespace ddp
+
+#endif  // DDP_WORKER_DATA_IMAGE_TRANSFORMS_H_
