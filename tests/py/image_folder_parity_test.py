@@ -92,11 +92,12 @@ def write_folder(root):
         f.write("a file beside the class folders")
 
 
-def probe(root, indices=(), crop=None, normalize=False):
+def probe(root, indices=(), crop=None, normalize=False, ops=()):
     """(lines, tensors by index) from the probe; raises CalledProcessError
-    with its stderr when it refuses the folder."""
+    with its stderr when it refuses the folder. `ops`: the probe's own
+    transform arguments, applied in order."""
     out = os.path.join(tempfile.mkdtemp(prefix="ddp-probe-"), "t.bin")
-    args = [PROBE, root, out]
+    args = [PROBE, root, out] + [str(a) for a in ops]
     if crop:
         args += ["--crop", str(crop[0]), str(crop[1])]
     if normalize:
@@ -135,9 +136,9 @@ class ImageFolderParityTest(unittest.TestCase):
         self.assertEqual([(l["path"], l["label"]) for l in lines],
                          [(p, c) for p, c in self.reference.samples])
 
-    def compare(self, transform, crop=None, normalize=False):
+    def compare(self, transform, crop=None, normalize=False, ops=()):
         indices = list(range(0, COUNT, 7)) + list(range(1, 40))
-        _, got = probe(self.root, indices, crop, normalize)
+        _, got = probe(self.root, indices, crop, normalize, ops)
         worst = {"png": 0.0, "jpeg": 0.0}
         for i in indices:
             path = self.reference.samples[i][0]
@@ -163,6 +164,25 @@ class ImageFolderParityTest(unittest.TestCase):
                                                  transforms.ToTensor(),
                                                  transforms.Normalize(MEAN, STD)]),
                              crop=(h, w), normalize=True)
+
+    def test_resize_flip_and_crops_equal_torchvisions(self):
+        """Resize is Pillow's (antialiased bilinear, fixed point): up, down,
+        to a shorter side; a crop at a given place and a flip are
+        RandomResizedCrop's and RandomHorizontalFlip's work once their
+        parameters are drawn."""
+        f = transforms.functional
+        cases = [
+            (["--resize", 40, 36], transforms.Resize((40, 36))),
+            (["--resize", 13, 19], transforms.Resize((13, 19))),
+            (["--resize_shorter", 45], transforms.Resize(45)),
+            (["--resize_shorter", 17], transforms.Resize(17)),
+            (["--crop_at", 3, 5, 20, 17, "--resize", 32, 32],
+             lambda im: f.resized_crop(im, 3, 5, 20, 17, [32, 32])),
+            (["--hflip", "--crop", 24, 24], lambda im: f.center_crop(f.hflip(im), [24, 24])),
+        ]
+        for ops, transform in cases:
+            with self.subTest(ops=ops):
+                self.compare(transforms.Compose([transform, transforms.ToTensor()]), ops=ops)
 
     def refused(self, root, index=None):
         with self.assertRaises(subprocess.CalledProcessError) as cm:

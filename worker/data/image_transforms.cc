@@ -1,7 +1,9 @@
 #include "worker/data/image_transforms.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace ddp {
 namespace {
@@ -13,7 +15,154 @@ int HalfRoundedEven(int d) {
   return down % 2 == 0 ? down : down + 1;
 }
 
+// Pillow's Resample.c, for 8-bit images and its bilinear filter: each pass
+// weights the source pixels under a triangle stretched by the downscale
+// factor (the antialias), the weights normalised and turned to fixed point
+// with 22 fractional bits, each sum rounded and clipped to a byte.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+double Bilinear(double x) {
+  if (x < 0.0) x = -x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// For each output position its first source index and count (bounds) and
+// ksize fixed-point weights (precompute_coeffs, normalize_coeffs_8bpc).
+struct Coefficients {
+  int ksize = 0;
+  std::vector<int> bounds;
+  std::vector<int32_t> weights;
+};
+
+Coefficients Precompute(int in_size, int out_size) {
+  const double scale = static_cast<double>(in_size) / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 1.0 * filterscale;
+  Coefficients c;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.bounds.resize(static_cast<size_t>(out_size) * 2);
+  c.weights.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  std::vector<double> k(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      k[x] = Bilinear((x + xmin - center + 0.5) * ss);
+      ww += k[x];
+    }
+    for (int x = 0; x < c.ksize; ++x) {
+      const double w = x < xmax ? (ww != 0.0 ? k[x] / ww : k[x]) : 0.0;
+      c.weights[static_cast<size_t>(xx) * c.ksize + x] =
+          w < 0 ? static_cast<int32_t>(-0.5 + w * (1 << kPrecisionBits))
+                : static_cast<int32_t>(0.5 + w * (1 << kPrecisionBits));
+    }
+    c.bounds[xx * 2] = xmin;
+    c.bounds[xx * 2 + 1] = xmax;
+  }
+  return c;
+}
+
+uint8_t Clip8(int32_t v) {
+  if (v >= (1 << kPrecisionBits << 8)) return 255;
+  if (v <= 0) return 0;
+  return static_cast<uint8_t>(v >> kPrecisionBits);
+}
+
 }  // namespace
+
+RgbImage Resize(const RgbImage& image, int height, int width) {
+  if (image.width == width && image.height == height) return image;
+  RgbImage src = image;
+  if (width != image.width) {
+    // Horizontal pass over every row (the box is the whole image, so every
+    // source row is used).
+    const Coefficients c = Precompute(image.width, width);
+    RgbImage out;
+    out.width = width;
+    out.height = image.height;
+    out.pixels.resize(static_cast<size_t>(width) * image.height * 3);
+    for (int y = 0; y < image.height; ++y) {
+      const uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * image.width * 3;
+      for (int xx = 0; xx < width; ++xx) {
+        const int xmin = c.bounds[xx * 2], xmax = c.bounds[xx * 2 + 1];
+        const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
+        for (int ch = 0; ch < 3; ++ch) {
+          int32_t ss = 1 << (kPrecisionBits - 1);
+          for (int x = 0; x < xmax; ++x) ss += row[(x + xmin) * 3 + ch] * k[x];
+          out.pixels[(static_cast<size_t>(y) * width + xx) * 3 + ch] = Clip8(ss);
+        }
+      }
+    }
+    src = std::move(out);
+  }
+  if (height != image.height) {
+    const Coefficients c = Precompute(image.height, height);
+    RgbImage out;
+    out.width = src.width;
+    out.height = height;
+    out.pixels.resize(static_cast<size_t>(src.width) * height * 3);
+    for (int yy = 0; yy < height; ++yy) {
+      const int ymin = c.bounds[yy * 2], ymax = c.bounds[yy * 2 + 1];
+      const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
+      for (int xx = 0; xx < src.width; ++xx) {
+        for (int ch = 0; ch < 3; ++ch) {
+          int32_t ss = 1 << (kPrecisionBits - 1);
+          for (int y = 0; y < ymax; ++y) {
+            ss += src.pixels[(static_cast<size_t>(y + ymin) * src.width + xx) * 3 + ch] * k[y];
+          }
+          out.pixels[(static_cast<size_t>(yy) * src.width + xx) * 3 + ch] = Clip8(ss);
+        }
+      }
+    }
+    src = std::move(out);
+  }
+  return src;
+}
+
+RgbImage ResizeShorter(const RgbImage& image, int size) {
+  const int w = image.width, h = image.height;
+  const int shorter = std::min(w, h), longer = std::max(w, h);
+  // int(size * long / short) in Python: a float product, truncated.
+  const int new_long = static_cast<int>(static_cast<double>(size) * longer / shorter);
+  if (shorter == size) return image;
+  return w <= h ? Resize(image, new_long, size) : Resize(image, size, new_long);
+}
+
+RgbImage Crop(const RgbImage& image, int top, int left, int height, int width) {
+  RgbImage out;
+  out.width = width;
+  out.height = height;
+  out.pixels.assign(static_cast<size_t>(width) * height * 3, 0);
+  for (int y = 0; y < height; ++y) {
+    const int sy = top + y;
+    if (sy < 0 || sy >= image.height) continue;
+    for (int x = 0; x < width; ++x) {
+      const int sx = left + x;
+      if (sx < 0 || sx >= image.width) continue;
+      std::copy_n(image.pixels.begin() + (static_cast<ptrdiff_t>(sy) * image.width + sx) * 3, 3,
+                  out.pixels.begin() + (static_cast<ptrdiff_t>(y) * width + x) * 3);
+    }
+  }
+  return out;
+}
+
+RgbImage HorizontalFlip(const RgbImage& image) {
+  RgbImage out = image;
+  for (int y = 0; y < image.height; ++y) {
+    for (int x = 0; x < image.width; ++x) {
+      std::copy_n(
+          image.pixels.begin() + (static_cast<ptrdiff_t>(y) * image.width + x) * 3, 3,
+          out.pixels.begin() + (static_cast<ptrdiff_t>(y) * image.width + image.width - 1 - x) * 3);
+    }
+  }
+  return out;
+}
 
 RgbImage CenterCrop(const RgbImage& image, int height, int width) {
   RgbImage src = image;

@@ -1,8 +1,11 @@
 // torchvision.transforms on a decoded image, with their semantics and
 // parameter names, so that a batch equals what torchvision would make of
-// the same files: CenterCrop (padding with zeros when the image is smaller,
-// the offset rounded as Python rounds), then ToTensor (CHW, in [0, 1]) and
-// Normalize (per-channel mean and std).
+// the same files: Resize (Pillow's bilinear resampling with its antialias
+// and fixed-point rounding, which torchvision uses for PIL images),
+// CenterCrop (padding with zeros when the image is smaller, the offset
+// rounded as Python rounds), crops at given places (RandomResizedCrop's
+// work once its parameters are drawn), horizontal flips, then ToTensor (CHW,
+// in [0, 1]) and Normalize (per-channel mean and std).
 //
 // No LibTorch: the output is float32 CHW in a plain buffer.
 #ifndef DDP_WORKER_DATA_IMAGE_TRANSFORMS_H_
@@ -18,6 +21,21 @@ namespace ddp {
 
 // transforms.CenterCrop((height, width)).
 RgbImage CenterCrop(const RgbImage& image, int height, int width);
+
+// Pillow's Image.resize((width, height), Image.BILINEAR): what
+// transforms.Resize((height, width)) does to a PIL image.
+RgbImage Resize(const RgbImage& image, int height, int width);
+
+// transforms.Resize(size) with one number: the shorter side becomes `size`,
+// the longer in proportion (truncated, as torchvision computes it).
+RgbImage ResizeShorter(const RgbImage& image, int size);
+
+// F.crop(img, top, left, height, width) within the image (a part outside
+// it is zeros, as Pillow's crop gives).
+RgbImage Crop(const RgbImage& image, int top, int left, int height, int width);
+
+// F.hflip.
+RgbImage HorizontalFlip(const RgbImage& image);
 
 struct Normalization {
   std::array<float, 3> mean;
