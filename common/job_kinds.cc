@@ -13,6 +13,7 @@ constexpr KindName<v1::DatasetKind> kDatasetKinds[] = {
     {v1::DATASET_KIND_SYNTHETIC, "synthetic"},
     {v1::DATASET_KIND_TENSORS, "tensors"},
     {v1::DATASET_KIND_PROGRAM, "program"},
+    {v1::DATASET_KIND_IMAGE_FOLDER, "image-folder"},
 };
 constexpr KindName<v1::OptimizerKind> kOptimizerKinds[] = {
     {v1::OPTIMIZER_KIND_SGD, "sgd"},

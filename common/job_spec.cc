@@ -1,6 +1,7 @@
 #include "common/job_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -53,6 +54,105 @@ absl::Status CheckPath(absl::string_view field, const std::string& path) {
 
 // Train and test sizes of a synthetic dataset: counts and bytes bounded
 // before anything multiplies them.
+// An image-folder's transforms: torchvision's names and parameters, every
+// size within bounds, and (`fixed`) ending with one size for every image.
+absl::Status CheckImageTransforms(
+    absl::string_view field, const google::protobuf::RepeatedPtrField<v1::ImageTransform>& steps) {
+  if (steps.size() > 16) return FieldError(field, "at most 16 transforms");
+  for (int i = 0; i < steps.size(); ++i) {
+    const v1::ImageTransform& t = steps[i];
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    const bool sized =
+        t.kind() == "Resize" || t.kind() == "CenterCrop" || t.kind() == "RandomResizedCrop";
+    if (!sized && t.kind() != "RandomHorizontalFlip") {
+      return FieldError(absl::StrCat(at, ".kind"),
+                        absl::StrCat("unknown transform ", Quote(t.kind()),
+                                     "; expected one of Resize, CenterCrop, RandomResizedCrop, "
+                                     "RandomHorizontalFlip"));
+    }
+    if (sized != (t.size_size() == 1 || t.size_size() == 2)) {
+      return FieldError(absl::StrCat(at, ".size"),
+                        sized ? "one number (a square, or Resize's shorter side) or two "
+                                "([height, width])"
+                              : "RandomHorizontalFlip takes no size");
+    }
+    for (uint32_t v : t.size()) {
+      if (v < 1 || v > 65536) {
+        return FieldError(absl::StrCat(at, ".size"), "each size must be in [1, 65536]");
+      }
+    }
+    const bool crop = t.kind() == "RandomResizedCrop";
+    if ((!crop && (t.scale_size() > 0 || t.ratio_size() > 0)) ||
+        (t.kind() != "RandomHorizontalFlip" && t.has_p())) {
+      return FieldError(at, absl::StrCat("a parameter ", t.kind(), " does not take"));
+    }
+    if (crop && t.scale_size() > 0 &&
+        !(t.scale_size() == 2 && t.scale(0) > 0 && t.scale(0) <= t.scale(1) && t.scale(1) <= 1)) {
+      return FieldError(absl::StrCat(at, ".scale"), "[lo, hi] with 0 < lo <= hi <= 1");
+    }
+    if (crop && t.ratio_size() > 0 &&
+        !(t.ratio_size() == 2 && t.ratio(0) > 0 && t.ratio(0) <= t.ratio(1) && t.ratio(1) < 1e6)) {
+      return FieldError(absl::StrCat(at, ".ratio"), "[lo, hi] with 0 < lo <= hi");
+    }
+    if (t.has_p() && !(t.p() >= 0 && t.p() <= 1)) {
+      return FieldError(absl::StrCat(at, ".p"), "must be in [0, 1]");
+    }
+  }
+  // The last step that sets a size must set both: a batch is one tensor.
+  for (int i = steps.size() - 1; i >= 0; --i) {
+    const v1::ImageTransform& t = steps[i];
+    if (t.kind() == "RandomHorizontalFlip") continue;
+    if (t.kind() == "Resize" && t.size_size() == 1) {
+      return FieldError(field,
+                        "the transforms must end with one size for every image: after a Resize "
+                        "of the shorter side, add a CenterCrop (or Resize to [height, width])");
+    }
+    break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckImageFolder(const v1::DatasetSpec& data) {
+  const bool folder = DatasetKindOf(data) == v1::DATASET_KIND_IMAGE_FOLDER;
+  if (!folder) {
+    if (data.transforms_size() > 0 || data.test_transforms_size() > 0 || data.has_normalize() ||
+        data.loader_threads() > 0 || data.prefetch_batches() > 0) {
+      return FieldError("dataset.transforms",
+                        "transforms, test_transforms, normalize, loader_threads and "
+                        "prefetch_batches are for dataset.kind \"image-folder\" only");
+    }
+    return absl::OkStatus();
+  }
+  if (data.path().empty()) {
+    return FieldError("dataset.path",
+                      "required for dataset.kind \"image-folder\": the folder of class folders "
+                      "(ROOT/CLASS/IMAGE.jpg)");
+  }
+  if (absl::Status s = CheckImageTransforms("dataset.transforms", data.transforms()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckImageTransforms("dataset.test_transforms", data.test_transforms());
+      !s.ok()) {
+    return s;
+  }
+  if (data.has_normalize()) {
+    const v1::ImageNormalize& n = data.normalize();
+    if (n.mean_size() != 3 || n.std_size() != 3) {
+      return FieldError("dataset.normalize", "three means and three stds (R, G, B)");
+    }
+    for (int c = 0; c < 3; ++c) {
+      if (!(std::abs(n.mean(c)) < 1e6) || !(n.std(c) > 0 && n.std(c) < 1e6)) {
+        return FieldError("dataset.normalize", "finite means, and stds > 0");
+      }
+    }
+  }
+  if (data.loader_threads() > 64 || data.prefetch_batches() > 64) {
+    return FieldError("dataset.loader_threads",
+                      "loader_threads and prefetch_batches are at most 64");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSyntheticSizes(const v1::DatasetSpec& data) {
   if (data.train_size() > kMaxSyntheticTrainSize) {
     return FieldError("dataset.train_size", absl::StrCat("at most ", kMaxSyntheticTrainSize,
@@ -155,6 +255,27 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
     if (data->train_size() == 0) data->set_train_size(4096);
     if (data->test_size() == 0) data->set_test_size(1024);
   }
+  if (data_kind == v1::DATASET_KIND_IMAGE_FOLDER) {
+    if (data->loader_threads() == 0) data->set_loader_threads(2);
+    if (data->prefetch_batches() == 0) data->set_prefetch_batches(4);
+    if (data->test_transforms_size() == 0) {
+      // Evaluation sees the training transforms without their randomness:
+      // a random crop becomes the central crop of the image resized.
+      for (const v1::ImageTransform& t : data->transforms()) {
+        if (t.kind() == "RandomHorizontalFlip") continue;
+        if (t.kind() != "RandomResizedCrop") {
+          *data->add_test_transforms() = t;
+          continue;
+        }
+        v1::ImageTransform* resize = data->add_test_transforms();
+        resize->set_kind("Resize");
+        resize->add_size(*std::max_element(t.size().begin(), t.size().end()));
+        v1::ImageTransform* center = data->add_test_transforms();
+        center->set_kind("CenterCrop");
+        *center->mutable_size() = t.size();
+      }
+    }
+  }
   auto* opt = spec.mutable_optimizer();
   if (opt->kind().empty()) opt->set_kind("sgd");
   if (opt->lr() == 0) opt->set_lr(OptimizerKindOf(*opt) == v1::OPTIMIZER_KIND_ADAM ? 0.001 : 0.01);
@@ -227,6 +348,7 @@ absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   }
   if (absl::Status s = CheckPath("dataset.path", data.path()); !s.ok()) return s;
   if (absl::Status s = CheckPath("dataset.test_path", data.test_path()); !s.ok()) return s;
+  if (absl::Status s = CheckImageFolder(data); !s.ok()) return s;
   if (data_kind == v1::DATASET_KIND_SYNTHETIC) {
     if (absl::Status s = CheckSyntheticSizes(data); !s.ok()) return s;
   } else if (data.train_size() > kMaxTrainSize) {

@@ -78,6 +78,7 @@ std::vector<std::string> ExpectedInputs(const v1::JobSpec& spec) {
       paths.push_back(data.path());
       if (!data.test_path().empty()) paths.push_back(data.test_path());
       break;
+    case v1::DATASET_KIND_IMAGE_FOLDER:  // its images are not pinned (yet): read as they are
     case v1::DATASET_KIND_SYNTHETIC:
     case v1::DATASET_KIND_PROGRAM:
     case v1::DATASET_KIND_UNKNOWN:

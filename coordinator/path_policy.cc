@@ -151,6 +151,17 @@ absl::Status CheckInputFolder(absl::string_view field, const std::string& path,
   return absl::OkStatus();
 }
 
+// An image folder: under a data root, and a folder. Its files are read
+// under the worker's confinement, which lets a job read nothing outside it
+// (a link leading out is refused when read, naming the file).
+absl::Status CheckImageFolder(absl::string_view field, const std::string& path,
+                              const PathRoots& roots) {
+  absl::StatusOr<Examined> folder = ExamineInput(field, path, roots);
+  if (!folder.ok()) return folder.status();
+  if (!S_ISDIR(folder->st.st_mode)) return Refuse(field, path, "is not a folder");
+  return absl::OkStatus();
+}
+
 // Where rank 0 writes the trained model: a new file (or, with
 // overwrite_output, a regular file) in an existing folder under an output
 // root.
@@ -250,13 +261,19 @@ absl::Status CheckPinnedInputs(const v1::JobSpec& spec, const PathRoots& roots) 
 
 namespace {
 
-// A dataset's own path: a folder of idx files, a tensors file, or none.
+// A dataset's own path: a folder of idx files, a tensors file, image
+// folders, or none.
 absl::Status CheckDatasetPath(const v1::DatasetSpec& data, const PathRoots& roots) {
   switch (DatasetKindOf(data)) {
     case v1::DATASET_KIND_FASHION_MNIST:
       return CheckInputFolder("dataset.path", data.path(), roots);
     case v1::DATASET_KIND_TENSORS:
       return CheckInputFile("dataset.path", data.path(), roots);
+    case v1::DATASET_KIND_IMAGE_FOLDER:
+      if (absl::Status s = CheckImageFolder("dataset.path", data.path(), roots); !s.ok()) return s;
+      return data.test_path().empty()
+                 ? absl::OkStatus()
+                 : CheckImageFolder("dataset.test_path", data.test_path(), roots);
     case v1::DATASET_KIND_SYNTHETIC:
     case v1::DATASET_KIND_PROGRAM:
     case v1::DATASET_KIND_UNKNOWN:
@@ -275,7 +292,7 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   }
   const v1::DatasetSpec& data = spec.dataset();
   if (absl::Status s = CheckDatasetPath(data, roots); !s.ok()) return s;
-  if (!data.test_path().empty()) {
+  if (!data.test_path().empty() && DatasetKindOf(data) != v1::DATASET_KIND_IMAGE_FOLDER) {
     if (absl::Status s = CheckInputFile("dataset.test_path", data.test_path(), roots); !s.ok()) {
       return s;
     }

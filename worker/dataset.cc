@@ -129,6 +129,73 @@ absl::StatusOr<Dataset> LoadTensors(const v1::DatasetSpec& spec, InputFiles* inp
   return t;
 }
 
+// The spec's transforms as the loader runs them.
+ImagePipeline PipelineOf(const google::protobuf::RepeatedPtrField<v1::ImageTransform>& steps,
+                         const v1::DatasetSpec& spec) {
+  ImagePipeline p;
+  for (const v1::ImageTransform& t : steps) {
+    ImageStep step;
+    const int first = t.size_size() > 0 ? static_cast<int>(t.size(0)) : 0;
+    const int second = t.size_size() > 1 ? static_cast<int>(t.size(1)) : first;
+    if (t.kind() == "Resize") {
+      step.kind = ImageStep::Kind::kResize;
+      step.height = t.size_size() > 1 ? first : 0;
+      step.width = t.size_size() > 1 ? second : first;
+    } else if (t.kind() == "CenterCrop" || t.kind() == "RandomResizedCrop") {
+      step.kind = t.kind() == "CenterCrop" ? ImageStep::Kind::kCenterCrop
+                                           : ImageStep::Kind::kRandomResizedCrop;
+      step.height = first;
+      step.width = second;
+      if (t.scale_size() == 2) step.scale = {t.scale(0), t.scale(1)};
+      if (t.ratio_size() == 2) step.ratio = {t.ratio(0), t.ratio(1)};
+    } else {
+      step.kind = ImageStep::Kind::kRandomHorizontalFlip;
+      if (t.has_p()) step.p = t.p();
+    }
+    p.steps.push_back(step);
+  }
+  if (spec.has_normalize() && spec.normalize().mean_size() == 3 &&
+      spec.normalize().std_size() == 3) {
+    Normalization n;
+    for (int c = 0; c < 3; ++c) {
+      n.mean[c] = spec.normalize().mean(c);
+      n.std[c] = spec.normalize().std(c);
+    }
+    p.normalize = n;
+  }
+  return p;
+}
+
+absl::StatusOr<Dataset> LoadImageFolder(const v1::DatasetSpec& spec, uint64_t seed) {
+  Dataset d;
+  absl::StatusOr<std::shared_ptr<const ImageFolderSource>> train = ImageFolderSource::Open(
+      spec.path(), PipelineOf(spec.transforms(), spec), seed, spec.train_size());
+  if (!train.ok())
+    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", train.status().message()));
+  d.train_images = *train;
+  d.num_classes = static_cast<int64_t>(d.train_images->folder().classes().size());
+  if (!spec.test_path().empty()) {
+    absl::StatusOr<std::shared_ptr<const ImageFolderSource>> test =
+        ImageFolderSource::Open(spec.test_path(), PipelineOf(spec.test_transforms(), spec), seed);
+    if (!test.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset.test_path: ", test.status().message()));
+    }
+    if ((*test)->folder().classes() != d.train_images->folder().classes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset.test_path: its class folders are not those of dataset.path (",
+                       (*test)->folder().classes().size(), " and ", d.num_classes,
+                       " classes): label i must name the same class in both"));
+    }
+    if ((*test)->sample_shape() != d.train_images->sample_shape()) {
+      return absl::InvalidArgumentError(
+          "dataset.test_transforms: evaluation samples come out of another size than training's");
+    }
+    d.test_images = *test;
+  }
+  return d;
+}
+
 absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64_t seed,
                                              InputFiles* inputs) {
   absl::StatusOr<Dataset> d;
@@ -143,14 +210,17 @@ absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64
     case v1::DATASET_KIND_TENSORS:
       d = LoadTensors(spec, inputs);
       break;
+    case v1::DATASET_KIND_IMAGE_FOLDER:  // its own train_size limit
+      d = LoadImageFolder(spec, seed);
+      break;
     case v1::DATASET_KIND_PROGRAM:  // a program reads its own
     case v1::DATASET_KIND_UNKNOWN:
       return absl::InvalidArgumentError(
           absl::StrCat("dataset.kind: unknown \"", spec.kind(), "\""));
   }
   if (!d.ok()) return d;
-  if (kind != v1::DATASET_KIND_SYNTHETIC && spec.train_size() > 0 &&
-      static_cast<int64_t>(spec.train_size()) < d->train_size()) {
+  if (kind != v1::DATASET_KIND_SYNTHETIC && kind != v1::DATASET_KIND_IMAGE_FOLDER &&
+      spec.train_size() > 0 && static_cast<int64_t>(spec.train_size()) < d->train_size()) {
     d->train_x = d->train_x.narrow(0, 0, spec.train_size()).contiguous();
     d->train_y = d->train_y.narrow(0, 0, spec.train_size()).contiguous();
   }
@@ -162,7 +232,20 @@ absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64
 
 }  // namespace
 
+int64_t Dataset::train_size() const {
+  return train_images ? static_cast<int64_t>(train_images->size()) : train_x.size(0);
+}
+
+int64_t Dataset::test_size() const {
+  if (test_images) return static_cast<int64_t>(test_images->size());
+  return test_x.defined() ? test_x.size(0) : 0;
+}
+
 std::vector<int64_t> Dataset::sample_shape() const {
+  if (train_images) {
+    const auto shape = train_images->sample_shape();
+    return {shape[0], shape[1], shape[2]};
+  }
   auto sizes = train_x.sizes();
   return std::vector<int64_t>(sizes.begin() + 1, sizes.end());
 }

@@ -12,17 +12,24 @@
 
 #include "absl/status/statusor.h"
 #include "ddp/v1/job.pb.h"
+#include "worker/data/image_folder_source.h"
 #include "worker/input_files.h"
 
 namespace ddp {
 
 struct Dataset {
+  // In memory; undefined for data read from disk as it is asked for.
   at::Tensor train_x, train_y;
-  // Undefined when the dataset has no held-out part.
+  // Undefined when the dataset has no held-out part (or it is read from disk).
   at::Tensor test_x, test_y;
+  // Set instead of the tensors for an image folder: read, decoded and
+  // transformed sample by sample (image_batches.h).
+  std::shared_ptr<const ImageFolderSource> train_images, test_images;
   int64_t num_classes = 0;
 
-  int64_t train_size() const { return train_x.size(0); }
+  int64_t train_size() const;
+  bool has_test() const { return test_x.defined() || test_images != nullptr; }
+  int64_t test_size() const;
   // Shape of one sample, without the batch dimension.
   std::vector<int64_t> sample_shape() const;
 };
@@ -33,7 +40,9 @@ struct Dataset {
 //    deviation 0.3530, shape [N, 1, 28, 28];
 //  - "synthetic": a fixed random problem of the same shape, 10 classes,
 //    each a noisy copy of a random prototype, made from `seed`;
-//  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path).
+//  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path);
+//  - "image-folder": the folders indexed (and each one's first image read
+//    to learn the samples' shape); images are read as batches need them.
 // INVALID_ARGUMENT names the field and says what is wrong with the file;
 // files are read within the limits of data_files.h, through `inputs` (the
 // job's pins; null: unpinned). Never throws.

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "worker/elastic/torch_error.h"
+#include "worker/image_batches.h"
 #include "worker/model.h"
 
 namespace ddp {
@@ -52,7 +54,9 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
   std::array<float, 5> sums{};
   try {
     torch::NoGradGuard no_grad;
-    const auto [begin, end] = EvaluationShare(in.test_x.size(0), comm->rank(), comm->world_size());
+    const int64_t n =
+        in.test_images ? static_cast<int64_t>(in.test_images->size()) : in.test_x.size(0);
+    const auto [begin, end] = EvaluationShare(n, comm->rank(), comm->world_size());
     in.model->SetTraining(false);
     const int64_t chunk = EvaluationBatchSize(*in.spec);
     // On the model's device; the test set stays in host memory.
@@ -65,8 +69,22 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
         return absl::AbortedError("aborted");
       }
       const int64_t len = std::min(chunk, end - at);
-      const at::Tensor x = in.test_x.narrow(0, at, len).to(device);
-      const at::Tensor y = in.test_y.narrow(0, at, len).to(device);
+      at::Tensor x, y;
+      if (in.test_images) {
+        std::vector<int64_t> indices(len);
+        for (int64_t i = 0; i < len; ++i) indices[i] = at + i;
+        absl::StatusOr<Batch> read =
+            ReadImageBatch(*in.test_images, indices, /*epoch=*/0, in.loader_threads);
+        if (!read.ok()) {
+          in.model->SetTraining(true);
+          return read.status();
+        }
+        x = read->x.to(device);
+        y = read->y.to(device);
+      } else {
+        x = in.test_x.narrow(0, at, len).to(device);
+        y = in.test_y.narrow(0, at, len).to(device);
+      }
       at::Tensor out = in.model->Forward(x);
       correct += out.argmax(1).eq(y).sum().item<int64_t>();
       loss += JobLoss(*in.spec, out, y, /*sum=*/true).item<double>();

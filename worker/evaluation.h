@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "ddp/v1/job.pb.h"
 #include "worker/collective/communicator.h"
+#include "worker/data/image_folder_source.h"
 
 namespace ddp {
 
@@ -58,6 +60,9 @@ struct EvaluationInput {
   Model* model = nullptr;
   at::Tensor test_x;
   at::Tensor test_y;
+  // Instead of the tensors: a test folder read in chunks on `loader_threads`.
+  std::shared_ptr<const ImageFolderSource> test_images;
+  int loader_threads = 1;
   // This rank's training losses of the epoch: their sum and count.
   double train_loss_sum = 0;
   uint64_t train_steps = 0;

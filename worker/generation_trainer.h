@@ -75,7 +75,7 @@ class GenerationTrainer {
   absl::StatusOr<double> TrainMicroBatch(const Batch& batch, double scale, bool sync,
                                          v1::StepTimings* timings);
   void MaybeCheckpoint();
-  bool ShouldEvaluate() const { return spec_.evaluate() && state_.data().test_x.defined(); }
+  bool ShouldEvaluate() const { return spec_.evaluate() && state_.data().has_test(); }
   // Every rank evaluates its share of the test set on the weights after
   // `epoch`; rank 0 reports the result.
   absl::Status EvaluateEpoch(uint64_t epoch, double seconds);

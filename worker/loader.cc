@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include "absl/types/span.h"
+#include "worker/image_batches.h"
+
 namespace ddp {
 
 Batch ToDevice(Batch batch, c10::Device device) {
@@ -24,6 +27,25 @@ BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indice
                          c10::Device device)
     : x_(std::move(x)),
       y_(std::move(y)),
+      indices_(std::move(indices)),
+      batch_size_(batch_size),
+      num_batches_(NumBatches(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
+      first_batch_(std::min(skip_batches, num_batches_)),
+      depth_(depth),
+      device_(device) {
+  {
+    absl::MutexLock lock(&mu_);
+    consumed_ = first_batch_;
+  }
+  thread_ = std::thread([this] { Produce(); });
+}
+
+BatchLoader::BatchLoader(std::shared_ptr<const ImageFolderSource> images, uint64_t epoch,
+                         int threads, std::vector<int64_t> indices, int64_t batch_size,
+                         bool drop_last, int64_t skip_batches, size_t depth, c10::Device device)
+    : images_(std::move(images)),
+      epoch_(epoch),
+      threads_(std::max(1, threads)),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(NumBatches(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
@@ -58,9 +80,22 @@ void BatchLoader::Produce() {
     }
     const int64_t begin = b * batch_size_;
     const int64_t end = std::min<int64_t>(begin + batch_size_, indices_.size());
-    at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin), {end - begin},
-                                      torch::kInt64);
-    Batch batch{x_.index_select(0, idx), y_.index_select(0, idx)};
+    Batch batch;
+    if (images_) {
+      absl::StatusOr<Batch> read =
+          ReadImageBatch(*images_, absl::MakeConstSpan(indices_.data() + begin, end - begin),
+                         epoch_, threads_, device_.is_cuda());
+      if (!read.ok()) {
+        absl::MutexLock lock(&mu_);
+        status_ = read.status();
+        return;
+      }
+      batch = *std::move(read);
+    } else {
+      at::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices_.data() + begin),
+                                        {end - begin}, torch::kInt64);
+      batch = Batch{x_.index_select(0, idx), y_.index_select(0, idx)};
+    }
     if (!device_.is_cpu()) batch = ToDevice(std::move(batch), device_);
     absl::MutexLock lock(&mu_);
     ready_.push_back(std::move(batch));
@@ -71,12 +106,19 @@ std::optional<Batch> BatchLoader::Next() {
   absl::MutexLock lock(&mu_);
   if (consumed_ >= num_batches_) return std::nullopt;
   mu_.Await(absl::Condition(
-      +[](BatchLoader* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) { return !l->ready_.empty(); },
+      +[](BatchLoader* l)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) { return !l->ready_.empty() || !l->status_.ok(); },
       this));
+  if (ready_.empty()) return std::nullopt;  // status_ says why
   Batch batch = std::move(ready_.front());
   ready_.pop_front();
   ++consumed_;
   return batch;
+}
+
+absl::Status BatchLoader::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
 }
 
 }  // namespace ddp

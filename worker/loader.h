@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -13,7 +14,9 @@
 #include <c10/core/Device.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/data/image_folder_source.h"
 
 namespace ddp {
 
@@ -38,18 +41,30 @@ class BatchLoader {
   BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices, int64_t batch_size,
               bool drop_last, int64_t skip_batches, size_t depth = 4,
               c10::Device device = c10::kCPU);
+  // The same from an image folder read as the batches are made: each batch
+  // read and decoded on `threads` threads (image_batches.h), sample i of
+  // `epoch` transformed as (seed, epoch, i) says.
+  BatchLoader(std::shared_ptr<const ImageFolderSource> images, uint64_t epoch, int threads,
+              std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
+              int64_t skip_batches, size_t depth = 4, c10::Device device = c10::kCPU);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // The next batch, or nullopt after the last. Called from one thread.
+  // The next batch, or nullopt after the last (or when a batch could not be
+  // made: status() says why). Called from one thread.
   std::optional<Batch> Next();
+  // Why a batch could not be made (a bad image, named); OK otherwise.
+  absl::Status status() const;
   int64_t num_batches() const { return num_batches_; }
 
  private:
   void Produce();
 
   const at::Tensor x_, y_;
+  const std::shared_ptr<const ImageFolderSource> images_;
+  const uint64_t epoch_ = 0;
+  const int threads_ = 1;
   const std::vector<int64_t> indices_;
   const int64_t batch_size_;
   const int64_t num_batches_;
@@ -58,10 +73,11 @@ class BatchLoader {
   const c10::Device device_;
   std::thread thread_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
   int64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ddp

@@ -38,7 +38,7 @@ absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
         return read.status();
       }
     }
-  } else if (kind == v1::DATASET_KIND_TENSORS) {
+  } else if (kind == v1::DATASET_KIND_TENSORS || kind == v1::DATASET_KIND_IMAGE_FOLDER) {
     absl::StatusOr<Dataset> loaded = LoadDataset(data, spec.seed(), inputs);
     if (!loaded.ok()) return loaded.status();
     shape = loaded->sample_shape();

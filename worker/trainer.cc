@@ -143,14 +143,16 @@ void GenerationTrainer::MaybeCheckpoint() {
 
 absl::Status GenerationTrainer::EvaluateEpoch(uint64_t epoch, double seconds) {
   const uint64_t step = state_.progress().step;
-  const auto [begin, end] = EvaluationShare(
-      state_.data().test_x.size(0), static_cast<int>(a_.rank()), static_cast<int>(a_.world_size()));
+  const auto [begin, end] = EvaluationShare(state_.data().test_size(), static_cast<int>(a_.rank()),
+                                            static_cast<int>(a_.world_size()));
   const absl::Duration bound = EvaluationBound(spec_, end - begin, forward_seconds_per_sample_);
   observer_->OnBoundedPhase(v1::STEP_PHASE_EVALUATE, step, bound);
   EvaluationInput in;
   in.spec = &spec_;
   in.model = &state_.model();
   in.test_x = state_.data().test_x;
+  in.test_images = state_.data().test_images;
+  in.loader_threads = static_cast<int>(spec_.dataset().loader_threads());
   in.test_y = state_.data().test_y;
   in.train_loss_sum = epoch_loss_sum_;
   in.train_steps = epoch_loss_steps_;

@@ -1,6 +1,7 @@
 // The steps of an epoch: the sampler's share, micro-batches through the
 // library's DistributedDataParallel, the optimizer step, and its report.
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -66,9 +67,20 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
     epoch_loss_sum_ = 0;
     epoch_loss_steps_ = 0;
   }
-  BatchLoader loader(state_.data().train_x, state_.data().train_y, plan.indices,
-                     static_cast<int64_t>(plan.batch), plan.drop_last, 0, /*depth=*/4,
-                     TorchDevice(state_.device()));
+  const Dataset& data = state_.data();
+  std::unique_ptr<BatchLoader> made;
+  if (data.train_images) {
+    const auto& d = spec_.dataset();
+    made = std::make_unique<BatchLoader>(
+        data.train_images, plan.begin.epoch, static_cast<int>(d.loader_threads()), plan.indices,
+        static_cast<int64_t>(plan.batch), plan.drop_last, 0,
+        std::max<size_t>(1, d.prefetch_batches()), TorchDevice(state_.device()));
+  } else {
+    made = std::make_unique<BatchLoader>(data.train_x, data.train_y, plan.indices,
+                                         static_cast<int64_t>(plan.batch), plan.drop_last, 0,
+                                         /*depth=*/4, TorchDevice(state_.device()));
+  }
+  BatchLoader& loader = *made;
   for (uint64_t done = 0; done < plan.batches;) {
     if (aborted()) return absl::AbortedError("aborted");
     const absl::Time step_start = absl::Now();
@@ -119,6 +131,10 @@ absl::StatusOr<GenerationTrainer::StepOutcome> GenerationTrainer::TrainStep(Batc
     observer_->OnPhase(v1::STEP_PHASE_DATA, step - 1);
     const absl::Time data_start = absl::Now();
     std::optional<Batch> batch = loader.Next();
+    if (!batch) {
+      return loader.status().ok() ? absl::InternalError("the loader ran out of batches")
+                                  : loader.status();
+    }
     out.timings.set_data_ms(out.timings.data_ms() +
                             absl::ToDoubleMilliseconds(absl::Now() - data_start));
     out.samples += batch->x.size(0);

@@ -71,6 +71,46 @@ TEST(JobSpec, ParseJobSpecJson_WorkerSelector_CheckedAsLabels) {
                        HasSubstr("job.worker_selector: the value of zone")));
 }
 
+TEST(JobSpec, ImageFolder_DefaultsAndEvaluationTransformsDerived) {
+  auto spec = ParseJobSpecJson(R"({"name": "imgs", "dataset": {"kind": "image-folder",
+      "path": "/data/train", "transforms": [{"kind": "RandomResizedCrop", "size": [224]},
+      {"kind": "RandomHorizontalFlip", "p": 0.25}]}})",
+                               CpuBuild());
+  ASSERT_THAT(spec, IsOk());
+  const v1::DatasetSpec& d = spec->dataset();
+  EXPECT_EQ(d.loader_threads(), 2u);
+  EXPECT_EQ(d.prefetch_batches(), 4u);
+  // Evaluation: no randomness; the random crop becomes Resize then CenterCrop.
+  ASSERT_EQ(d.test_transforms_size(), 2);
+  EXPECT_EQ(d.test_transforms(0).kind(), "Resize");
+  EXPECT_EQ(d.test_transforms(0).size(0), 224u);
+  EXPECT_EQ(d.test_transforms(1).kind(), "CenterCrop");
+  EXPECT_EQ(WithDefaults(*spec).SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(JobSpec, ImageFolder_BadTransforms_NameTheStep) {
+  const auto bad = [](const std::string& data) {
+    return ParseJobSpecJson(absl::StrCat(R"({"name": "i", "dataset": )", data, "}"), CpuBuild())
+        .status();
+  };
+  EXPECT_THAT(bad(R"({"kind": "image-folder"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.path")));
+  EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d", "transforms": [{"kind": "Blur"}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dataset.transforms[0].kind: unknown transform \"Blur\"")));
+  EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d",
+                      "transforms": [{"kind": "Resize", "size": [256]}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one size for every image")));
+  EXPECT_THAT(
+      bad(R"({"kind": "image-folder", "path": "/d", "transforms":
+                      [{"kind": "RandomResizedCrop", "size": [8], "scale": [0.9, 0.1]}]})"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.transforms[0].scale")));
+  EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d", "normalize": {"mean": [0.5]}})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.normalize")));
+  EXPECT_THAT(bad(R"({"kind": "synthetic", "transforms": [{"kind": "RandomHorizontalFlip"}]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("image-folder\" only")));
+}
+
 TEST(JobSpec, ParseJobSpecJson_Malformed_InvalidArgument) {
   EXPECT_THAT(ParseJobSpecJson(R"({"name": )", CpuBuild()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("JobSpec")));

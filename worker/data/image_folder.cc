@@ -98,7 +98,7 @@ absl::Status Walk(const std::string& top, std::vector<Walked>* out) {
 
 bool IsDecodableImageName(const std::string& name) { return EndsWithAny(Lower(name), kDecodable); }
 
-absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root) {
+absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t limit) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     return absl::InvalidArgumentError(
@@ -152,6 +152,7 @@ absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root) {
                      absl::StrJoin(empty, ", "), " of ", root,
                      ": every class needs at least one, as torchvision's ImageFolder requires"));
   }
+  if (limit > 0 && limit < folder.samples_.size()) folder.samples_.resize(limit);
   return folder;
 }
 

@@ -43,7 +43,8 @@ class ImageFolder {
   // INVALID_ARGUMENT naming the path and what is wrong: root missing or not
   // a folder, no class folder, a class with no image, a file this loader
   // can't decode where torchvision would read one, more than kMaxSamples.
-  static absl::StatusOr<ImageFolder> Scan(const std::string& root);
+  // `limit`: the first `limit` samples only (all when 0).
+  static absl::StatusOr<ImageFolder> Scan(const std::string& root, uint64_t limit = 0);
 
   const std::vector<std::string>& classes() const { return classes_; }
   const std::vector<ImageSample>& samples() const { return samples_; }
