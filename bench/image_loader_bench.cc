@@ -1,0 +1,55 @@
+// The image-folder loader's images/s: every image of ROOT once, in index
+// order, batch after batch through ReadImageBatch (what a worker's
+// BatchLoader calls), on THREADS threads, with a training pipeline:
+// RandomResizedCrop(SIZE), RandomHorizontalFlip, Normalize.
+//
+//   ddp_image_loader_bench ROOT THREADS SIZE [BATCH]
+//
+// Prints one JSON line: images, seconds, images_per_sec.
+#include <cstdlib>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "worker/data/image_folder_source.h"
+#include "worker/image_batches.h"
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::cerr << "usage: ddp_image_loader_bench ROOT THREADS SIZE [BATCH]\n";
+    return 1;
+  }
+  const int threads = std::atoi(argv[2]);
+  const int size = std::atoi(argv[3]);
+  const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 64;
+  ddp::ImagePipeline pipeline;
+  ddp::ImageStep crop;
+  crop.kind = ddp::ImageStep::Kind::kRandomResizedCrop;
+  crop.height = crop.width = size;
+  ddp::ImageStep flip;
+  flip.kind = ddp::ImageStep::Kind::kRandomHorizontalFlip;
+  pipeline.steps = {crop, flip};
+  pipeline.normalize = ddp::Normalization{{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+  auto source = ddp::ImageFolderSource::Open(argv[1], pipeline, /*seed=*/1);
+  if (!source.ok()) {
+    std::cerr << source.status().message() << "\n";
+    return 2;
+  }
+  std::vector<int64_t> indices((*source)->size());
+  std::iota(indices.begin(), indices.end(), 0);
+  const absl::Time start = absl::Now();
+  for (size_t at = 0; at < indices.size(); at += batch) {
+    const size_t n = std::min<size_t>(batch, indices.size() - at);
+    auto read =
+        ddp::ReadImageBatch(**source, absl::MakeConstSpan(indices.data() + at, n), 0, threads);
+    if (!read.ok()) {
+      std::cerr << read.status().message() << "\n";
+      return 2;
+    }
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::cout << "{\"images\": " << indices.size() << ", \"seconds\": " << seconds
+            << ", \"images_per_sec\": " << indices.size() / seconds << "}\n";
+  return 0;
+}
