@@ -25,25 +25,22 @@ int64_t NumBatches(int64_t samples, int64_t batch_size, bool drop_last) {
 BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices,
                          int64_t batch_size, bool drop_last, int64_t skip_batches, size_t depth,
                          c10::Device device)
-    : x_(std::move(x)),
-      y_(std::move(y)),
-      indices_(std::move(indices)),
-      batch_size_(batch_size),
-      num_batches_(NumBatches(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
-      first_batch_(std::min(skip_batches, num_batches_)),
-      depth_(depth),
-      device_(device) {
-  {
-    absl::MutexLock lock(&mu_);
-    consumed_ = first_batch_;
-  }
-  thread_ = std::thread([this] { Produce(); });
-}
+    : BatchLoader(std::move(x), std::move(y), nullptr, 0, 1, std::move(indices), batch_size,
+                  drop_last, skip_batches, depth, device) {}
 
 BatchLoader::BatchLoader(std::shared_ptr<const ImageFolderSource> images, uint64_t epoch,
                          int threads, std::vector<int64_t> indices, int64_t batch_size,
                          bool drop_last, int64_t skip_batches, size_t depth, c10::Device device)
-    : images_(std::move(images)),
+    : BatchLoader(at::Tensor(), at::Tensor(), std::move(images), epoch, threads, std::move(indices),
+                  batch_size, drop_last, skip_batches, depth, device) {}
+
+BatchLoader::BatchLoader(at::Tensor x, at::Tensor y,
+                         std::shared_ptr<const ImageFolderSource> images, uint64_t epoch,
+                         int threads, std::vector<int64_t> indices, int64_t batch_size,
+                         bool drop_last, int64_t skip_batches, size_t depth, c10::Device device)
+    : x_(std::move(x)),
+      y_(std::move(y)),
+      images_(std::move(images)),
       epoch_(epoch),
       threads_(std::max(1, threads)),
       indices_(std::move(indices)),

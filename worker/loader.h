@@ -59,6 +59,10 @@ class BatchLoader {
   int64_t num_batches() const { return num_batches_; }
 
  private:
+  // Both of the above: in-memory rows when `images` is null.
+  BatchLoader(at::Tensor x, at::Tensor y, std::shared_ptr<const ImageFolderSource> images,
+              uint64_t epoch, int threads, std::vector<int64_t> indices, int64_t batch_size,
+              bool drop_last, int64_t skip_batches, size_t depth, c10::Device device);
   void Produce();
 
   const at::Tensor x_, y_;

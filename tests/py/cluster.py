@@ -1,4 +1,5 @@
 """Real processes on loopback for the tests: a coordinator, workers, ddp-run."""
+import glob
 import json
 import os
 import pwd
@@ -144,3 +145,20 @@ def synthetic_job(name, workers, **overrides):
            "minWorkers": workers, "maxWorkers": workers, "settleSeconds": 0}
     job.update(overrides)
     return job
+
+
+def step_losses(folder, index_lines, job):
+    """{(step, rank): loss} of job `job`'s steps, from the step records the
+    workers wrote in `folder` (*.steps.jsonl, --metrics_file): a generation
+    names one job's, as the index logs (`index_lines`) say."""
+    generations = {l["generation"] for l in index_lines if l["job"] == job}
+    out = {}
+    for path in glob.glob(os.path.join(folder, "*.steps.jsonl")):
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                report = record["report"]
+                if int(report["generation"]) in generations:
+                    out[(int(report["step"]), record.get("rank", 0))] = report["loss"]
+    return out
+

@@ -9,12 +9,10 @@ logs); the loader's images are the sampler's indices, in its order.
 And the augmentation is a function of (seed, epoch, index): the same job
 with a RandomResizedCrop and a flip, run with one loader thread and with
 three, gives every step the same loss."""
-import glob
 import gzip
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import unittest
@@ -26,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "chaos"))
 import coverage  # noqa: E402
-from cluster import Cluster, synthetic_job  # noqa: E402
+from cluster import Cluster, step_losses, synthetic_job  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
 DATA = "/usr/share/datasets/fashion-mnist/"
@@ -113,15 +111,7 @@ class ImageFolderJobTest(unittest.TestCase):
 
     def losses(self, cluster, name):
         lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
-        generations = {l["generation"] for l in lines if l["job"] == name}
-        out = {}
-        for path in glob.glob(os.path.join(cluster.dir, "*.steps.jsonl")):
-            with open(path) as f:
-                for line in f:
-                    r = json.loads(line)
-                    if int(r["report"]["generation"]) in generations:
-                        out[(int(r["report"]["step"]), r.get("rank", 0))] = r["report"]["loss"]
-        return out
+        return step_losses(cluster.dir, lines, name)
 
     def test_trains_as_the_same_pixels_in_memory_and_every_sample_once(self):
         folder = job("folder", {"kind": "image-folder", "path": self.train,

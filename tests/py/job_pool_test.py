@@ -9,7 +9,6 @@ through a checkpoint and later resumes from it, its losses step for step
 those of an undisturbed run.
 Every job succeeds with every sample once (the workers' index logs). And
 --exit_when_done waits for every job, its exit code saying the worst."""
-import glob
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "chaos"))
 import coverage  # noqa: E402
-from cluster import Cluster, synthetic_job  # noqa: E402
+from cluster import Cluster, step_losses, synthetic_job  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
 TRAIN = 60000  # Fashion-MNIST
@@ -62,21 +61,6 @@ def check_every_sample_once(test, cluster, epochs_by_job):
         test.assertTrue(mine, name)
         coverage.check(mine, TRAIN, epochs)
     return lines
-
-
-def losses(cluster, lines, name):
-    """{(step, rank): loss} of job `name`'s steps, from every worker's step
-    records (a generation names one job's, as the index logs say)."""
-    generations = {l["generation"] for l in lines if l["job"] == name}
-    out = {}
-    for path in glob.glob(os.path.join(cluster.dir, "*.steps.jsonl")):
-        with open(path) as f:
-            for line in f:
-                record = json.loads(line)
-                report = record["report"]
-                if int(report["generation"]) in generations:
-                    out[(int(report["step"]), record.get("rank", 0))] = report["loss"]
-    return out
 
 
 class JobPoolTest(unittest.TestCase):
@@ -126,7 +110,8 @@ class JobPoolTest(unittest.TestCase):
             cluster.wait_for(lambda: jobs(cluster).get("a-undisturbed", {}).get("state") ==
                              "JOB_STATE_SUCCEEDED", 300, "the undisturbed run to succeed")
             lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
-            got, want = losses(cluster, lines, "a"), losses(cluster, lines, "a-undisturbed")
+            got, want = (step_losses(cluster.dir, lines, "a"),
+                         step_losses(cluster.dir, lines, "a-undisturbed"))
             self.assertEqual(sorted(got), sorted(want))
             after = [k for k in got if k[0] > resume_step]
             self.assertTrue(after, "no step after the resume")
