@@ -78,51 +78,58 @@ uint8_t Clip8(int32_t v) {
 
 RgbImage Resize(const RgbImage& image, int height, int width) {
   if (image.width == width && image.height == height) return image;
-  RgbImage src = image;
+  const RgbImage* src = &image;
+  RgbImage horizontal;
   if (width != image.width) {
     // Horizontal pass over every row (the box is the whole image, so every
-    // source row is used).
+    // source row is used); the three channels of a pixel summed together.
     const Coefficients c = Precompute(image.width, width);
-    RgbImage out;
-    out.width = width;
-    out.height = image.height;
-    out.pixels.resize(static_cast<size_t>(width) * image.height * 3);
+    horizontal.width = width;
+    horizontal.height = image.height;
+    horizontal.pixels.resize(static_cast<size_t>(width) * image.height * 3);
     for (int y = 0; y < image.height; ++y) {
       const uint8_t* row = image.pixels.data() + static_cast<size_t>(y) * image.width * 3;
+      uint8_t* out = horizontal.pixels.data() + static_cast<size_t>(y) * width * 3;
       for (int xx = 0; xx < width; ++xx) {
         const int xmin = c.bounds[xx * 2], xmax = c.bounds[xx * 2 + 1];
         const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
-        for (int ch = 0; ch < 3; ++ch) {
-          int32_t ss = 1 << (kPrecisionBits - 1);
-          for (int x = 0; x < xmax; ++x) ss += row[(x + xmin) * 3 + ch] * k[x];
-          out.pixels[(static_cast<size_t>(y) * width + xx) * 3 + ch] = Clip8(ss);
+        const uint8_t* in = row + xmin * 3;
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < xmax; ++x) {
+          s0 += in[x * 3] * k[x];
+          s1 += in[x * 3 + 1] * k[x];
+          s2 += in[x * 3 + 2] * k[x];
         }
+        out[xx * 3] = Clip8(s0);
+        out[xx * 3 + 1] = Clip8(s1);
+        out[xx * 3 + 2] = Clip8(s2);
       }
     }
-    src = std::move(out);
+    src = &horizontal;
   }
-  if (height != image.height) {
-    const Coefficients c = Precompute(image.height, height);
-    RgbImage out;
-    out.width = src.width;
-    out.height = height;
-    out.pixels.resize(static_cast<size_t>(src.width) * height * 3);
-    for (int yy = 0; yy < height; ++yy) {
-      const int ymin = c.bounds[yy * 2], ymax = c.bounds[yy * 2 + 1];
-      const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
-      for (int xx = 0; xx < src.width; ++xx) {
-        for (int ch = 0; ch < 3; ++ch) {
-          int32_t ss = 1 << (kPrecisionBits - 1);
-          for (int y = 0; y < ymax; ++y) {
-            ss += src.pixels[(static_cast<size_t>(y + ymin) * src.width + xx) * 3 + ch] * k[y];
-          }
-          out.pixels[(static_cast<size_t>(yy) * src.width + xx) * 3 + ch] = Clip8(ss);
-        }
-      }
+  if (height == image.height) return src == &image ? image : horizontal;
+  // Vertical pass, a row at a time: each output row is a weighted sum of
+  // whole source rows (the same sums in another order: integers, exact).
+  const Coefficients c = Precompute(image.height, height);
+  const size_t row_bytes = static_cast<size_t>(src->width) * 3;
+  RgbImage out;
+  out.width = src->width;
+  out.height = height;
+  out.pixels.resize(row_bytes * height);
+  std::vector<int32_t> acc(row_bytes);
+  for (int yy = 0; yy < height; ++yy) {
+    const int ymin = c.bounds[yy * 2], ymax = c.bounds[yy * 2 + 1];
+    const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < ymax; ++y) {
+      const uint8_t* in = src->pixels.data() + static_cast<size_t>(y + ymin) * row_bytes;
+      const int32_t w = k[y];
+      for (size_t i = 0; i < row_bytes; ++i) acc[i] += in[i] * w;
     }
-    src = std::move(out);
+    uint8_t* dst = out.pixels.data() + static_cast<size_t>(yy) * row_bytes;
+    for (size_t i = 0; i < row_bytes; ++i) dst[i] = Clip8(acc[i]);
   }
-  return src;
+  return out;
 }
 
 RgbImage ResizeShorter(const RgbImage& image, int size) {
