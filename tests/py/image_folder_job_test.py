@@ -8,11 +8,13 @@ logs); the loader's images are the sampler's indices, in its order.
 
 And the augmentation is a function of (seed, epoch, index): the same job
 with a RandomResizedCrop and a flip, run with one loader thread and with
-three, gives every step the same loss."""
+three, gives every step the same loss. A worker killed (-9) mid-run: the
+job re-forms without it and still trains every sample once per epoch."""
 import gzip
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import unittest
@@ -29,6 +31,7 @@ from cluster import Cluster, step_losses, synthetic_job  # noqa: E402
 C = "ddp.v1.Coordinator/"
 DATA = "/usr/share/datasets/fashion-mnist/"
 TRAIN, TEST = 1024, 256
+EPOCHS_KILLED = 60  # 10 s or more: a worker is killed mid-run
 
 
 def idx(name, count, shape):
@@ -85,6 +88,39 @@ class ImageFolderJobTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def start(self, workers, extra=()):
+        cluster = Cluster()
+        self.addCleanup(cluster.stop)
+        procs = []
+        for i in range(workers):
+            procs.append(cluster.start_worker(i, extra=[
+                "--index_log=" + os.path.join(cluster.dir, "w%d.idx.jsonl" % i),
+                "--metrics_file=" + os.path.join(cluster.dir, "w%d.steps.jsonl" % i)] +
+                list(extra)))
+        return cluster, procs
+
+    def test_a_killed_worker_loses_no_sample(self):
+        cluster, procs = self.start(3)
+        spec = job("killed", {"kind": "image-folder", "path": self.train,
+                              "transforms": [{"kind": "RandomResizedCrop", "size": [24]}]},
+                   epochs=EPOCHS_KILLED, evaluate=False, minWorkers=1, maxWorkers=3,
+                   rejoinTimeoutSeconds=1, batchSize=16)
+        cluster.client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(spec))
+        cluster.wait_for(lambda: int(cluster.status().get("global_step", 0)) > 40, 120,
+                         "the job to train")
+        # A member of the generation training now (w0, w1 or w2).
+        victim = cluster.status()["members"][-1]
+        os.kill(procs[int(victim[1:])].pid, signal.SIGKILL)
+        cluster.wait_for(lambda: cluster.client.call(
+            C + "GetStatus", '{"job_id": "killed"}')["state"] in
+            ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"), 300, "the job to end")
+        final = cluster.client.call(C + "GetStatus", '{"job_id": "killed"}')
+        self.assertEqual(final["state"], "JOB_STATE_SUCCEEDED", final.get("message"))
+        self.assertIn("CHANGE_CAUSE_LOST",
+                      [c["cause"] for c in final.get("generation_changes", [])])
+        lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
+        coverage.check(lines, TRAIN, EPOCHS_KILLED)
 
     def run_jobs(self, specs, extra=()):
         """Each spec in turn on the same two workers; returns the cluster
