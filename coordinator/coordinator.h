@@ -306,6 +306,9 @@ class Coordinator {
   // returns how many.
   uint32_t GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool gives `w` to `run`, which prepares it if it holds not the job.
+  void GiveWorkerLocked(JobRun& run, WorkerRecord* w, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With no job running: the queue's first job its owner's quota lets
   // start starts at once (and waits for workers, as a lone job always has).
   void StartAloneLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

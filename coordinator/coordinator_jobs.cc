@@ -146,11 +146,7 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
   if (workers == nullptr) {
     GiveWorkersLocked(run, run.spec().max_workers(), fx);
   } else {
-    for (const std::string& id : *workers) {
-      WorkerRecord* w = registry_.Find(id);
-      registry_.Reserve(w, run.id());
-      MaybePrepareLocked(run, w, fx);
-    }
+    for (const std::string& id : *workers) GiveWorkerLocked(run, registry_.Find(id), fx);
   }
   PersistLocked(fx);
   MaybeFormGenerationLocked(run, fx);

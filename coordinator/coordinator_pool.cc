@@ -214,13 +214,15 @@ uint32_t Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
       given.push_back(registry_.Find(w->id));
     }
   }
-  for (WorkerRecord* w : given) {
-    registry_.Reserve(w, run.id());
-    MaybePrepareLocked(run, w, fx);
-    dirty_ = true;
-  }
+  for (WorkerRecord* w : given) GiveWorkerLocked(run, w, fx);
   if (!given.empty()) MaybeFormGenerationLocked(run, fx);
   return static_cast<uint32_t>(given.size());
+}
+
+void Coordinator::GiveWorkerLocked(JobRun& run, WorkerRecord* w, Effects* fx) {
+  registry_.Reserve(w, run.id());
+  MaybePrepareLocked(run, w, fx);
+  dirty_ = true;
 }
 
 void Coordinator::PruneEndedLocked() {

@@ -141,12 +141,7 @@ void Coordinator::ScheduleLocked(Effects* fx) {
     JobRun* run = FindRunLocked(plan.job_id);
     if (run == nullptr) continue;
     DDP_LOG(Info) << "job " << run->id() << ": " << plan.why;
-    for (const std::string& id : plan.added) {
-      WorkerRecord* w = registry_.Find(id);
-      registry_.Reserve(w, run->id());
-      MaybePrepareLocked(*run, w, fx);
-    }
-    dirty_ = true;
+    for (const std::string& id : plan.added) GiveWorkerLocked(*run, registry_.Find(id), fx);
     MaybeFormGenerationLocked(*run, fx);
   }
 }

@@ -69,6 +69,7 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   if (job.preempted != nullptr) {
     const uint64_t step = job.preempted->global_step();
     const uint64_t checkpoint = job.preempted->last_checkpoint_step();
+    s.set_global_step(step);
     preempted = absl::StrCat("preempted at step ", step, "; ");
     if (checkpoint >= step) {
       absl::StrAppend(&preempted, "resumes from its checkpoint of step ", checkpoint, ". ");
@@ -81,7 +82,6 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
                       ". ");
     }
   }
-  if (job.preempted != nullptr) s.set_global_step(job.preempted->global_step());
   if (!why.empty()) {
     s.set_message(absl::StrCat(preempted, why));
   } else if (index > 0) {

@@ -170,8 +170,9 @@ absl::StatusOr<Dataset> LoadImageFolder(const v1::DatasetSpec& spec, uint64_t se
   Dataset d;
   absl::StatusOr<std::shared_ptr<const ImageFolderSource>> train = ImageFolderSource::Open(
       spec.path(), PipelineOf(spec.transforms(), spec), seed, spec.train_size());
-  if (!train.ok())
+  if (!train.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", train.status().message()));
+  }
   d.train_images = *train;
   d.num_classes = static_cast<int64_t>(d.train_images->folder().classes().size());
   if (!spec.test_path().empty()) {

@@ -117,8 +117,10 @@ class ImageFolderJobTest(unittest.TestCase):
             ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"), 300, "the job to end")
         final = cluster.client.call(C + "GetStatus", '{"job_id": "killed"}')
         self.assertEqual(final["state"], "JOB_STATE_SUCCEEDED", final.get("message"))
-        self.assertIn("CHANGE_CAUSE_LOST",
-                      [c["cause"] for c in final.get("generation_changes", [])])
+        # Lost (its stream closed) or failed (a peer's collective broke
+        # first): which is seen first depends on timing; a fault re-formed it.
+        causes = {c["cause"] for c in final.get("generation_changes", [])}
+        self.assertTrue(causes & {"CHANGE_CAUSE_LOST", "CHANGE_CAUSE_FAILED"}, causes)
         lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
         coverage.check(lines, TRAIN, EPOCHS_KILLED)
 

@@ -146,21 +146,21 @@ RgbImage Crop(const RgbImage& image, int top, int left, int height, int width) {
   out.width = width;
   out.height = height;
   out.pixels.assign(static_cast<size_t>(width) * height * 3, 0);
-  for (int y = 0; y < height; ++y) {
-    const int sy = top + y;
-    if (sy < 0 || sy >= image.height) continue;
-    for (int x = 0; x < width; ++x) {
-      const int sx = left + x;
-      if (sx < 0 || sx >= image.width) continue;
-      std::copy_n(image.pixels.begin() + (static_cast<ptrdiff_t>(sy) * image.width + sx) * 3, 3,
-                  out.pixels.begin() + (static_cast<ptrdiff_t>(y) * width + x) * 3);
-    }
+  // The part of each row inside the image; the rest stays zero.
+  const int x0 = std::max(0, -left), x1 = std::min(width, image.width - left);
+  for (int y = std::max(0, -top); y < std::min(height, image.height - top) && x0 < x1; ++y) {
+    std::copy_n(
+        image.pixels.begin() + (static_cast<ptrdiff_t>(top + y) * image.width + left + x0) * 3,
+        (x1 - x0) * 3, out.pixels.begin() + (static_cast<ptrdiff_t>(y) * width + x0) * 3);
   }
   return out;
 }
 
 RgbImage HorizontalFlip(const RgbImage& image) {
-  RgbImage out = image;
+  RgbImage out;
+  out.width = image.width;
+  out.height = image.height;
+  out.pixels.resize(image.pixels.size());
   for (int y = 0; y < image.height; ++y) {
     for (int x = 0; x < image.width; ++x) {
       std::copy_n(
@@ -172,36 +172,14 @@ RgbImage HorizontalFlip(const RgbImage& image) {
 }
 
 RgbImage CenterCrop(const RgbImage& image, int height, int width) {
-  RgbImage src = image;
-  if (width > src.width || height > src.height) {
-    // torchvision pads with zeros first: left/top get the smaller half.
-    const int left = width > src.width ? (width - src.width) / 2 : 0;
-    const int top = height > src.height ? (height - src.height) / 2 : 0;
-    const int right = width > src.width ? (width - src.width + 1) / 2 : 0;
-    const int bottom = height > src.height ? (height - src.height + 1) / 2 : 0;
-    RgbImage padded;
-    padded.width = src.width + left + right;
-    padded.height = src.height + top + bottom;
-    padded.pixels.assign(static_cast<size_t>(padded.width) * padded.height * 3, 0);
-    for (int y = 0; y < src.height; ++y) {
-      std::copy_n(
-          src.pixels.begin() + static_cast<ptrdiff_t>(y) * src.width * 3, src.width * 3,
-          padded.pixels.begin() + (static_cast<ptrdiff_t>(y + top) * padded.width + left) * 3);
-    }
-    src = std::move(padded);
-    if (src.width == width && src.height == height) return src;
-  }
-  const int top = HalfRoundedEven(src.height - height);
-  const int left = HalfRoundedEven(src.width - width);
-  RgbImage out;
-  out.width = width;
-  out.height = height;
-  out.pixels.resize(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y) {
-    std::copy_n(src.pixels.begin() + (static_cast<ptrdiff_t>(y + top) * src.width + left) * 3,
-                width * 3, out.pixels.begin() + static_cast<ptrdiff_t>(y) * width * 3);
-  }
-  return out;
+  // torchvision pads a smaller image with zeros first (left and top get the
+  // smaller half), then crops the centre: the same as a crop reaching
+  // outside the image, where Crop gives zeros.
+  const int pad_w = std::max(0, width - image.width);
+  const int pad_h = std::max(0, height - image.height);
+  const int left = HalfRoundedEven(image.width + pad_w - width) - pad_w / 2;
+  const int top = HalfRoundedEven(image.height + pad_h - height) - pad_h / 2;
+  return Crop(image, top, left, height, width);
 }
 
 std::vector<float> ToTensorChw(const RgbImage& image,
