@@ -1,5 +1,5 @@
 // The image-folder loader's images/s: every image of ROOT once, in index
-// order, batch after batch through ReadImageBatch (what a worker's
+// order, batch after batch through ReadSampleBatch (what a worker's
 // BatchLoader calls), on THREADS threads, with a training pipeline:
 // RandomResizedCrop(SIZE), RandomHorizontalFlip, Normalize.
 //
@@ -13,7 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "worker/data/image_folder_source.h"
-#include "worker/image_batches.h"
+#include "worker/sample_batches.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   for (size_t at = 0; at < indices.size(); at += batch) {
     const size_t n = std::min<size_t>(batch, indices.size() - at);
     auto read =
-        ddp::ReadImageBatch(**source, absl::MakeConstSpan(indices.data() + at, n), 0, threads);
+        ddp::ReadSampleBatch(**source, absl::MakeConstSpan(indices.data() + at, n), 0, threads);
     if (!read.ok()) {
       std::cerr << read.status().message() << "\n";
       return 2;

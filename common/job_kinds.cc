@@ -14,6 +14,7 @@ constexpr KindName<v1::DatasetKind> kDatasetKinds[] = {
     {v1::DATASET_KIND_TENSORS, "tensors"},
     {v1::DATASET_KIND_PROGRAM, "program"},
     {v1::DATASET_KIND_IMAGE_FOLDER, "image-folder"},
+    {v1::DATASET_KIND_SHARDS, "shards"},
 };
 constexpr KindName<v1::OptimizerKind> kOptimizerKinds[] = {
     {v1::OPTIMIZER_KIND_SGD, "sgd"},

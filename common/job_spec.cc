@@ -112,22 +112,39 @@ absl::Status CheckImageTransforms(
   return absl::OkStatus();
 }
 
-absl::Status CheckImageFolder(const v1::DatasetSpec& data) {
-  const bool folder = DatasetKindOf(data) == v1::DATASET_KIND_IMAGE_FOLDER;
-  if (!folder) {
+// Data read from disk (an image folder, shards): their own fields, which
+// no other kind takes.
+absl::Status CheckDiskDataset(const v1::DatasetSpec& data) {
+  const v1::DatasetKind kind = DatasetKindOf(data);
+  const bool folder = kind == v1::DATASET_KIND_IMAGE_FOLDER;
+  if (!folder && kind != v1::DATASET_KIND_SHARDS) {
     if (data.transforms_size() > 0 || data.test_transforms_size() > 0 || data.has_normalize() ||
-        data.loader_threads() > 0 || data.prefetch_batches() > 0) {
+        data.loader_threads() > 0 || data.prefetch_batches() > 0 || !data.manifest().empty() ||
+        !data.test_manifest().empty() || data.skip_bad_samples()) {
       return FieldError("dataset.transforms",
-                        "transforms, test_transforms, normalize, loader_threads and "
-                        "prefetch_batches are for dataset.kind \"image-folder\" only");
+                        "transforms, test_transforms, normalize, loader_threads, "
+                        "prefetch_batches, manifest, test_manifest and skip_bad_samples are for "
+                        "dataset.kind \"image-folder\" and \"shards\" only");
     }
     return absl::OkStatus();
   }
   if (data.path().empty()) {
     return FieldError("dataset.path",
-                      "required for dataset.kind \"image-folder\": the folder of class folders "
-                      "(ROOT/CLASS/IMAGE.jpg)");
+                      folder ? "required for dataset.kind \"image-folder\": the folder of class "
+                               "folders (ROOT/CLASS/IMAGE.jpg)"
+                             : "required for dataset.kind \"shards\": the folder ddp-pack wrote "
+                               "(its index.ddp-pack and shards)");
   }
+  if (!folder && (!data.manifest().empty() || !data.test_manifest().empty())) {
+    return FieldError("dataset.manifest",
+                      "shards carry their own index (PATH/index.ddp-pack); manifest and "
+                      "test_manifest are for dataset.kind \"image-folder\"");
+  }
+  if (!data.test_manifest().empty() && data.test_path().empty()) {
+    return FieldError("dataset.test_manifest", "is the manifest of dataset.test_path: set both");
+  }
+  if (absl::Status s = CheckPath("dataset.manifest", data.manifest()); !s.ok()) return s;
+  if (absl::Status s = CheckPath("dataset.test_manifest", data.test_manifest()); !s.ok()) return s;
   if (absl::Status s = CheckImageTransforms("dataset.transforms", data.transforms()); !s.ok()) {
     return s;
   }
@@ -255,7 +272,7 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
     if (data->train_size() == 0) data->set_train_size(4096);
     if (data->test_size() == 0) data->set_test_size(1024);
   }
-  if (data_kind == v1::DATASET_KIND_IMAGE_FOLDER) {
+  if (data_kind == v1::DATASET_KIND_IMAGE_FOLDER || data_kind == v1::DATASET_KIND_SHARDS) {
     if (data->loader_threads() == 0) data->set_loader_threads(2);
     if (data->prefetch_batches() == 0) data->set_prefetch_batches(4);
     if (data->test_transforms_size() == 0) {
@@ -348,7 +365,7 @@ absl::Status ValidateBuiltInTraining(const v1::JobSpec& spec) {
   }
   if (absl::Status s = CheckPath("dataset.path", data.path()); !s.ok()) return s;
   if (absl::Status s = CheckPath("dataset.test_path", data.test_path()); !s.ok()) return s;
-  if (absl::Status s = CheckImageFolder(data); !s.ok()) return s;
+  if (absl::Status s = CheckDiskDataset(data); !s.ok()) return s;
   if (data_kind == v1::DATASET_KIND_SYNTHETIC) {
     if (absl::Status s = CheckSyntheticSizes(data); !s.ok()) return s;
   } else if (data.train_size() > kMaxTrainSize) {

@@ -26,6 +26,8 @@ inline constexpr uint64_t kMaxSyntheticBytes = uint64_t{4} << 30;
 inline constexpr uint64_t kMaxTrainSize = uint64_t{1} << 31;
 // Any path in a spec, in bytes (PATH_MAX).
 inline constexpr size_t kMaxPathBytes = 4096;
+// dataset.kind "shards": the index ddp-pack writes in the folder.
+inline constexpr char kShardsIndexName[] = "index.ddp-pack";
 
 // What this build can run. Every build has every backend: NCCL is bound at
 // run time (worker/collective/nccl_library.h), so whether it works is the

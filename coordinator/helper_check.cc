@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/job_kinds.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/quote.h"
 #include "common/status_line.h"
@@ -78,7 +79,16 @@ std::vector<std::string> ExpectedInputs(const v1::JobSpec& spec) {
       paths.push_back(data.path());
       if (!data.test_path().empty()) paths.push_back(data.test_path());
       break;
-    case v1::DATASET_KIND_IMAGE_FOLDER:  // its images are not pinned (yet): read as they are
+    case v1::DATASET_KIND_IMAGE_FOLDER:  // its images pinned through a manifest, if it has one
+      if (!data.manifest().empty()) paths.push_back(data.manifest());
+      if (!data.test_manifest().empty()) paths.push_back(data.test_manifest());
+      break;
+    case v1::DATASET_KIND_SHARDS:  // the records pinned through their index
+      paths.push_back(absl::StrCat(data.path(), "/", kShardsIndexName));
+      if (!data.test_path().empty()) {
+        paths.push_back(absl::StrCat(data.test_path(), "/", kShardsIndexName));
+      }
+      break;
     case v1::DATASET_KIND_SYNTHETIC:
     case v1::DATASET_KIND_PROGRAM:
     case v1::DATASET_KIND_UNKNOWN:

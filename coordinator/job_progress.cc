@@ -13,6 +13,7 @@ namespace {
 
 constexpr absl::Duration kRateWindow = absl::Seconds(20);
 constexpr size_t kStepTimeWindow = 64;
+constexpr size_t kMaxBadSamplesKept = 32;
 
 }  // namespace
 
@@ -82,6 +83,16 @@ void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
   r.loss = report.loss();
   if (report.step_seconds() > 0) r.samples_per_sec = report.samples() / report.step_seconds();
   r.reported = true;
+  if (report.step_seconds() > 0) {
+    r.data_wait = std::min(1.0, report.timings().data_ms() / 1000 / report.step_seconds());
+  }
+  samples_skipped_ += report.samples_skipped();
+  for (const std::string& bad : report.newly_bad_samples()) {
+    if (bad_samples_.size() < kMaxBadSamplesKept &&
+        std::find(bad_samples_.begin(), bad_samples_.end(), bad) == bad_samples_.end()) {
+      bad_samples_.push_back(bad);
+    }
+  }
   committed_step_ = std::max(committed_step_, report.step());
   steps_per_epoch_ = report.steps_per_epoch();
   if (report.step() >= committed_step_) {
@@ -351,6 +362,16 @@ void JobProgress::FillStatus(v1::JobStatus* status) const {
   status->set_faults(faults_);
   status->set_epoch_cursor(cursor_);
   status->set_dataset_size(dataset_size_);
+  if (state_ == v1::JOB_STATE_RUNNING) {
+    for (uint32_t rank = 0; rank < ranks_.size(); ++rank) {
+      if (ranks_[rank].reported && ranks_[rank].data_wait > status->data_wait_fraction()) {
+        status->set_data_wait_fraction(ranks_[rank].data_wait);
+        status->set_data_wait_rank(rank);
+      }
+    }
+  }
+  status->set_samples_skipped(samples_skipped_);
+  for (const std::string& bad : bad_samples_) status->add_bad_samples(bad);
 }
 
 }  // namespace ddp

@@ -119,6 +119,8 @@ class JobProgress {
     uint64_t epoch = 0;
     double loss = 0;
     double samples_per_sec = 0;
+    // Share of its last step spent waiting for data (0 to 1).
+    double data_wait = 0;
     bool reported = false;
     bool done = false;
   };
@@ -162,6 +164,10 @@ class JobProgress {
   // Wall times of recent steps, for the hang threshold.
   std::deque<double> step_seconds_;
   std::map<uint32_t, double> throughput_;
+  // dataset.skip_bad_samples: samples replaced, every rank's, and the bad
+  // samples named (the first kMaxBadSamplesKept, each once).
+  uint64_t samples_skipped_ = 0;
+  std::vector<std::string> bad_samples_;
 };
 
 }  // namespace ddp

@@ -151,11 +151,11 @@ absl::Status CheckInputFolder(absl::string_view field, const std::string& path,
   return absl::OkStatus();
 }
 
-// An image folder: under a data root, and a folder. Its files are read
-// under the worker's confinement, which lets a job read nothing outside it
+// An image folder or a shards folder: under a data root, and a folder. Its
+// files are read under the worker's confinement, which lets a job read nothing outside it
 // (a link leading out is refused when read, naming the file).
-absl::Status CheckImageFolder(absl::string_view field, const std::string& path,
-                              const PathRoots& roots) {
+absl::Status CheckDataFolder(absl::string_view field, const std::string& path,
+                             const PathRoots& roots) {
   absl::StatusOr<Examined> folder = ExamineInput(field, path, roots);
   if (!folder.ok()) return folder.status();
   if (!S_ISDIR(folder->st.st_mode)) return Refuse(field, path, "is not a folder");
@@ -270,10 +270,22 @@ absl::Status CheckDatasetPath(const v1::DatasetSpec& data, const PathRoots& root
     case v1::DATASET_KIND_TENSORS:
       return CheckInputFile("dataset.path", data.path(), roots);
     case v1::DATASET_KIND_IMAGE_FOLDER:
-      if (absl::Status s = CheckImageFolder("dataset.path", data.path(), roots); !s.ok()) return s;
-      return data.test_path().empty()
+    case v1::DATASET_KIND_SHARDS:
+      if (absl::Status s = CheckDataFolder("dataset.path", data.path(), roots); !s.ok()) return s;
+      if (!data.test_path().empty()) {
+        if (absl::Status s = CheckDataFolder("dataset.test_path", data.test_path(), roots);
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (!data.manifest().empty()) {
+        if (absl::Status s = CheckInputFile("dataset.manifest", data.manifest(), roots); !s.ok()) {
+          return s;
+        }
+      }
+      return data.test_manifest().empty()
                  ? absl::OkStatus()
-                 : CheckImageFolder("dataset.test_path", data.test_path(), roots);
+                 : CheckInputFile("dataset.test_manifest", data.test_manifest(), roots);
     case v1::DATASET_KIND_SYNTHETIC:
     case v1::DATASET_KIND_PROGRAM:
     case v1::DATASET_KIND_UNKNOWN:
@@ -292,7 +304,9 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   }
   const v1::DatasetSpec& data = spec.dataset();
   if (absl::Status s = CheckDatasetPath(data, roots); !s.ok()) return s;
-  if (!data.test_path().empty() && DatasetKindOf(data) != v1::DATASET_KIND_IMAGE_FOLDER) {
+  const bool folders = DatasetKindOf(data) == v1::DATASET_KIND_IMAGE_FOLDER ||
+                       DatasetKindOf(data) == v1::DATASET_KIND_SHARDS;
+  if (!data.test_path().empty() && !folders) {
     if (absl::Status s = CheckInputFile("dataset.test_path", data.test_path(), roots); !s.ok()) {
       return s;
     }

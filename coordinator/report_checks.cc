@@ -57,6 +57,29 @@ absl::Status CheckParameterDigests(const v1::StepReport& report) {
   return absl::OkStatus();
 }
 
+// What a report says of skipped samples ends up in the job's status:
+// bounded here.
+absl::Status CheckBadSamples(const v1::StepReport& report) {
+  if (report.samples_skipped() > kMaxSkippedPerReport) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step report of step ", report.step(), ": samples_skipped ", report.samples_skipped(),
+        " is over ", kMaxSkippedPerReport, "; the batch was dropped"));
+  }
+  if (static_cast<size_t>(report.newly_bad_samples_size()) > kMaxBadSamplesPerReport) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step report of step ", report.step(), ": ", report.newly_bad_samples_size(),
+        " newly bad samples; the limit is ", kMaxBadSamplesPerReport, "; the batch was dropped"));
+  }
+  for (const std::string& bad : report.newly_bad_samples()) {
+    if (bad.size() > kMaxBadSampleBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step report of step ", report.step(), ": a bad sample's error is ", bad.size(),
+          " bytes; the limit is ", kMaxBadSampleBytes, "; the batch was dropped"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_step) {
@@ -91,6 +114,7 @@ absl::Status CheckReportBatch(const v1::StepReportBatch& batch, uint64_t start_s
                        "; the batch was dropped"));
     }
     if (absl::Status s = CheckParameterDigests(report); !s.ok()) return s;
+    if (absl::Status s = CheckBadSamples(report); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -25,6 +25,12 @@ inline constexpr size_t kMaxDigestBytes = 64;
 // library sends at most these: worker/api/session_impl.h).
 inline constexpr size_t kMaxParameterDigests = 4096;
 inline constexpr size_t kMaxParameterDigestNameBytes = 256;
+// Bad samples a report may name (dataset.skip_bad_samples), each one's
+// error at most this long, and the samples one report may say were
+// replaced (a batch's worth, however large).
+inline constexpr size_t kMaxBadSamplesPerReport = 8;
+inline constexpr size_t kMaxBadSampleBytes = 1024;
+inline constexpr uint64_t kMaxSkippedPerReport = uint64_t{1} << 32;
 
 // OK when `step` is at most kMaxStepAdvance beyond `start_step`.
 absl::Status CheckStep(uint64_t step, uint64_t start_step);

@@ -255,6 +255,10 @@ Confinement ConfinementForJob(const v1::JobSpec& spec, const JobConfinementOptio
   if (!spec.model().path().empty()) c.read.push_back(spec.model().path());
   if (!spec.dataset().path().empty()) c.read.push_back(spec.dataset().path());
   if (!spec.dataset().test_path().empty()) c.read.push_back(spec.dataset().test_path());
+  for (const std::string* manifest :
+       {&spec.dataset().manifest(), &spec.dataset().test_manifest()}) {
+    if (!manifest->empty()) c.read.push_back(*manifest);
+  }
   // Where the inputs were when checked: a worker reads them there.
   for (const v1::InputFile& pin : spec.input_files()) {
     if (!pin.real_path().empty()) c.read.push_back(pin.real_path());

@@ -13,6 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_kinds.h"
+#include "worker/data/image_folder_source.h"
+#include "worker/data/pack_index.h"
+#include "worker/data/packed_source.h"
+#include "worker/data/skipping_source.h"
 #include "worker/data_files.h"
 #include "worker/elastic/torch_error.h"
 
@@ -21,6 +25,8 @@ namespace {
 
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
+// An index of 50 M samples is about 1.5 GB.
+constexpr uint64_t kMaxPackIndexBytes = uint64_t{2000} << 20;
 
 absl::StatusOr<Dataset> LoadFashionMnist(const v1::DatasetSpec& spec, InputFiles* inputs) {
   const std::string& dir = spec.path();
@@ -166,33 +172,69 @@ ImagePipeline PipelineOf(const google::protobuf::RepeatedPtrField<v1::ImageTrans
   return p;
 }
 
-absl::StatusOr<Dataset> LoadImageFolder(const v1::DatasetSpec& spec, uint64_t seed) {
-  Dataset d;
-  absl::StatusOr<std::shared_ptr<const ImageFolderSource>> train = ImageFolderSource::Open(
-      spec.path(), PipelineOf(spec.transforms(), spec), seed, spec.train_size());
-  if (!train.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", train.status().message()));
-  }
-  d.train_images = *train;
-  d.num_classes = static_cast<int64_t>(d.train_images->folder().classes().size());
-  if (!spec.test_path().empty()) {
-    absl::StatusOr<std::shared_ptr<const ImageFolderSource>> test =
-        ImageFolderSource::Open(spec.test_path(), PipelineOf(spec.test_transforms(), spec), seed);
-    if (!test.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dataset.test_path: ", test.status().message()));
+// One part (training or test) of a dataset read from disk: an image folder
+// walked, an image folder through its manifest, or shards; `field` names
+// the spec's path field in errors. Indexes are read through `inputs`
+// (pinned: the samples are held to them).
+absl::StatusOr<std::shared_ptr<const SampleSource>> OpenDiskPart(
+    const v1::DatasetSpec& spec, absl::string_view field, const std::string& path,
+    const std::string& manifest, ImagePipeline pipeline, uint64_t seed, uint64_t limit,
+    InputFiles* inputs) {
+  const bool shards = DatasetKindOf(spec) == v1::DATASET_KIND_SHARDS;
+  absl::StatusOr<std::shared_ptr<const SampleSource>> source;
+  if (!shards && manifest.empty()) {
+    source = ImageFolderSource::Open(path, std::move(pipeline), seed, limit);
+  } else {
+    const std::string index_path = shards ? absl::StrCat(path, "/", kPackIndexName) : manifest;
+    const std::string index_field =
+        shards ? std::string(field)
+               : (field == "dataset.path" ? "dataset.manifest" : "dataset.test_manifest");
+    absl::StatusOr<std::string> bytes = inputs->Read(index_field, index_path, kMaxPackIndexBytes);
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<v1::PackIndex> index = ParsePackIndex(*bytes, index_path, limit);
+    if (!index.ok())
+      return absl::InvalidArgumentError(absl::StrCat(index_field, ": ", index.status().message()));
+    if (!shards && index->payload() != kPayloadImage) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index_field, ": ", index_path,
+          " is a pack of float32 samples, not an image folder's manifest (use dataset.kind "
+          "\"shards\" for it)"));
     }
-    if ((*test)->folder().classes() != d.train_images->folder().classes()) {
+    source = PackedSource::Open(*std::move(index), path, std::move(pipeline), seed);
+  }
+  if (!source.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", source.status().message()));
+  }
+  if (spec.skip_bad_samples()) return std::make_shared<const SkippingSource>(*std::move(source));
+  return source;
+}
+
+absl::StatusOr<Dataset> LoadFromDisk(const v1::DatasetSpec& spec, uint64_t seed,
+                                     InputFiles* inputs) {
+  Dataset d;
+  absl::StatusOr<std::shared_ptr<const SampleSource>> train =
+      OpenDiskPart(spec, "dataset.path", spec.path(), spec.manifest(),
+                   PipelineOf(spec.transforms(), spec), seed, spec.train_size(), inputs);
+  if (!train.ok()) return train.status();
+  d.train_source = *train;
+  d.num_classes = static_cast<int64_t>(d.train_source->classes().size());
+  if (!spec.test_path().empty()) {
+    absl::StatusOr<std::shared_ptr<const SampleSource>> test =
+        OpenDiskPart(spec, "dataset.test_path", spec.test_path(), spec.test_manifest(),
+                     PipelineOf(spec.test_transforms(), spec), seed, 0, inputs);
+    if (!test.ok()) return test.status();
+    if ((*test)->classes() != d.train_source->classes()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("dataset.test_path: its class folders are not those of dataset.path (",
-                       (*test)->folder().classes().size(), " and ", d.num_classes,
+          absl::StrCat("dataset.test_path: its classes are not those of dataset.path (",
+                       (*test)->classes().size(), " and ", d.num_classes,
                        " classes): label i must name the same class in both"));
     }
-    if ((*test)->sample_shape() != d.train_images->sample_shape()) {
+    if ((*test)->sample_shape() != d.train_source->sample_shape()) {
       return absl::InvalidArgumentError(
-          "dataset.test_transforms: evaluation samples come out of another size than training's");
+          "dataset.test_transforms: evaluation samples come out of another shape than "
+          "training's");
     }
-    d.test_images = *test;
+    d.test_source = *test;
   }
   return d;
 }
@@ -211,8 +253,9 @@ absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64
     case v1::DATASET_KIND_TENSORS:
       d = LoadTensors(spec, inputs);
       break;
-    case v1::DATASET_KIND_IMAGE_FOLDER:  // its own train_size limit
-      d = LoadImageFolder(spec, seed);
+    case v1::DATASET_KIND_IMAGE_FOLDER:  // their own train_size limit
+    case v1::DATASET_KIND_SHARDS:
+      d = LoadFromDisk(spec, seed, inputs);
       break;
     case v1::DATASET_KIND_PROGRAM:  // a program reads its own
     case v1::DATASET_KIND_UNKNOWN:
@@ -220,8 +263,8 @@ absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64
           absl::StrCat("dataset.kind: unknown \"", spec.kind(), "\""));
   }
   if (!d.ok()) return d;
-  if (kind != v1::DATASET_KIND_SYNTHETIC && kind != v1::DATASET_KIND_IMAGE_FOLDER &&
-      spec.train_size() > 0 && static_cast<int64_t>(spec.train_size()) < d->train_size()) {
+  if (!d->train_source && kind != v1::DATASET_KIND_SYNTHETIC && spec.train_size() > 0 &&
+      static_cast<int64_t>(spec.train_size()) < d->train_size()) {
     d->train_x = d->train_x.narrow(0, 0, spec.train_size()).contiguous();
     d->train_y = d->train_y.narrow(0, 0, spec.train_size()).contiguous();
   }
@@ -234,21 +277,30 @@ absl::StatusOr<Dataset> LoadDatasetUnguarded(const v1::DatasetSpec& spec, uint64
 }  // namespace
 
 int64_t Dataset::train_size() const {
-  return train_images ? static_cast<int64_t>(train_images->size()) : train_x.size(0);
+  return train_source ? static_cast<int64_t>(train_source->size()) : train_x.size(0);
 }
 
 int64_t Dataset::test_size() const {
-  if (test_images) return static_cast<int64_t>(test_images->size());
+  if (test_source) return static_cast<int64_t>(test_source->size());
   return test_x.defined() ? test_x.size(0) : 0;
 }
 
 std::vector<int64_t> Dataset::sample_shape() const {
-  if (train_images) {
-    const auto shape = train_images->sample_shape();
-    return {shape[0], shape[1], shape[2]};
-  }
+  if (train_source) return train_source->sample_shape();
   auto sizes = train_x.sizes();
   return std::vector<int64_t>(sizes.begin() + 1, sizes.end());
+}
+
+SkippingSource::Skipped Dataset::TakeSkipped(size_t max_named) const {
+  SkippingSource::Skipped all;
+  for (const auto& source : {train_source, test_source}) {
+    const auto* skipping = dynamic_cast<const SkippingSource*>(source.get());
+    if (skipping == nullptr) continue;
+    SkippingSource::Skipped taken = skipping->Take(max_named - all.newly_bad.size());
+    all.replaced += taken.replaced;
+    for (std::string& bad : taken.newly_bad) all.newly_bad.push_back(std::move(bad));
+  }
+  return all;
 }
 
 absl::StatusOr<Dataset> LoadDataset(const v1::DatasetSpec& spec, uint64_t seed,

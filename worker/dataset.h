@@ -12,7 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "ddp/v1/job.pb.h"
-#include "worker/data/image_folder_source.h"
+#include "worker/data/sample_source.h"
+#include "worker/data/skipping_source.h"
 #include "worker/input_files.h"
 
 namespace ddp {
@@ -22,16 +23,20 @@ struct Dataset {
   at::Tensor train_x, train_y;
   // Undefined when the dataset has no held-out part (or it is read from disk).
   at::Tensor test_x, test_y;
-  // Set instead of the tensors for an image folder: read, decoded and
-  // transformed sample by sample (image_batches.h).
-  std::shared_ptr<const ImageFolderSource> train_images, test_images;
+  // Set instead of the tensors for data read from disk (an image folder,
+  // shards): read, decoded and transformed sample by sample
+  // (sample_batches.h); SkippingSources with dataset.skip_bad_samples.
+  std::shared_ptr<const SampleSource> train_source, test_source;
   int64_t num_classes = 0;
 
   int64_t train_size() const;
-  bool has_test() const { return test_x.defined() || test_images != nullptr; }
+  bool has_test() const { return test_x.defined() || test_source != nullptr; }
   int64_t test_size() const;
   // Shape of one sample, without the batch dimension.
   std::vector<int64_t> sample_shape() const;
+  // dataset.skip_bad_samples: what the sources replaced since the last
+  // call, and the bad samples they found (at most `max_named` named).
+  SkippingSource::Skipped TakeSkipped(size_t max_named) const;
 };
 
 // Loads what `spec` names:
@@ -41,8 +46,11 @@ struct Dataset {
 //  - "synthetic": a fixed random problem of the same shape, 10 classes,
 //    each a noisy copy of a random prototype, made from `seed`;
 //  - "tensors": an (x, y) tuple saved with torch.save (and spec.test_path);
-//  - "image-folder": the folders indexed (and each one's first image read
-//    to learn the samples' shape); images are read as batches need them.
+//  - "image-folder": the folders indexed, walked or through their manifests
+//    (and each one's first image read to learn the samples' shape); images
+//    are read as batches need them;
+//  - "shards": ddp-pack's index read; records are read as batches need
+//    them.
 // INVALID_ARGUMENT names the field and says what is wrong with the file;
 // files are read within the limits of data_files.h, through `inputs` (the
 // job's pins; null: unpinned). Never throws.

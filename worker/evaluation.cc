@@ -9,8 +9,8 @@
 #include "common/job_kinds.h"
 #include "common/job_spec.h"
 #include "worker/elastic/torch_error.h"
-#include "worker/image_batches.h"
 #include "worker/model.h"
+#include "worker/sample_batches.h"
 
 namespace ddp {
 
@@ -55,7 +55,7 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
   try {
     torch::NoGradGuard no_grad;
     const int64_t n =
-        in.test_images ? static_cast<int64_t>(in.test_images->size()) : in.test_x.size(0);
+        in.test_source ? static_cast<int64_t>(in.test_source->size()) : in.test_x.size(0);
     const auto [begin, end] = EvaluationShare(n, comm->rank(), comm->world_size());
     in.model->SetTraining(false);
     const int64_t chunk = EvaluationBatchSize(*in.spec);
@@ -70,11 +70,11 @@ absl::StatusOr<EvaluationTotals> EvaluateTogether(const EvaluationInput& in, Com
       }
       const int64_t len = std::min(chunk, end - at);
       at::Tensor x, y;
-      if (in.test_images) {
+      if (in.test_source) {
         std::vector<int64_t> indices(len);
         for (int64_t i = 0; i < len; ++i) indices[i] = at + i;
         absl::StatusOr<Batch> read =
-            ReadImageBatch(*in.test_images, indices, /*epoch=*/0, in.loader_threads);
+            ReadSampleBatch(*in.test_source, indices, /*epoch=*/0, in.loader_threads);
         if (!read.ok()) {
           in.model->SetTraining(true);
           return read.status();

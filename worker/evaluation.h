@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "ddp/v1/job.pb.h"
 #include "worker/collective/communicator.h"
-#include "worker/data/image_folder_source.h"
+#include "worker/data/sample_source.h"
 
 namespace ddp {
 
@@ -61,7 +61,7 @@ struct EvaluationInput {
   at::Tensor test_x;
   at::Tensor test_y;
   // Instead of the tensors: a test folder read in chunks on `loader_threads`.
-  std::shared_ptr<const ImageFolderSource> test_images;
+  std::shared_ptr<const SampleSource> test_source;
   int loader_threads = 1;
   // This rank's training losses of the epoch: their sum and count.
   double train_loss_sum = 0;

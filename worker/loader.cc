@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "absl/types/span.h"
-#include "worker/image_batches.h"
+#include "worker/sample_batches.h"
 
 namespace ddp {
 
@@ -28,19 +28,19 @@ BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indice
     : BatchLoader(std::move(x), std::move(y), nullptr, 0, 1, std::move(indices), batch_size,
                   drop_last, skip_batches, depth, device) {}
 
-BatchLoader::BatchLoader(std::shared_ptr<const ImageFolderSource> images, uint64_t epoch,
-                         int threads, std::vector<int64_t> indices, int64_t batch_size,
-                         bool drop_last, int64_t skip_batches, size_t depth, c10::Device device)
-    : BatchLoader(at::Tensor(), at::Tensor(), std::move(images), epoch, threads, std::move(indices),
+BatchLoader::BatchLoader(std::shared_ptr<const SampleSource> source, uint64_t epoch, int threads,
+                         std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
+                         int64_t skip_batches, size_t depth, c10::Device device)
+    : BatchLoader(at::Tensor(), at::Tensor(), std::move(source), epoch, threads, std::move(indices),
                   batch_size, drop_last, skip_batches, depth, device) {}
 
-BatchLoader::BatchLoader(at::Tensor x, at::Tensor y,
-                         std::shared_ptr<const ImageFolderSource> images, uint64_t epoch,
-                         int threads, std::vector<int64_t> indices, int64_t batch_size,
-                         bool drop_last, int64_t skip_batches, size_t depth, c10::Device device)
+BatchLoader::BatchLoader(at::Tensor x, at::Tensor y, std::shared_ptr<const SampleSource> source,
+                         uint64_t epoch, int threads, std::vector<int64_t> indices,
+                         int64_t batch_size, bool drop_last, int64_t skip_batches, size_t depth,
+                         c10::Device device)
     : x_(std::move(x)),
       y_(std::move(y)),
-      images_(std::move(images)),
+      source_(std::move(source)),
       epoch_(epoch),
       threads_(std::max(1, threads)),
       indices_(std::move(indices)),
@@ -78,10 +78,10 @@ void BatchLoader::Produce() {
     const int64_t begin = b * batch_size_;
     const int64_t end = std::min<int64_t>(begin + batch_size_, indices_.size());
     Batch batch;
-    if (images_) {
+    if (source_) {
       absl::StatusOr<Batch> read =
-          ReadImageBatch(*images_, absl::MakeConstSpan(indices_.data() + begin, end - begin),
-                         epoch_, threads_, device_.is_cuda());
+          ReadSampleBatch(*source_, absl::MakeConstSpan(indices_.data() + begin, end - begin),
+                          epoch_, threads_, device_.is_cuda());
       if (!read.ok()) {
         absl::MutexLock lock(&mu_);
         status_ = read.status();

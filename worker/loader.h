@@ -16,7 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/data/image_folder_source.h"
+#include "worker/data/sample_source.h"
 
 namespace ddp {
 
@@ -41,10 +41,10 @@ class BatchLoader {
   BatchLoader(at::Tensor x, at::Tensor y, std::vector<int64_t> indices, int64_t batch_size,
               bool drop_last, int64_t skip_batches, size_t depth = 4,
               c10::Device device = c10::kCPU);
-  // The same from an image folder read as the batches are made: each batch
-  // read and decoded on `threads` threads (image_batches.h), sample i of
+  // The same from data read from disk as the batches are made: each batch
+  // read and decoded on `threads` threads (sample_batches.h), sample i of
   // `epoch` transformed as (seed, epoch, i) says.
-  BatchLoader(std::shared_ptr<const ImageFolderSource> images, uint64_t epoch, int threads,
+  BatchLoader(std::shared_ptr<const SampleSource> source, uint64_t epoch, int threads,
               std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
               int64_t skip_batches, size_t depth = 4, c10::Device device = c10::kCPU);
   ~BatchLoader();
@@ -59,14 +59,14 @@ class BatchLoader {
   int64_t num_batches() const { return num_batches_; }
 
  private:
-  // Both of the above: in-memory rows when `images` is null.
-  BatchLoader(at::Tensor x, at::Tensor y, std::shared_ptr<const ImageFolderSource> images,
+  // Both of the above: in-memory rows when `source` is null.
+  BatchLoader(at::Tensor x, at::Tensor y, std::shared_ptr<const SampleSource> source,
               uint64_t epoch, int threads, std::vector<int64_t> indices, int64_t batch_size,
               bool drop_last, int64_t skip_batches, size_t depth, c10::Device device);
   void Produce();
 
   const at::Tensor x_, y_;
-  const std::shared_ptr<const ImageFolderSource> images_;
+  const std::shared_ptr<const SampleSource> source_;
   const uint64_t epoch_ = 0;
   const int threads_ = 1;
   const std::vector<int64_t> indices_;

@@ -14,6 +14,24 @@ namespace ddp {
 
 namespace {
 
+// Samples read when a job is checked: evenly spread over data read from
+// disk, so that a folder of the wrong images or shards that don't match
+// their index fail the check rather than the job (the rest is read only by
+// the workers, as training needs it).
+constexpr int64_t kSamplesChecked = 16;
+
+absl::Status CheckSomeSamples(const SampleSource& source, absl::string_view field) {
+  std::vector<float> sample(static_cast<size_t>(source.sample_floats()));
+  const int64_t n = static_cast<int64_t>(source.size());
+  for (int64_t k = 0; k < std::min(n, kSamplesChecked); ++k) {
+    const int64_t index = k * n / std::min(n, kSamplesChecked);
+    if (absl::StatusOr<int64_t> label = source.Read(index, 0, sample.data()); !label.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", label.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
   std::vector<int64_t> shape = {1, 28, 28};
   int64_t classes = 10;
@@ -38,9 +56,15 @@ absl::Status Preflight(const v1::JobSpec& spec, InputFiles* inputs) {
         return read.status();
       }
     }
-  } else if (kind == v1::DATASET_KIND_TENSORS || kind == v1::DATASET_KIND_IMAGE_FOLDER) {
+  } else if (kind == v1::DATASET_KIND_TENSORS || kind == v1::DATASET_KIND_IMAGE_FOLDER ||
+             kind == v1::DATASET_KIND_SHARDS) {
     absl::StatusOr<Dataset> loaded = LoadDataset(data, spec.seed(), inputs);
     if (!loaded.ok()) return loaded.status();
+    for (const auto& [source, field] : {std::pair{loaded->train_source, "dataset.path"},
+                                        std::pair{loaded->test_source, "dataset.test_path"}}) {
+      if (source == nullptr) continue;
+      if (absl::Status s = CheckSomeSamples(*source, field); !s.ok()) return s;
+    }
     shape = loaded->sample_shape();
     classes = loaded->num_classes;
   }

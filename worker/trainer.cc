@@ -151,7 +151,7 @@ absl::Status GenerationTrainer::EvaluateEpoch(uint64_t epoch, double seconds) {
   in.spec = &spec_;
   in.model = &state_.model();
   in.test_x = state_.data().test_x;
-  in.test_images = state_.data().test_images;
+  in.test_source = state_.data().test_source;
   in.loader_threads = static_cast<int>(spec_.dataset().loader_threads());
   in.test_y = state_.data().test_y;
   in.train_loss_sum = epoch_loss_sum_;

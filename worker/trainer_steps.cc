@@ -69,10 +69,10 @@ absl::Status GenerationTrainer::RunEpoch(bool* left) {
   }
   const Dataset& data = state_.data();
   std::unique_ptr<BatchLoader> made;
-  if (data.train_images) {
+  if (data.train_source) {
     const auto& d = spec_.dataset();
     made = std::make_unique<BatchLoader>(
-        data.train_images, plan.begin.epoch, static_cast<int>(d.loader_threads()), plan.indices,
+        data.train_source, plan.begin.epoch, static_cast<int>(d.loader_threads()), plan.indices,
         static_cast<int64_t>(plan.batch), plan.drop_last, 0,
         std::max<size_t>(1, d.prefetch_batches()), TorchDevice(state_.device()));
   } else {
@@ -193,6 +193,13 @@ void GenerationTrainer::ReportStep(const EpochPlan& plan, const StepOutcome& out
   report.set_step_seconds(absl::ToDoubleSeconds(took));
   report.set_cursor(cursor);
   report.set_dataset_size(plan.n);
+  // The coordinator takes at most 8 names per report; the rest wait.
+  SkippingSource::Skipped skipped = state_.data().TakeSkipped(8);
+  report.set_samples_skipped(skipped.replaced);
+  for (std::string& bad : skipped.newly_bad) {
+    if (bad.size() > 1024) bad.resize(1024);
+    report.add_newly_bad_samples(std::move(bad));
+  }
   report.set_lr(state_.learning_rate());
   report.set_world_size(plan.world);
   report.set_total_steps(total);

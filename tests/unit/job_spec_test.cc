@@ -108,7 +108,30 @@ TEST(JobSpec, ImageFolder_BadTransforms_NameTheStep) {
   EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d", "normalize": {"mean": [0.5]}})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.normalize")));
   EXPECT_THAT(bad(R"({"kind": "synthetic", "transforms": [{"kind": "RandomHorizontalFlip"}]})"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("image-folder\" only")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"shards\" only")));
+}
+
+TEST(JobSpec, Shards_PathRequiredAndTheirOwnIndex) {
+  const auto bad = [](const std::string& data) {
+    return ParseJobSpecJson(absl::StrCat(R"({"name": "s", "dataset": )", data, "}"), CpuBuild())
+        .status();
+  };
+  EXPECT_THAT(bad(R"({"kind": "shards"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dataset.path: required for dataset.kind \"shards\"")));
+  EXPECT_THAT(
+      bad(R"({"kind": "shards", "path": "/d", "manifest": "/m"})"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shards carry their own index")));
+  EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d", "testManifest": "/m"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set both")));
+  EXPECT_THAT(bad(R"({"kind": "tensors", "path": "/t.pt", "skipBadSamples": true})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("skip_bad_samples")));
+  auto spec = ParseJobSpecJson(R"({"name": "s", "dataset": {"kind": "shards", "path": "/d",
+      "skipBadSamples": true}})",
+                               CpuBuild());
+  ASSERT_THAT(spec, IsOk());
+  EXPECT_EQ(spec->dataset().loader_threads(), 2u);
+  EXPECT_TRUE(spec->dataset().skip_bad_samples());
 }
 
 TEST(JobSpec, ParseJobSpecJson_Malformed_InvalidArgument) {

@@ -1,24 +1,26 @@
 // An image folder as training data read from disk as it is asked for: the
-// index (ImageFolder), the transforms (ImagePipeline), and one sample at a
-// time decoded into the caller's buffer. Nothing of the images is kept, so
-// memory does not grow with the dataset; many threads may read at once.
+// index (ImageFolder, walked once), the transforms (ImagePipeline), and one
+// sample at a time decoded into the caller's buffer. Nothing of the images
+// is kept, so memory does not grow with the dataset; many threads may read
+// at once.
 //
 // No LibTorch.
 #ifndef DDP_WORKER_DATA_IMAGE_FOLDER_SOURCE_H_
 #define DDP_WORKER_DATA_IMAGE_FOLDER_SOURCE_H_
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/image_pipeline.h"
+#include "worker/data/sample_source.h"
 
 namespace ddp {
 
-class ImageFolderSource {
+class ImageFolderSource : public SampleSource {
  public:
   // Scans `root` (the first `limit` samples when non-zero) and runs the
   // pipeline on its first image to learn the samples' shape.
@@ -28,16 +30,12 @@ class ImageFolderSource {
                                                                        uint64_t seed,
                                                                        uint64_t limit = 0);
 
-  size_t size() const { return folder_.size(); }
+  size_t size() const override { return folder_.size(); }
+  const std::vector<std::string>& classes() const override { return folder_.classes(); }
+  const std::vector<int64_t>& sample_shape() const override { return shape_; }
   const ImageFolder& folder() const { return folder_; }
-  // [3, height, width] of every sample.
-  std::array<int64_t, 3> sample_shape() const { return shape_; }
-  int64_t sample_floats() const { return shape_[0] * shape_[1] * shape_[2]; }
 
-  // Sample `index` of `epoch` into `out` (sample_floats() floats): its
-  // label. INVALID_ARGUMENT naming the file when it can't be read or
-  // decoded, or comes out of another size than the others. Thread-safe.
-  absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const;
+  absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const override;
 
  private:
   ImageFolderSource(ImageFolder folder, ImagePipeline pipeline, uint64_t seed)
@@ -46,7 +44,7 @@ class ImageFolderSource {
   ImageFolder folder_;
   const ImagePipeline pipeline_;
   const uint64_t seed_;
-  std::array<int64_t, 3> shape_ = {3, 0, 0};
+  std::vector<int64_t> shape_;
 };
 
 }  // namespace ddp

@@ -84,31 +84,108 @@ std::array<int, 4> RandomResizedCropBox(int image_height, int image_width,
   return {(image_height - h) / 2, (image_width - w) / 2, h, w};
 }
 
-std::vector<float> RunPipeline(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
-                               uint64_t epoch, int64_t index, int* height, int* width) {
-  SampleRandom random(seed, epoch, index);
-  for (const ImageStep& s : pipeline.steps) {
-    switch (s.kind) {
+namespace {
+
+using Steps = std::vector<ImageStep>;
+
+// Steps [begin, end) on one image. A flip that only other flips follow is
+// left to the tensor's writer (*flipped: whether one is owed), which
+// mirrors as it writes instead of copying the image.
+RgbImage ApplySteps(Steps::const_iterator begin, Steps::const_iterator end, RgbImage image,
+                    SampleRandom& random, bool* flipped) {
+  *flipped = false;
+  for (auto s = begin; s != end; ++s) {
+    if (s->kind != ImageStep::Kind::kRandomHorizontalFlip && *flipped) {
+      image = HorizontalFlip(image);
+      *flipped = false;
+    }
+    switch (s->kind) {
       case ImageStep::Kind::kResize:
-        image = s.height == 0 ? ResizeShorter(image, s.width) : Resize(image, s.height, s.width);
+        image = s->height == 0 ? ResizeShorter(image, s->width) : Resize(image, s->height, s->width);
         break;
       case ImageStep::Kind::kCenterCrop:
-        image = CenterCrop(image, s.height, s.width);
+        image = CenterCrop(image, s->height, s->width);
         break;
       case ImageStep::Kind::kRandomResizedCrop: {
         const auto [top, left, h, w] =
-            RandomResizedCropBox(image.height, image.width, s.scale, s.ratio, random);
-        image = Resize(Crop(image, top, left, h, w), s.height, s.width);
+            RandomResizedCropBox(image.height, image.width, s->scale, s->ratio, random);
+        image = ResizedCrop(image, top, left, h, w, s->height, s->width);
         break;
       }
       case ImageStep::Kind::kRandomHorizontalFlip:
-        if (random.Uniform() < s.p) image = HorizontalFlip(image);
+        if (random.Uniform() < s->p) *flipped = !*flipped;
         break;
     }
   }
-  *height = image.height;
-  *width = image.width;
-  return ToTensorChw(image, pipeline.normalize);
+  return image;
+}
+
+// Flips only: whether the image comes out mirrored.
+bool DrawFlips(Steps::const_iterator begin, Steps::const_iterator end, SampleRandom& random) {
+  bool flipped = false;
+  for (auto s = begin; s != end; ++s) {
+    if (random.Uniform() < s->p) flipped = !flipped;
+  }
+  return flipped;
+}
+
+// The last step that is not a flip, when it is one that can write the
+// tensor as it resizes (RandomResizedCrop, Resize to both sides); else the
+// end.
+Steps::const_iterator FusedStep(const Steps& steps) {
+  auto last = steps.end();
+  for (auto s = steps.begin(); s != steps.end(); ++s) {
+    if (s->kind != ImageStep::Kind::kRandomHorizontalFlip) last = s;
+  }
+  if (last == steps.end()) return last;
+  const bool fusable = last->kind == ImageStep::Kind::kRandomResizedCrop ||
+                       (last->kind == ImageStep::Kind::kResize && last->height != 0);
+  return fusable ? last : steps.end();
+}
+
+}  // namespace
+
+std::vector<float> RunPipeline(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
+                               uint64_t epoch, int64_t index, int* height, int* width) {
+  SampleRandom random(seed, epoch, index);
+  bool flipped = false;
+  const RgbImage out = ApplySteps(pipeline.steps.begin(), pipeline.steps.end(), std::move(image),
+                                  random, &flipped);
+  *height = out.height;
+  *width = out.width;
+  std::vector<float> tensor(static_cast<size_t>(out.width) * out.height * 3);
+  ToTensorChwInto(out, pipeline.normalize, flipped, tensor.data());
+  return tensor;
+}
+
+std::array<int, 2> RunPipelineInto(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
+                                   uint64_t epoch, int64_t index, int height, int width,
+                                   float* out) {
+  SampleRandom random(seed, epoch, index);
+  bool flipped = false;
+  const auto fused = FusedStep(pipeline.steps);
+  if (fused == pipeline.steps.end()) {
+    const RgbImage result = ApplySteps(pipeline.steps.begin(), pipeline.steps.end(),
+                                       std::move(image), random, &flipped);
+    if (result.height == height && result.width == width) {
+      ToTensorChwInto(result, pipeline.normalize, flipped, out);
+    }
+    return {result.height, result.width};
+  }
+  // The steps before the fused one, then its box (drawn in step order),
+  // then the flips after it.
+  image = ApplySteps(pipeline.steps.begin(), fused, std::move(image), random, &flipped);
+  if (flipped) image = HorizontalFlip(image);
+  std::array<int, 4> box = {0, 0, image.height, image.width};
+  if (fused->kind == ImageStep::Kind::kRandomResizedCrop) {
+    box = RandomResizedCropBox(image.height, image.width, fused->scale, fused->ratio, random);
+  }
+  flipped = DrawFlips(fused + 1, pipeline.steps.end(), random);
+  if (fused->height == height && fused->width == width) {
+    ResizedCropToTensor(image, box[0], box[1], box[2], box[3], height, width,
+                        pipeline.normalize, flipped, out);
+  }
+  return {fused->height, fused->width};
 }
 
 }  // namespace ddp

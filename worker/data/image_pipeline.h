@@ -57,6 +57,13 @@ std::array<int, 4> RandomResizedCropBox(int image_height, int image_width,
 std::vector<float> RunPipeline(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
                                uint64_t epoch, int64_t index, int* height, int* width);
 
+// RunPipeline with the tensor written straight into `out` (the caller's
+// 3 x height x width floats), and only when the image comes out
+// height x width: returns the size it came out, {height, width}.
+std::array<int, 2> RunPipelineInto(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
+                                   uint64_t epoch, int64_t index, int height, int width,
+                                   float* out);
+
 }  // namespace ddp
 
 #endif  // DDP_WORKER_DATA_IMAGE_PIPELINE_H_

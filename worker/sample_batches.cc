@@ -1,4 +1,4 @@
-#include "worker/image_batches.h"
+#include "worker/sample_batches.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,13 +11,13 @@
 
 namespace ddp {
 
-absl::StatusOr<Batch> ReadImageBatch(const ImageFolderSource& source,
-                                     absl::Span<const int64_t> indices, uint64_t epoch, int threads,
-                                     bool pinned) {
-  const auto shape = source.sample_shape();
+absl::StatusOr<Batch> ReadSampleBatch(const SampleSource& source, absl::Span<const int64_t> indices,
+                                      uint64_t epoch, int threads, bool pinned) {
   const int64_t n = static_cast<int64_t>(indices.size());
+  std::vector<int64_t> shape = {n};
+  shape.insert(shape.end(), source.sample_shape().begin(), source.sample_shape().end());
   auto options = torch::TensorOptions().pinned_memory(pinned);
-  Batch batch{torch::empty({n, shape[0], shape[1], shape[2]}, options.dtype(torch::kFloat32)),
+  Batch batch{torch::empty(shape, options.dtype(torch::kFloat32)),
               torch::empty({n}, options.dtype(torch::kInt64))};
   float* x = batch.x.data_ptr<float>();
   int64_t* y = batch.y.data_ptr<int64_t>();

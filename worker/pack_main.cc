@@ -1,0 +1,157 @@
+// ddp-pack: writes what dataset.kind "shards" and dataset.manifest read
+// (worker/data/pack_index.h).
+//
+//   ddp-pack images ROOT OUT_DIR   an image folder's files (torchvision
+//                                  ImageFolder's order, labels and classes)
+//                                  into record shards: sample i of the
+//                                  shards is sample i of the folder
+//   ddp-pack tensors FILE OUT_DIR  an (x, y) torch.save'd file's samples as
+//                                  float32 records
+//   ddp-pack manifest ROOT FILE    an image folder's manifest: every image's
+//                                  name, size and CRC-32, in index order
+//   ddp-pack show INDEX            what an index or manifest holds
+//
+// Shards are about --shard_mb megabytes each (default 256); OUT_DIR must be
+// empty or new. Exit 0 on success, 1 with the reason on stderr.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "worker/data/image_folder.h"
+#include "worker/data/pack_index.h"
+#include "worker/dataset.h"
+
+ABSL_FLAG(double, shard_mb, 256, "about this many megabytes per shard");
+
+namespace {
+
+absl::Status MakeFolder(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": can't be made"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ShardBytes() {
+  return static_cast<uint64_t>(std::max(0.0, absl::GetFlag(FLAGS_shard_mb)) * (1 << 20));
+}
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": can't be read"));
+  return bytes.str();
+}
+
+absl::StatusOr<uint64_t> PackImages(const std::string& root, const std::string& out) {
+  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root);
+  if (!folder.ok()) return folder.status();
+  if (absl::Status s = MakeFolder(out); !s.ok()) return s;
+  ddp::PackWriter writer(out, ddp::kPayloadImage, {}, folder->classes(), ShardBytes());
+  for (const ddp::ImageSample& sample : folder->samples()) {
+    absl::StatusOr<std::string> bytes = ReadWhole(sample.path);
+    if (!bytes.ok()) return bytes.status();
+    if (absl::Status s = writer.Add(*bytes, static_cast<uint32_t>(sample.label)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(sample.path, ": ", s.message()));
+    }
+  }
+  return writer.Finish(absl::StrCat("image folder ", root));
+}
+
+absl::StatusOr<uint64_t> PackTensors(const std::string& file, const std::string& out) {
+  ddp::v1::DatasetSpec spec;
+  spec.set_kind("tensors");
+  spec.set_path(file);
+  absl::StatusOr<ddp::Dataset> data = ddp::LoadDataset(spec, 0);
+  if (!data.ok()) return data.status();
+  if (absl::Status s = MakeFolder(out); !s.ok()) return s;
+  std::vector<uint32_t> shape;
+  for (int64_t d : data->sample_shape()) shape.push_back(static_cast<uint32_t>(d));
+  std::vector<std::string> classes;
+  for (int64_t c = 0; c < data->num_classes; ++c) classes.push_back(absl::StrCat(c));
+  ddp::PackWriter writer(out, ddp::kPayloadFloat32, shape, classes, ShardBytes());
+  const at::Tensor x = data->train_x.contiguous();
+  const at::Tensor y = data->train_y.contiguous();
+  const int64_t n = x.size(0);
+  const size_t row = static_cast<size_t>(x.numel() / std::max<int64_t>(n, 1)) * sizeof(float);
+  const char* bytes = static_cast<const char*>(x.data_ptr());
+  const int64_t* labels = y.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (absl::Status s =
+            writer.Add(absl::string_view(bytes + i * row, row), static_cast<uint32_t>(labels[i]));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return writer.Finish(absl::StrCat("tensors ", file));
+}
+
+absl::StatusOr<uint64_t> WriteManifest(const std::string& root, const std::string& out) {
+  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root);
+  if (!folder.ok()) return folder.status();
+  absl::StatusOr<ddp::v1::PackIndex> manifest = ddp::MakeImageManifest(*folder, root);
+  if (!manifest.ok()) return manifest.status();
+  const std::string temporary = absl::StrCat(out, ".tmp");
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    if (!file || !manifest->SerializeToOstream(&file) || !file.flush()) {
+      return absl::InternalError(absl::StrCat(temporary, ": can't be written"));
+    }
+  }
+  if (std::rename(temporary.c_str(), out.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(out, ": can't be written"));
+  }
+  return static_cast<uint64_t>(manifest->record_file_size());
+}
+
+absl::Status Show(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadWhole(path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<ddp::v1::PackIndex> index = ddp::ParsePackIndex(*bytes, path);
+  if (!index.ok()) return index.status();
+  uint64_t total = 0;
+  for (uint32_t length : index->record_length()) total += length;
+  std::cout << path << ": " << index->record_file_size() << " " << index->payload() << " samples ("
+            << total << " bytes) in " << index->files_size() << " files, " << index->classes_size()
+            << " classes; from " << index->source() << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ddp-pack images ROOT OUT_DIR | tensors FILE OUT_DIR | manifest ROOT FILE | show INDEX");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::string command = args.size() > 1 ? args[1] : "";
+  absl::StatusOr<uint64_t> packed = uint64_t{0};
+  if (command == "images" && args.size() == 4) {
+    packed = PackImages(args[2], args[3]);
+  } else if (command == "tensors" && args.size() == 4) {
+    packed = PackTensors(args[2], args[3]);
+  } else if (command == "manifest" && args.size() == 4) {
+    packed = WriteManifest(args[2], args[3]);
+  } else if (command == "show" && args.size() == 3) {
+    if (absl::Status s = Show(args[2]); !s.ok()) packed = s;
+  } else {
+    std::cerr << "usage: " << absl::ProgramUsageMessage() << "\n";
+    return 2;
+  }
+  if (!packed.ok()) {
+    std::cerr << "ddp-pack: " << packed.status().message() << "\n";
+    return 1;
+  }
+  if (command != "show") std::cout << "ddp-pack: " << *packed << " samples in " << args[3] << "\n";
+  return 0;
+}
