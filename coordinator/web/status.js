@@ -81,7 +81,11 @@
       ["faults", s.faults + " / " + ((spec.faultBudget !== undefined) ? spec.faultBudget : "-")],
       ["global batch", String(num(s.globalBatch))],
       ["checkpoint", num(s.lastCheckpointStep) ? "step " + num(s.lastCheckpointStep) : "-"],
+      ["waiting on data", s.dataWaitFraction ? fmt(100 * s.dataWaitFraction, 0) + " % (rank " +
+                          num(s.dataWaitRank) + ")" : "-"],
     ];
+    const data = spec.dataset || {};
+    if (data.skipBadSamples) cards.push(["samples skipped", String(num(s.samplesSkipped))]);
     const box = $("summary");
     clear(box);
     for (const [label, value] of cards) {
@@ -90,8 +94,25 @@
       card.appendChild(el("div", value, "value"));
       box.appendChild(card);
     }
+    renderDataNote(s);
     $("progress-bar").style.width = (total ? Math.min(100, 100 * step / total) : 0) + "%";
     $("updated").textContent = "Coordinator time " + new Date(now * 1000).toLocaleTimeString() + ".";
+  }
+
+  // Training that waits on data, and bad samples skipped, said in words.
+  function renderDataNote(s) {
+    const notes = [];
+    if (s.dataWaitFraction > 0.1) {
+      notes.push("Training waits on data: rank " + num(s.dataWaitRank) + " spent " +
+                 fmt(100 * s.dataWaitFraction, 0) + " % of its last step waiting for its next " +
+                 "batch (raise dataset.loaderThreads or prefetchBatches, or read from faster " +
+                 "storage).");
+    }
+    const bad = s.badSamples || [];
+    if (num(s.samplesSkipped) > 0 || bad.length) {
+      notes.push(num(s.samplesSkipped) + " samples replaced; bad: " + bad.join("; "));
+    }
+    $("data-note").textContent = notes.join(" ");
   }
 
   function renderTimeline(changes, now) {

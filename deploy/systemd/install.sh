@@ -9,7 +9,7 @@
 # under /var/lib/ddp/output and /var/lib/ddp/checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-install -m 0755 build/bin/ddp-coordinator build/bin/ddp-validate build/bin/ddp-worker \
+install -m 0755 build/bin/ddp-coordinator build/bin/ddp-validate build/bin/ddp-worker build/bin/ddp-pack \
   build/bin/ddp-run /usr/local/bin/
 if ! getent passwd ddp >/dev/null; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent \
