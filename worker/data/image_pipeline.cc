@@ -147,6 +147,17 @@ Steps::const_iterator FusedStep(const Steps& steps) {
 
 std::vector<float> RunPipeline(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
                                uint64_t epoch, int64_t index, int* height, int* width) {
+  const auto fused = FusedStep(pipeline.steps);
+  if (fused != pipeline.steps.end()) {
+    // The size is known before the image is read: the resize writes the
+    // tensor itself.
+    *height = fused->height;
+    *width = fused->width;
+    std::vector<float> tensor(static_cast<size_t>(*width) * *height * 3);
+    RunPipelineInto(pipeline, std::move(image), seed, epoch, index, *height, *width,
+                    tensor.data());
+    return tensor;
+  }
   SampleRandom random(seed, epoch, index);
   bool flipped = false;
   const RgbImage out = ApplySteps(pipeline.steps.begin(), pipeline.steps.end(), std::move(image),

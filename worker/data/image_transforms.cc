@@ -165,6 +165,17 @@ int32_t HighHalves(int32_t w0, int32_t w1) {
                               static_cast<uint32_t>(static_cast<uint16_t>(w1 >> kLowBits)) << 16);
 }
 
+// The pmaddwd operands of one output's `pairs` tap pairs, from its `n`
+// weights `k` (any past them weigh 0): per pair, four copies of its
+// (low, low) halves, then four of (high, high).
+void PairLanes(const int32_t* k, int n, int pairs, int32_t* lanes) {
+  for (int p = 0; p < pairs; ++p, lanes += 8) {
+    const int32_t w0 = 2 * p < n ? k[2 * p] : 0, w1 = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+    std::fill(lanes, lanes + 4, LowHalves(w0, w1));
+    std::fill(lanes + 4, lanes + 8, HighHalves(w0, w1));
+  }
+}
+
 __m128i Load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 // Sums shifted down and clipped to bytes as Clip8 does (the saturating
@@ -184,10 +195,9 @@ inline void MultiplyAdd(__m128i px, __m128i weights_low, __m128i weights_high, _
 }
 
 // HorizontalPixel on pmaddwd, two taps at a time, `pairs` of them (the
-// pass's widest pixel's; taps past a pixel's own weigh 0): `lanes` holds,
-// per pair, four copies of its (low, low) halves then four of (high, high).
-// Reads 8 bytes per pair, 2 past the pair's pixels. Returns the pixel's
-// three bytes and a fourth that means nothing.
+// pass's widest pixel's; taps past a pixel's own weigh 0), their weights
+// as PairLanes lays them out. Reads 8 bytes per pair, 2 past the pair's
+// pixels. Returns the pixel's three bytes and a fourth that means nothing.
 inline uint32_t HorizontalPixelSse2(const uint8_t* in, const int32_t* lanes, int pairs) {
   const __m128i zero = _mm_setzero_si128();
   __m128i low = _mm_set1_epi32(1 << (kPrecisionBits - 1)), high = zero;
@@ -203,24 +213,22 @@ inline uint32_t HorizontalPixelSse2(const uint8_t* in, const int32_t* lanes, int
   return static_cast<uint32_t>(_mm_cvtsi128_si32(ClipToBytes(sum, sum, sum, sum)));
 }
 
-// VerticalBytes sixteen bytes at a time: two source rows per pmaddwd, their
-// bytes interleaved; the eight sums stay in registers across the taps.
-void VerticalRow(const uint8_t* const* rows, const int32_t* k, int taps, size_t row_bytes,
-                 uint8_t* out) {
-  if (taps > kMaxSimdTaps) return VerticalBytes(rows, k, taps, 0, row_bytes, out);
+// VerticalBytes sixteen bytes at a time, `pairs` pairs of source rows
+// (kPairs when known: then the weights load once per row): two rows per
+// pmaddwd, their bytes interleaved; the eight sums stay in registers
+// across the taps. `lanes` from PairLanes.
+template <int kPairs>
+void VerticalRowSse2(const uint8_t* const* rows, const int32_t* lanes, int pairs, size_t bytes,
+                     uint8_t* out) {
+  if (kPairs > 0) pairs = kPairs;
   const __m128i zero = _mm_setzero_si128();
-  const size_t simd_bytes = row_bytes / 16 * 16;
-  for (size_t i = 0; i < simd_bytes; i += 16) {
+  for (size_t i = 0; i < bytes; i += 16) {
     __m128i low0 = _mm_set1_epi32(1 << (kPrecisionBits - 1)), low1 = low0, low2 = low0,
             low3 = low0;
     __m128i high0 = zero, high1 = zero, high2 = zero, high3 = zero;
-    for (int y = 0; y < taps; y += 2) {
-      // An odd last tap pairs with itself at weight 0.
-      const bool pair = y + 1 < taps;
-      const int32_t w1 = pair ? k[y + 1] : 0;
-      const __m128i wl = _mm_set1_epi32(LowHalves(k[y], w1));
-      const __m128i wh = _mm_set1_epi32(HighHalves(k[y], w1));
-      const __m128i a = Load(rows[y] + i), b = Load(rows[pair ? y + 1 : y] + i);
+    for (int p = 0; p < pairs; ++p) {
+      const __m128i wl = Load(lanes + p * 8), wh = Load(lanes + p * 8 + 4);
+      const __m128i a = Load(rows[2 * p] + i), b = Load(rows[2 * p + 1] + i);
       const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
       MultiplyAdd(_mm_unpacklo_epi8(ab_lo, zero), wl, wh, low0, high0);
       MultiplyAdd(_mm_unpackhi_epi8(ab_lo, zero), wl, wh, low1, high1);
@@ -232,6 +240,22 @@ void VerticalRow(const uint8_t* const* rows, const int32_t* k, int taps, size_t 
                                  _mm_add_epi32(low1, _mm_slli_epi32(high1, kLowBits)),
                                  _mm_add_epi32(low2, _mm_slli_epi32(high2, kLowBits)),
                                  _mm_add_epi32(low3, _mm_slli_epi32(high3, kLowBits))));
+  }
+}
+
+// One output row of the vertical pass: `rows` has an even count of
+// pointers (an odd last tap is paired with itself at weight 0).
+void VerticalRow(const uint8_t* const* rows, const int32_t* k, int taps, size_t row_bytes,
+                 uint8_t* out) {
+  const int pairs = (taps + 1) / 2;
+  if (taps > kMaxSimdTaps) return VerticalBytes(rows, k, taps, 0, row_bytes, out);
+  int32_t lanes[(kMaxSimdTaps / 2) * 8];
+  PairLanes(k, taps, pairs, lanes);
+  const size_t simd_bytes = row_bytes / 16 * 16;
+  if (pairs == 1) {
+    VerticalRowSse2<1>(rows, lanes, pairs, simd_bytes, out);
+  } else {
+    VerticalRowSse2<0>(rows, lanes, pairs, simd_bytes, out);
   }
   VerticalBytes(rows, k, taps, simd_bytes, row_bytes, out);
 }
@@ -255,14 +279,8 @@ class HorizontalPass {
     pairs_ = (max_taps + 1) / 2;
     lanes_.resize(static_cast<size_t>(width) * pairs_ * 8);
     for (int xx = 0; xx < width; ++xx) {
-      const int32_t* k = &c_.weights[static_cast<size_t>(xx) * c_.ksize];
-      for (int p = 0; p < pairs_; ++p) {
-        // Weights past ksize (max_taps may be ksize, and odd) are 0.
-        const int32_t w0 = k[2 * p], w1 = 2 * p + 1 < c_.ksize ? k[2 * p + 1] : 0;
-        int32_t* lanes = &lanes_[(static_cast<size_t>(xx) * pairs_ + p) * 8];
-        std::fill(lanes, lanes + 4, LowHalves(w0, w1));
-        std::fill(lanes + 4, lanes + 8, HighHalves(w0, w1));
-      }
+      PairLanes(&c_.weights[static_cast<size_t>(xx) * c_.ksize], c_.bounds[xx * 2 + 1], pairs_,
+                &lanes_[static_cast<size_t>(xx) * pairs_ * 8]);
     }
 #endif
   }
@@ -345,7 +363,9 @@ void ResizeRows(const View& src, int height, int width, RowSink& sink) {
     return;
   }
   const Coefficients c = Precompute(src.height, height);
-  std::vector<const uint8_t*> rows(c.ksize);
+  // One more than ksize: an odd tap count's last row is repeated (at weight
+  // 0) to make a pair.
+  std::vector<const uint8_t*> rows(c.ksize + 1);
   std::optional<HorizontalPass> horizontal;
   std::vector<uint8_t> ring;
   if (width != src.width) {
@@ -366,6 +386,7 @@ void ResizeRows(const View& src, int height, int width, RowSink& sink) {
       for (; made <= y; ++made) horizontal->Row(made, ring.data() + (made % c.ksize) * row_bytes);
       rows[t] = slot;
     }
+    rows[taps] = rows[std::max(taps - 1, 0)];
     VerticalRow(rows.data(), &c.weights[static_cast<size_t>(yy) * c.ksize], taps, row_bytes,
                 sink.Row(yy));
     sink.Done(yy);
