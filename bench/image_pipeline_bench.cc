@@ -37,11 +37,9 @@ ddp::ImagePipeline Training(int size) {
 }
 
 // The sample's tensor into `out` (3 * size * size floats).
-void Transform(const ddp::ImagePipeline& pipeline, ddp::RgbImage image, int64_t index,
-               float* out) {
+void Transform(const ddp::ImagePipeline& pipeline, ddp::RgbImage image, int64_t index, float* out) {
   const int size = pipeline.steps.front().height;
-  ddp::RunPipelineInto(pipeline, std::move(image), /*seed=*/1, /*epoch=*/0, index, size, size,
-                       out);
+  ddp::RunPipelineInto(pipeline, std::move(image), /*seed=*/1, /*epoch=*/0, index, size, size, out);
 }
 
 // Wall time and this thread's CPU time (the second is steadier where other
@@ -61,8 +59,8 @@ void Report(const char* part, size_t images, const Clock& start) {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start.wall).count();
   const double cpu = Clock::ThreadCpuSeconds() - start.cpu;
-  std::cout << "{\"part\": \"" << part << "\", \"images\": " << images
-            << ", \"seconds\": " << wall << ", \"images_per_sec\": " << images / wall
+  std::cout << "{\"part\": \"" << part << "\", \"images\": " << images << ", \"seconds\": " << wall
+            << ", \"images_per_sec\": " << images / wall
             << ", \"images_per_cpu_sec\": " << images / cpu << "}\n";
 }
 

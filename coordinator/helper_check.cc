@@ -79,9 +79,13 @@ std::vector<std::string> ExpectedInputs(const v1::JobSpec& spec) {
       paths.push_back(data.path());
       if (!data.test_path().empty()) paths.push_back(data.test_path());
       break;
-    case v1::DATASET_KIND_IMAGE_FOLDER:  // its images pinned through a manifest, if it has one
-      if (!data.manifest().empty()) paths.push_back(data.manifest());
-      if (!data.test_manifest().empty()) paths.push_back(data.test_manifest());
+    case v1::DATASET_KIND_IMAGE_FOLDER:
+      // Its images pinned through a manifest, else the folder by its
+      // listing (every image's name, size and label).
+      paths.push_back(data.manifest().empty() ? data.path() : data.manifest());
+      if (!data.test_path().empty()) {
+        paths.push_back(data.test_manifest().empty() ? data.test_path() : data.test_manifest());
+      }
       break;
     case v1::DATASET_KIND_SHARDS:  // the records pinned through their index
       paths.push_back(absl::StrCat(data.path(), "/", kShardsIndexName));

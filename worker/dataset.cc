@@ -13,10 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_kinds.h"
-#include "worker/data/image_folder_source.h"
-#include "worker/data/pack_index.h"
-#include "worker/data/packed_source.h"
-#include "worker/data/skipping_source.h"
+#include "worker/data/disk_source.h"
 #include "worker/data_files.h"
 #include "worker/elastic/torch_error.h"
 
@@ -135,93 +132,25 @@ absl::StatusOr<Dataset> LoadTensors(const v1::DatasetSpec& spec, InputFiles* inp
   return t;
 }
 
-// The spec's transforms as the loader runs them.
-ImagePipeline PipelineOf(const google::protobuf::RepeatedPtrField<v1::ImageTransform>& steps,
-                         const v1::DatasetSpec& spec) {
-  ImagePipeline p;
-  for (const v1::ImageTransform& t : steps) {
-    ImageStep step;
-    const int first = t.size_size() > 0 ? static_cast<int>(t.size(0)) : 0;
-    const int second = t.size_size() > 1 ? static_cast<int>(t.size(1)) : first;
-    if (t.kind() == "Resize") {
-      step.kind = ImageStep::Kind::kResize;
-      step.height = t.size_size() > 1 ? first : 0;
-      step.width = t.size_size() > 1 ? second : first;
-    } else if (t.kind() == "CenterCrop" || t.kind() == "RandomResizedCrop") {
-      step.kind = t.kind() == "CenterCrop" ? ImageStep::Kind::kCenterCrop
-                                           : ImageStep::Kind::kRandomResizedCrop;
-      step.height = first;
-      step.width = second;
-      if (t.scale_size() == 2) step.scale = {t.scale(0), t.scale(1)};
-      if (t.ratio_size() == 2) step.ratio = {t.ratio(0), t.ratio(1)};
-    } else {
-      step.kind = ImageStep::Kind::kRandomHorizontalFlip;
-      if (t.has_p()) step.p = t.p();
-    }
-    p.steps.push_back(step);
-  }
-  if (spec.has_normalize() && spec.normalize().mean_size() == 3 &&
-      spec.normalize().std_size() == 3) {
-    Normalization n;
-    for (int c = 0; c < 3; ++c) {
-      n.mean[c] = spec.normalize().mean(c);
-      n.std[c] = spec.normalize().std(c);
-    }
-    p.normalize = n;
-  }
-  return p;
-}
-
-// One part (training or test) of a dataset read from disk: an image folder
-// walked, an image folder through its manifest, or shards; `field` names
-// the spec's path field in errors. Indexes are read through `inputs`
-// (pinned: the samples are held to them).
-absl::StatusOr<std::shared_ptr<const SampleSource>> OpenDiskPart(
-    const v1::DatasetSpec& spec, absl::string_view field, const std::string& path,
-    const std::string& manifest, ImagePipeline pipeline, uint64_t seed, uint64_t limit,
-    InputFiles* inputs) {
-  const bool shards = DatasetKindOf(spec) == v1::DATASET_KIND_SHARDS;
-  absl::StatusOr<std::shared_ptr<const SampleSource>> source;
-  if (!shards && manifest.empty()) {
-    source = ImageFolderSource::Open(path, std::move(pipeline), seed, limit);
-  } else {
-    const std::string index_path = shards ? absl::StrCat(path, "/", kPackIndexName) : manifest;
-    const std::string index_field =
-        shards ? std::string(field)
-               : (field == "dataset.path" ? "dataset.manifest" : "dataset.test_manifest");
-    absl::StatusOr<std::string> bytes = inputs->Read(index_field, index_path, kMaxPackIndexBytes);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<v1::PackIndex> index = ParsePackIndex(*bytes, index_path, limit);
-    if (!index.ok())
-      return absl::InvalidArgumentError(absl::StrCat(index_field, ": ", index.status().message()));
-    if (!shards && index->payload() != kPayloadImage) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_field, ": ", index_path,
-          " is a pack of float32 samples, not an image folder's manifest (use dataset.kind "
-          "\"shards\" for it)"));
-    }
-    source = PackedSource::Open(*std::move(index), path, std::move(pipeline), seed);
-  }
-  if (!source.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", source.status().message()));
-  }
-  if (spec.skip_bad_samples()) return std::make_shared<const SkippingSource>(*std::move(source));
-  return source;
-}
-
 absl::StatusOr<Dataset> LoadFromDisk(const v1::DatasetSpec& spec, uint64_t seed,
                                      InputFiles* inputs) {
   Dataset d;
+  DiskInputs disk;
+  disk.read_index = [inputs](absl::string_view field, const std::string& path) {
+    return inputs->Read(field, path, kMaxPackIndexBytes);
+  };
+  disk.pin_listing = [inputs](absl::string_view field, const std::string& path, uint64_t images,
+                              const std::string& digest) {
+    return inputs->PinListing(field, path, images, digest);
+  };
   absl::StatusOr<std::shared_ptr<const SampleSource>> train =
-      OpenDiskPart(spec, "dataset.path", spec.path(), spec.manifest(),
-                   PipelineOf(spec.transforms(), spec), seed, spec.train_size(), inputs);
+      OpenDiskSource(spec, /*test=*/false, seed, disk);
   if (!train.ok()) return train.status();
   d.train_source = *train;
   d.num_classes = static_cast<int64_t>(d.train_source->classes().size());
   if (!spec.test_path().empty()) {
     absl::StatusOr<std::shared_ptr<const SampleSource>> test =
-        OpenDiskPart(spec, "dataset.test_path", spec.test_path(), spec.test_manifest(),
-                     PipelineOf(spec.test_transforms(), spec), seed, 0, inputs);
+        OpenDiskSource(spec, /*test=*/true, seed, disk);
     if (!test.ok()) return test.status();
     if ((*test)->classes() != d.train_source->classes()) {
       return absl::InvalidArgumentError(

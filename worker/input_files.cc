@@ -163,6 +163,36 @@ absl::StatusOr<std::string> InputFiles::Read(absl::string_view field, const std:
   return bytes;
 }
 
+absl::Status InputFiles::PinListing(absl::string_view field, const std::string& path,
+                                    uint64_t images, const std::string& digest) {
+  auto pinned = pins_.find(path);
+  if (pinned == pins_.end()) {
+    if (verifying_) {
+      return Refuse(field, path, "was not among the inputs checked when the job was submitted");
+    }
+    std::unique_ptr<char, decltype(&::free)> real(::realpath(path.c_str(), nullptr), &::free);
+    if (!real) return Refuse(field, path, absl::StrCat("can't be read: ", std::strerror(errno)));
+    v1::InputFile pin;
+    pin.set_path(path);
+    pin.set_real_path(real.get());
+    pin.set_size(images);
+    pin.set_sha256(digest);
+    pins_[path] = pin;
+    order_.push_back(path);
+    return absl::OkStatus();
+  }
+  const v1::InputFile& pin = pinned->second;
+  if (pin.size() != images || pin.sha256() != digest) {
+    return Refuse(
+        field, path,
+        absl::StrCat("changed since the job was checked: ", images, " images now, ", pin.size(),
+                     " then, and an image was added, removed, renamed or resized (to "
+                     "have the changed file named, make the folder a manifest with "
+                     "ddp-pack manifest and set dataset.manifest)"));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<v1::InputFile> InputFiles::Recorded() const {
   std::vector<v1::InputFile> out;
   for (const std::string& path : order_) out.push_back(pins_.at(path));

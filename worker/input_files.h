@@ -75,6 +75,13 @@ class InputFiles {
   absl::StatusOr<std::string> Read(absl::string_view field, const std::string& path,
                                    uint64_t max_bytes = kMaxInputFileBytes);
 
+  // A folder of `images` images whose listing (ImageFolder::ListingDigest)
+  // is `digest`: recorded as a pin of the folder (size: the image count),
+  // or held to the pin, refused (INVALID_ARGUMENT naming the field and
+  // folder) when an image was added, removed, renamed or resized since.
+  absl::Status PinListing(absl::string_view field, const std::string& path, uint64_t images,
+                          const std::string& digest);
+
   // Every file read so far, in the order first read.
   std::vector<v1::InputFile> Recorded() const;
 

@@ -17,13 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/data/sample_source.h"
+#include "worker/sample_batches.h"
 
 namespace ddp {
-
-struct Batch {
-  at::Tensor x;
-  at::Tensor y;
-};
 
 // `batch` on `device`: through pinned memory, without blocking, for a GPU.
 Batch ToDevice(Batch batch, c10::Device device);

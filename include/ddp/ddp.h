@@ -4,6 +4,7 @@
 #ifndef DDP_INCLUDE_DDP_DDP_H_
 #define DDP_INCLUDE_DDP_DDP_H_
 
+#include "ddp/disk_dataset.h"               // IWYU pragma: export
 #include "ddp/distributed_data_parallel.h"  // IWYU pragma: export
 #include "ddp/distributed_sampler.h"        // IWYU pragma: export
 #include "ddp/error.h"                      // IWYU pragma: export

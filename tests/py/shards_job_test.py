@@ -9,7 +9,8 @@ Bad data: an image damaged in place, one truncated and one deleted after
 the manifest was made fail the job naming the file; with skipBadSamples the
 job trains the same number of steps, each bad sample replaced, and its
 status counts the replacements and names the files. A shard that changed
-since it was packed is refused when the job is submitted, naming it."""
+since it was packed is refused when the job is submitted, naming it; an
+image folder changed after the job was accepted fails the job."""
 import json
 import os
 import shutil
@@ -167,6 +168,30 @@ class ShardsJobTest(unittest.TestCase):
             self.assertIn(path, named)
         self.assertIn("CRC-32", named)
         self.assertIn("vanished", named)
+
+    def test_a_folder_changed_after_submission_fails_the_job(self):
+        """A folder without a manifest is pinned by its listing (each image's
+        name, size and label): an image resized after the job was accepted
+        fails the job when the workers load it, saying so."""
+        root = tempfile.mkdtemp(prefix="ddp-changed-")
+        self.addCleanup(shutil.rmtree, root, True)
+        folder = os.path.join(root, "train")
+        shutil.copytree(self.train, folder)
+        cluster = Cluster()
+        self.addCleanup(cluster.stop)
+        spec = job("changed-folder", {"kind": "image-folder", "path": folder}, evaluate=False)
+        cluster.client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(spec))
+        with open(os.path.join(folder, "c5", sorted(os.listdir(os.path.join(folder, "c5")))[0]),
+                  "ab") as f:
+            f.write(b"\0")
+        for i in range(2):
+            cluster.start_worker(i)
+        get = '{"job_id": "changed-folder"}'
+        cluster.wait_for(lambda: cluster.client.call(C + "GetStatus", get)["state"] ==
+                         "JOB_STATE_FAILED", 120, "the job to fail")
+        message = cluster.client.call(C + "GetStatus", get)["message"]
+        self.assertIn(folder, message)
+        self.assertIn("changed since the job was checked", message)
 
     def test_a_changed_shard_is_refused_naming_it(self):
         shards = os.path.join(tempfile.mkdtemp(prefix="ddp-changed-"), "shards")

@@ -243,15 +243,15 @@ TEST(ImagePipeline, Resize_SameBytesAsPlainFixedPointSums) {
   // Up, down by a little and by a lot (wide kernels, odd tap counts), one
   // pixel wide, and one side kept.
   const std::vector<std::array<int, 4>> cases = {
-      {40, 56, 24, 24}, {17, 13, 50, 61}, {300, 200, 7, 11}, {1, 9, 5, 4}, {9, 1, 4, 5},
-      {64, 64, 64, 20}, {64, 64, 20, 64}, {33, 97, 32, 33}, {5, 1100, 5, 3}, {2, 2, 1, 1}};
+      {40, 56, 24, 24}, {17, 13, 50, 61}, {300, 200, 7, 11}, {1, 9, 5, 4},    {9, 1, 4, 5},
+      {64, 64, 64, 20}, {64, 64, 20, 64}, {33, 97, 32, 33},  {5, 1100, 5, 3}, {2, 2, 1, 1}};
   for (const auto& [h, w, out_h, out_w] : cases) {
     const RgbImage in = Noise(h, w, static_cast<uint32_t>(h * 1000 + w));
     RgbImage want = in;
     if (out_w != w) want = PlainPass(want, out_w, /*along_x=*/true);
     if (out_h != h) want = PlainPass(want, out_h, /*along_x=*/false);
-    EXPECT_EQ(Resize(in, out_h, out_w).pixels, want.pixels) << h << "x" << w << " to " << out_h
-                                                            << "x" << out_w;
+    EXPECT_EQ(Resize(in, out_h, out_w).pixels, want.pixels)
+        << h << "x" << w << " to " << out_h << "x" << out_w;
   }
 }
 

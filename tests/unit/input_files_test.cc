@@ -72,6 +72,26 @@ TEST_F(InputFilesTest, Check_RecordsRealPathSizeAndSha256) {
   EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
+TEST_F(InputFilesTest, FolderListing_PinnedByCountAndDigest) {
+  InputFiles check;
+  ASSERT_THAT(check.PinListing("dataset.path", dir_.string(), 3, std::string(64, 'a')), IsOk());
+  v1::JobSpec spec;
+  for (const v1::InputFile& pin : check.Recorded()) *spec.add_input_files() = pin;
+  ASSERT_EQ(spec.input_files_size(), 1);
+  EXPECT_EQ(spec.input_files(0).real_path(), fs::canonical(dir_).string());
+  EXPECT_EQ(spec.input_files(0).size(), 3u);
+  InputFiles worker(spec.input_files());
+  EXPECT_THAT(worker.PinListing("dataset.path", dir_.string(), 3, std::string(64, 'a')), IsOk());
+  EXPECT_THAT(
+      worker.PinListing("dataset.path", dir_.string(), 3, std::string(64, 'b')),
+      StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(dir_.string()),
+                                                         HasSubstr("changed since the job was "
+                                                                   "checked: 3 images now, 3 then"),
+                                                         HasSubstr("ddp-pack manifest"))));
+  EXPECT_THAT(worker.PinListing("dataset.test_path", "/elsewhere", 3, std::string(64, 'a')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not among the inputs")));
+}
+
 TEST_F(InputFilesTest, Worker_SameFile_ReadsIt) {
   InputFiles worker = Pinned("link.pt");
   ExpectReads(worker.Read("model.path", Path("link.pt")), "the checked model");

@@ -162,7 +162,8 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view 
                                  : "neither a JPEG nor a PNG (by its first bytes)");
 }
 
-absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes) {
+absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes,
+                                   uint64_t expected_size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Bad(path, absl::StrCat("can't open: ", std::strerror(errno)));
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {
@@ -172,6 +173,10 @@ absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes) 
   struct stat st;
   if (::fstat(fd, &st) != 0) return Bad(path, absl::StrCat("can't stat: ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) return Bad(path, "not a regular file");
+  if (expected_size != 0 && static_cast<uint64_t>(st.st_size) != expected_size) {
+    return Bad(path, absl::StrCat("the file has ", st.st_size, " bytes, not the ", expected_size,
+                                  " it had when its folder was listed: it changed since"));
+  }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     return Bad(path, absl::StrCat("the file is ", st.st_size, " bytes, over the ", max_bytes,
                                   " an image file may have"));

@@ -1,13 +1,16 @@
 #include "worker/data/image_folder.h"
 
+#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -96,6 +99,22 @@ absl::Status Walk(const std::string& top, std::vector<Walked>* out) {
 
 }  // namespace
 
+std::string ImageFolder::ListingDigest(const std::string& root) const {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  const std::string prefix = Join(root, "");
+  for (const ImageSample& sample : samples_) {
+    const std::string line = absl::StrCat(
+        absl::StartsWith(sample.path, prefix) ? sample.path.substr(prefix.size()) : sample.path,
+        "\t", sample.size, "\t", sample.label, "\n");
+    EVP_DigestUpdate(ctx.get(), line.data(), line.size());
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), length));
+}
+
 bool IsDecodableImageName(const std::string& name) { return EndsWithAny(Lower(name), kDecodable); }
 
 absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t limit) {
@@ -141,7 +160,9 @@ absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t 
           return absl::InvalidArgumentError(
               absl::StrCat("image folder: more than ", kMaxSamples, " images under ", root));
         }
-        folder.samples_.push_back({path, static_cast<int64_t>(label)});
+        struct stat file;
+        const uint64_t size = ::stat(path.c_str(), &file) == 0 ? file.st_size : 0;
+        folder.samples_.push_back({path, static_cast<int64_t>(label), size});
       }
     }
     if (folder.samples_.size() == before) empty.push_back(folder.classes_[label]);

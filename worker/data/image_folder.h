@@ -32,6 +32,8 @@ struct ImageSample {
   // root/CLASS/..., joined as torchvision joins it.
   std::string path;
   int64_t label = 0;
+  // Its size when the folder was scanned (0: it could not be examined).
+  uint64_t size = 0;
 };
 
 class ImageFolder {
@@ -45,6 +47,12 @@ class ImageFolder {
   // can't decode where torchvision would read one, more than kMaxSamples.
   // `limit`: the first `limit` samples only (all when 0).
   static absl::StatusOr<ImageFolder> Scan(const std::string& root, uint64_t limit = 0);
+
+  // SHA-256 (hex) of what the scan found, in index order: each sample's
+  // path below the root, size and label. Equal digests: the same files of
+  // the same sizes with the same labels (what a job is pinned to when its
+  // folder has no manifest).
+  std::string ListingDigest(const std::string& root) const;
 
   const std::vector<std::string>& classes() const { return classes_; }
   const std::vector<ImageSample>& samples() const { return samples_; }

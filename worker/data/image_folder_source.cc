@@ -22,7 +22,7 @@ absl::StatusOr<std::shared_ptr<const ImageFolderSource>> ImageFolderSource::Open
 
 absl::StatusOr<int64_t> ImageFolderSource::Read(int64_t index, uint64_t epoch, float* out) const {
   const ImageSample& sample = folder_.samples().at(static_cast<size_t>(index));
-  absl::StatusOr<RgbImage> image = ReadImage(sample.path);
+  absl::StatusOr<RgbImage> image = ReadImage(sample.path, 256 << 20, sample.size);
   if (!image.ok()) return image.status();
   if (absl::Status s = TransformInto(pipeline_, *std::move(image), seed_, epoch, index, shape_,
                                      sample.path, out);

@@ -101,7 +101,8 @@ RgbImage ApplySteps(Steps::const_iterator begin, Steps::const_iterator end, RgbI
     }
     switch (s->kind) {
       case ImageStep::Kind::kResize:
-        image = s->height == 0 ? ResizeShorter(image, s->width) : Resize(image, s->height, s->width);
+        image =
+            s->height == 0 ? ResizeShorter(image, s->width) : Resize(image, s->height, s->width);
         break;
       case ImageStep::Kind::kCenterCrop:
         image = CenterCrop(image, s->height, s->width);
@@ -154,14 +155,13 @@ std::vector<float> RunPipeline(const ImagePipeline& pipeline, RgbImage image, ui
     *height = fused->height;
     *width = fused->width;
     std::vector<float> tensor(static_cast<size_t>(*width) * *height * 3);
-    RunPipelineInto(pipeline, std::move(image), seed, epoch, index, *height, *width,
-                    tensor.data());
+    RunPipelineInto(pipeline, std::move(image), seed, epoch, index, *height, *width, tensor.data());
     return tensor;
   }
   SampleRandom random(seed, epoch, index);
   bool flipped = false;
-  const RgbImage out = ApplySteps(pipeline.steps.begin(), pipeline.steps.end(), std::move(image),
-                                  random, &flipped);
+  const RgbImage out =
+      ApplySteps(pipeline.steps.begin(), pipeline.steps.end(), std::move(image), random, &flipped);
   *height = out.height;
   *width = out.width;
   std::vector<float> tensor(static_cast<size_t>(out.width) * out.height * 3);
@@ -193,8 +193,8 @@ std::array<int, 2> RunPipelineInto(const ImagePipeline& pipeline, RgbImage image
   }
   flipped = DrawFlips(fused + 1, pipeline.steps.end(), random);
   if (fused->height == height && fused->width == width) {
-    ResizedCropToTensor(image, box[0], box[1], box[2], box[3], height, width,
-                        pipeline.normalize, flipped, out);
+    ResizedCropToTensor(image, box[0], box[1], box[2], box[3], height, width, pipeline.normalize,
+                        flipped, out);
   }
   return {fused->height, fused->width};
 }

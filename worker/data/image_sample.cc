@@ -1,6 +1,6 @@
 #include "worker/data/image_sample.h"
 
-#include <algorithm>
+#include <array>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,17 +17,15 @@ std::vector<int64_t> TransformedShape(const ImagePipeline& pipeline, RgbImage im
 absl::Status TransformInto(const ImagePipeline& pipeline, RgbImage image, uint64_t seed,
                            uint64_t epoch, int64_t index, const std::vector<int64_t>& shape,
                            absl::string_view name, float* out) {
-  int height = 0, width = 0;
-  const std::vector<float> tensor =
-      RunPipeline(pipeline, std::move(image), seed, epoch, index, &height, &width);
-  if (height != shape[1] || width != shape[2]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": comes out ", height, "x", width, " where the samples are ", shape[1],
-                     "x", shape[2],
-                     " (end the transforms with a CenterCrop, RandomResizedCrop or Resize to "
-                     "[height, width])"));
+  const int height = static_cast<int>(shape[1]), width = static_cast<int>(shape[2]);
+  const std::array<int, 2> made =
+      RunPipelineInto(pipeline, std::move(image), seed, epoch, index, height, width, out);
+  if (made[0] != height || made[1] != width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": comes out ", made[0], "x", made[1], " where the samples are ", height, "x", width,
+        " (end the transforms with a CenterCrop, RandomResizedCrop or Resize to "
+        "[height, width])"));
   }
-  std::copy(tensor.begin(), tensor.end(), out);
   return absl::OkStatus();
 }
 

@@ -137,8 +137,8 @@ void HorizontalPixel(const uint8_t* in, const int32_t* k, int taps, uint8_t* out
 
 // Bytes [from, to) of one output row of the vertical pass, each a weighted
 // sum of the same byte of `taps` source rows.
-void VerticalBytes(const uint8_t* const* rows, const int32_t* k, int taps, size_t from,
-                   size_t to, uint8_t* out) {
+void VerticalBytes(const uint8_t* const* rows, const int32_t* k, int taps, size_t from, size_t to,
+                   uint8_t* out) {
   for (size_t i = from; i < to; ++i) {
     int32_t s = 1 << (kPrecisionBits - 1);
     for (int y = 0; y < taps; ++y) s += rows[y][i] * k[y];
@@ -181,10 +181,9 @@ __m128i Load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>
 // Sums shifted down and clipped to bytes as Clip8 does (the saturating
 // packs clip below 0 and above 255), sixteen of them in order.
 __m128i ClipToBytes(__m128i a, __m128i b, __m128i c, __m128i d) {
-  return _mm_packus_epi16(_mm_packs_epi32(_mm_srai_epi32(a, kPrecisionBits),
-                                          _mm_srai_epi32(b, kPrecisionBits)),
-                          _mm_packs_epi32(_mm_srai_epi32(c, kPrecisionBits),
-                                          _mm_srai_epi32(d, kPrecisionBits)));
+  return _mm_packus_epi16(
+      _mm_packs_epi32(_mm_srai_epi32(a, kPrecisionBits), _mm_srai_epi32(b, kPrecisionBits)),
+      _mm_packs_epi32(_mm_srai_epi32(c, kPrecisionBits), _mm_srai_epi32(d, kPrecisionBits)));
 }
 
 // low += px * (its weights' low halves); high += px * (their high halves).
@@ -223,8 +222,7 @@ void VerticalRowSse2(const uint8_t* const* rows, const int32_t* lanes, int pairs
   if (kPairs > 0) pairs = kPairs;
   const __m128i zero = _mm_setzero_si128();
   for (size_t i = 0; i < bytes; i += 16) {
-    __m128i low0 = _mm_set1_epi32(1 << (kPrecisionBits - 1)), low1 = low0, low2 = low0,
-            low3 = low0;
+    __m128i low0 = _mm_set1_epi32(1 << (kPrecisionBits - 1)), low1 = low0, low2 = low0, low3 = low0;
     __m128i high0 = zero, high1 = zero, high2 = zero, high3 = zero;
     for (int p = 0; p < pairs; ++p) {
       const __m128i wl = Load(lanes + p * 8), wh = Load(lanes + p * 8 + 4);
@@ -538,10 +536,9 @@ void ToTensorChwInto(const RgbImage& image, const std::optional<Normalization>& 
   }
 }
 
-void ResizedCropToTensor(const RgbImage& image, int top, int left, int crop_height,
-                         int crop_width, int height, int width,
-                         const std::optional<Normalization>& normalize, bool flipped,
-                         float* out) {
+void ResizedCropToTensor(const RgbImage& image, int top, int left, int crop_height, int crop_width,
+                         int height, int width, const std::optional<Normalization>& normalize,
+                         bool flipped, float* out) {
   TensorRows rows(height, width, normalize, flipped, out);
   if (!Inside(image, top, left, crop_height, crop_width)) {
     const RgbImage resized = ResizedCrop(image, top, left, crop_height, crop_width, height, width);

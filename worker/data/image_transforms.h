@@ -64,10 +64,9 @@ void ToTensorChwInto(const RgbImage& image, const std::optional<Normalization>& 
 
 // ToTensorChwInto(ResizedCrop(...)), each resized row written on into the
 // tensor as it is made: no image between.
-void ResizedCropToTensor(const RgbImage& image, int top, int left, int crop_height,
-                         int crop_width, int height, int width,
-                         const std::optional<Normalization>& normalize, bool flipped,
-                         float* out);
+void ResizedCropToTensor(const RgbImage& image, int top, int left, int crop_height, int crop_width,
+                         int height, int width, const std::optional<Normalization>& normalize,
+                         bool flipped, float* out);
 
 }  // namespace ddp
 
