@@ -47,9 +47,9 @@ class Mlp(nn.Module):
 
 
 class Cnn(nn.Module):
-    def __init__(self, classes):
+    def __init__(self, classes, channels=1):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, 16, 3, padding=1)
         self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
         self.fc1 = nn.Linear(32 * 7 * 7, 128)
         self.fc2 = nn.Linear(128, classes)

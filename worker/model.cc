@@ -48,9 +48,9 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 struct CnnImpl : torch::nn::Module {
-  explicit CnnImpl(int64_t classes)
-      : conv1(register_module("conv1",
-                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+  CnnImpl(int64_t channels, int64_t classes)
+      : conv1(register_module(
+            "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 16, 3).padding(1)))),
         conv2(register_module("conv2",
                               torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
         fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
@@ -232,12 +232,17 @@ absl::StatusOr<std::unique_ptr<Model>> LoadScriptModel(const v1::ModelSpec& spec
 
 absl::StatusOr<std::unique_ptr<Model>> MakeCnn(const std::vector<int64_t>& sample_shape,
                                                int64_t num_classes) {
-  if (sample_shape != std::vector<int64_t>{1, 28, 28}) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.kind: \"cnn\" takes 1x28x28 images; this dataset's samples are ",
-                     ShapeString(sample_shape), "; use \"mlp\" or a TorchScript model"));
+  // Grey (Fashion-MNIST's) or colour (an image folder's, which decodes to
+  // RGB) 28x28 images.
+  if (sample_shape != std::vector<int64_t>{1, 28, 28} &&
+      sample_shape != std::vector<int64_t>{3, 28, 28}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.kind: \"cnn\" takes 1x28x28 or 3x28x28 images; this dataset's samples are ",
+        ShapeString(sample_shape),
+        " (for an image folder, end its transforms with a crop or resize to 28); or use "
+        "\"mlp\" or a TorchScript model"));
   }
-  return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(num_classes)));
+  return std::unique_ptr<Model>(new NativeModel<Cnn>(Cnn(sample_shape[0], num_classes)));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> MakeResNet18(const std::vector<int64_t>& sample_shape,

@@ -152,10 +152,13 @@ class ImageFolderJobTest(unittest.TestCase):
         return step_losses(cluster.dir, lines, name)
 
     def test_trains_as_the_same_pixels_in_memory_and_every_sample_once(self):
+        # The built-in CNN, on the folder's RGB 28x28 images.
         folder = job("folder", {"kind": "image-folder", "path": self.train,
-                                "testPath": self.test, "loaderThreads": 2})
+                                "testPath": self.test, "loaderThreads": 2},
+                     model={"kind": "cnn"})
         tensors = job("tensors", {"kind": "tensors", "path": os.path.join(self.dir, "train.pt"),
-                                  "testPath": os.path.join(self.dir, "test.pt")})
+                                  "testPath": os.path.join(self.dir, "test.pt")},
+                      model={"kind": "cnn"})
         cluster, finals = self.run_jobs([folder, tensors])
         lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
         coverage.check([l for l in lines if l["job"] == "folder"], TRAIN, 2)

@@ -76,11 +76,17 @@ TEST(Model, CheckModelFits_TooFewOutputs_SaysWhatItReturns) {
   EXPECT_THAT(CheckModelFits(**model, spec, {1, 28, 28}, 5), IsOk());
 }
 
-TEST(Model, MakeModel_CnnOnOtherShapes_Refused) {
+TEST(Model, MakeModel_CnnOnGreyOrColour28x28_OtherShapesRefused) {
   v1::ModelSpec spec;
   spec.set_kind("cnn");
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{1, 28, 28}, std::vector<int64_t>{3, 28, 28}}) {
+    auto model = MakeModel(spec, shape, 10, 0);
+    ASSERT_THAT(model, IsOk());
+    EXPECT_THAT(CheckModelFits(**model, spec, shape, 4), IsOk());
+  }
   EXPECT_THAT(MakeModel(spec, {3, 32, 32}, 10, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1x28x28")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1x28x28 or 3x28x28")));
 }
 
 TEST(Model, MakeModel_ResNet18_SmallOrFlatSamplesRefusedSmallestAllowedRuns) {
