@@ -4,11 +4,14 @@ headless, driven by playwright-core from npm (installed into the build tree
 on first use; the browser is never downloaded). A coordinator and two
 workers train; the page must load with no console error, show both workers
 of the running job, and its loss curves must gain points as the job steps.
+A job starved of data (large JPEGs, one loader thread) is said to wait on
+it, in words.
 
 Exits 77 (ctest: skipped) with a message when node, npm or chromium is
 missing or npm can't install playwright-core."""
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -114,6 +117,42 @@ class StatusPageTest(unittest.TestCase):
         job = second["jobs"][0]
         self.assertEqual((job["cells"][1], job["cells"][4], job["cells"][6]), ("running", "2", "2"))
         self.assertEqual(job["allocation"], 1)
+
+
+class DataWaitPageTest(unittest.TestCase):
+    def test_page_says_training_waits_on_data(self):
+        root = tempfile.mkdtemp(prefix="ddp-page-data-")
+        self.addCleanup(shutil.rmtree, root, True)
+        # Noise JPEGs large enough that one loader thread can't keep up
+        # with an MLP on 28x28 crops (each decode takes milliseconds).
+        from PIL import Image
+        rng = random.Random(1)
+        for c in range(2):
+            os.makedirs(os.path.join(root, "c%d" % c))
+            for i in range(40):
+                pixels = bytes(rng.getrandbits(8) for _ in range(64 * 64 * 3))
+                Image.frombytes("RGB", (64, 64), pixels).resize((640, 640)).save(
+                    os.path.join(root, "c%d" % c, "%03d.jpg" % i), quality=95)
+        port_file = os.path.join(root, "http.port")
+        c = Cluster(extra_flags=["--http_listen=127.0.0.1:0", "--http_port_file=" + port_file])
+        self.addCleanup(c.stop)
+        port = wait_port_file(port_file, 10, "the status page to serve", c.coordinator)
+        for i in (0, 1):
+            c.start_worker(i)
+        job = synthetic_job("starved", 2, epochs=1000, batchSize=16, dataset={
+            "kind": "image-folder", "path": root, "loaderThreads": 1, "prefetchBatches": 1,
+            "transforms": [{"kind": "RandomResizedCrop", "size": [28]}]})
+        c.client.call("ddp.v1.Coordinator/SubmitJob", '{"spec": %s}' % json.dumps(job))
+        c.wait_for(lambda: c.status().get("data_wait_fraction", 0) > 0.1, 60,
+                   "the job to wait on data")
+        done = subprocess.run(["node", CHECK, NPM_DIR, "http://127.0.0.1:%d/" % port, "-", "40"],
+                              capture_output=True, text=True, timeout=90)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        result = json.loads(done.stdout)
+        self.assertEqual(result["errors"], [])
+        last = result["reads"][-1]
+        self.assertIn("Training waits on data: rank ", last["dataNote"])
+        self.assertRegex(last["cards"]["waiting on data"], r"^\d+ % \(rank [01]\)$")
 
 
 if __name__ == "__main__":

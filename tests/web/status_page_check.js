@@ -30,6 +30,9 @@ function read(page) {
       generations: document.querySelectorAll("#timeline g.generation").length,
       changes: document.querySelectorAll("#changes tbody tr").length,
       banner: document.getElementById("conn").textContent,
+      dataNote: document.getElementById("data-note").textContent,
+      cards: Object.fromEntries(Array.from(document.querySelectorAll("#summary .card")).map(
+          (c) => [c.querySelector(".label").textContent, c.querySelector(".value").textContent])),
     };
   });
 }
