@@ -77,8 +77,10 @@ class InputFiles {
 
   // A folder of `images` images whose listing (ImageFolder::ListingDigest)
   // is `digest`: recorded as a pin of the folder (size: the image count),
-  // or held to the pin, refused (INVALID_ARGUMENT naming the field and
-  // folder) when an image was added, removed, renamed or resized since.
+  // or held to its pin, refused (INVALID_ARGUMENT naming the field and
+  // folder) when an image was added, removed, renamed or resized since. A
+  // folder without a pin (its job checked before folders were pinned) is
+  // read as it is.
   absl::Status PinListing(absl::string_view field, const std::string& path, uint64_t images,
                           const std::string& digest);
 

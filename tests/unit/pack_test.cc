@@ -114,6 +114,20 @@ TEST_F(PackTest, AShardOfAnotherSizeOrGoneIsRefusedAtOpen) {
               AllOf(HasSubstr("shard-00001.ddp-rec: can't be opened"), HasSubstr("vanished")));
 }
 
+TEST_F(PackTest, AFileThatIsALinkIsFollowed) {
+  // As torchvision follows links in an image folder (a manifest lists the
+  // folder's files as its walk found them).
+  v1::PackIndex index = PackFloats(4);
+  const std::string shard = absl::StrCat(dir_, "/shard-00001.ddp-rec");
+  std::filesystem::rename(shard, absl::StrCat(dir_, "/elsewhere.bin"));
+  std::filesystem::create_symlink("elsewhere.bin", shard);
+  auto source = Open(index);
+  ASSERT_NE(source, nullptr);
+  float out[2];
+  EXPECT_EQ(*source->Read(3, 0, out), 0);
+  EXPECT_EQ(out[0], 3.0f);
+}
+
 TEST_F(PackTest, FloatPacksTakeNoTransforms) {
   v1::PackIndex index = PackFloats(3);
   ImagePipeline flip;

@@ -50,52 +50,68 @@ ImagePipeline PipelineOf(const google::protobuf::RepeatedPtrField<v1::ImageTrans
 
 namespace {
 
-// One part (training or test) of a dataset read from disk: an image folder
-// walked, an image folder through its manifest, or shards; `field` names
-// the spec's path field in errors. Indexes are read through `inputs`
-// (pinned: the samples are held to them).
+// An image folder walked, pinned by its listing where `inputs` pins.
+absl::StatusOr<std::shared_ptr<const SampleSource>> OpenWalkedFolder(absl::string_view field,
+                                                                     const std::string& path,
+                                                                     ImagePipeline pipeline,
+                                                                     uint64_t seed, uint64_t limit,
+                                                                     const DiskInputs& inputs) {
+  absl::StatusOr<std::shared_ptr<const ImageFolderSource>> folder =
+      ImageFolderSource::Open(path, std::move(pipeline), seed, limit);
+  if (!folder.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", folder.status().message()));
+  }
+  if (inputs.pin_listing) {
+    const ImageFolder& listed = (*folder)->folder();
+    if (absl::Status s = inputs.pin_listing(field, path, listed.size(), listed.ListingDigest(path));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return std::shared_ptr<const SampleSource>(*std::move(folder));
+}
+
+// Shards (`manifest` empty: their index is in `path`) or an image folder
+// through its manifest; the index read (pinned) through `inputs`.
+absl::StatusOr<std::shared_ptr<const SampleSource>> OpenPacked(
+    absl::string_view field, const std::string& path, const std::string& manifest,
+    ImagePipeline pipeline, uint64_t seed, uint64_t limit, const DiskInputs& inputs) {
+  const bool shards = manifest.empty();
+  const std::string index_path = shards ? absl::StrCat(path, "/", kPackIndexName) : manifest;
+  const std::string index_field =
+      shards ? std::string(field)
+             : (field == "dataset.path" ? "dataset.manifest" : "dataset.test_manifest");
+  absl::StatusOr<std::string> bytes = inputs.read_index(index_field, index_path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<v1::PackIndex> index = ParsePackIndex(*bytes, index_path, limit);
+  if (!index.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(index_field, ": ", index.status().message()));
+  }
+  if (!shards && index->payload() != kPayloadImage) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_field, ": ", index_path,
+                     " is a pack of float32 samples, not an image folder's manifest (use "
+                     "dataset.kind \"shards\" for it)"));
+  }
+  absl::StatusOr<std::shared_ptr<const PackedSource>> packed =
+      PackedSource::Open(*std::move(index), path, std::move(pipeline), seed);
+  if (!packed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", packed.status().message()));
+  }
+  return std::shared_ptr<const SampleSource>(*std::move(packed));
+}
+
+// One part (training or test) of a dataset read from disk; `field` names
+// the spec's path field. Errors are INVALID_ARGUMENT naming the field.
 absl::StatusOr<std::shared_ptr<const SampleSource>> OpenDiskPart(
     const v1::DatasetSpec& spec, absl::string_view field, const std::string& path,
     const std::string& manifest, ImagePipeline pipeline, uint64_t seed, uint64_t limit,
     const DiskInputs& inputs) {
-  const bool shards = DatasetKindOf(spec) == v1::DATASET_KIND_SHARDS;
-  absl::StatusOr<std::shared_ptr<const SampleSource>> source;
-  if (!shards && manifest.empty()) {
-    absl::StatusOr<std::shared_ptr<const ImageFolderSource>> folder =
-        ImageFolderSource::Open(path, std::move(pipeline), seed, limit);
-    if (folder.ok() && inputs.pin_listing) {
-      const ImageFolder& listed = (*folder)->folder();
-      if (absl::Status s =
-              inputs.pin_listing(field, path, listed.size(), listed.ListingDigest(path));
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (folder.ok())
-      source = *std::move(folder);
-    else
-      source = folder.status();
-  } else {
-    const std::string index_path = shards ? absl::StrCat(path, "/", kPackIndexName) : manifest;
-    const std::string index_field =
-        shards ? std::string(field)
-               : (field == "dataset.path" ? "dataset.manifest" : "dataset.test_manifest");
-    absl::StatusOr<std::string> bytes = inputs.read_index(index_field, index_path);
-    if (!bytes.ok()) return bytes.status();
-    absl::StatusOr<v1::PackIndex> index = ParsePackIndex(*bytes, index_path, limit);
-    if (!index.ok())
-      return absl::InvalidArgumentError(absl::StrCat(index_field, ": ", index.status().message()));
-    if (!shards && index->payload() != kPayloadImage) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_field, ": ", index_path,
-          " is a pack of float32 samples, not an image folder's manifest (use dataset.kind "
-          "\"shards\" for it)"));
-    }
-    source = PackedSource::Open(*std::move(index), path, std::move(pipeline), seed);
-  }
-  if (!source.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", source.status().message()));
-  }
+  const bool walked = DatasetKindOf(spec) == v1::DATASET_KIND_IMAGE_FOLDER && manifest.empty();
+  absl::StatusOr<std::shared_ptr<const SampleSource>> source =
+      walked ? OpenWalkedFolder(field, path, std::move(pipeline), seed, limit, inputs)
+             : OpenPacked(field, path, manifest, std::move(pipeline), seed, limit, inputs);
+  if (!source.ok()) return source.status();  // each names its field
   if (spec.skip_bad_samples()) return std::make_shared<const SkippingSource>(*std::move(source));
   return source;
 }
