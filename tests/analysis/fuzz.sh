@@ -14,8 +14,9 @@ cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -DNDEBUG -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DDDP_ANALYSIS=ON -DDDP_FUZZ=ON -DDDP_WORKER=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
-cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer image_fuzzer ddp-coordinator
-for name in job_spec_fuzzer coordinator_fuzzer image_fuzzer; do
+cmake --build "$out" --target job_spec_fuzzer coordinator_fuzzer image_fuzzer transform_fuzzer \
+  pack_index_fuzzer ddp-coordinator
+for name in job_spec_fuzzer coordinator_fuzzer image_fuzzer transform_fuzzer pack_index_fuzzer; do
   corpus=$(mktemp -d)
   trap 'rm -rf "$corpus"' EXIT
   # -close_fd_mask=2: the targets' own logging is not wanted (libFuzzer and
