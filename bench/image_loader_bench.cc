@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "bench/training_pipeline.h"
 #include "worker/data/image_folder_source.h"
 #include "worker/sample_batches.h"
 
@@ -23,15 +24,7 @@ int main(int argc, char** argv) {
   const int threads = std::atoi(argv[2]);
   const int size = std::atoi(argv[3]);
   const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 64;
-  ddp::ImagePipeline pipeline;
-  ddp::ImageStep crop;
-  crop.kind = ddp::ImageStep::Kind::kRandomResizedCrop;
-  crop.height = crop.width = size;
-  ddp::ImageStep flip;
-  flip.kind = ddp::ImageStep::Kind::kRandomHorizontalFlip;
-  pipeline.steps = {crop, flip};
-  pipeline.normalize = ddp::Normalization{{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
-  auto source = ddp::ImageFolderSource::Open(argv[1], pipeline, /*seed=*/1);
+  auto source = ddp::ImageFolderSource::Open(argv[1], ddp::TrainingPipeline(size), /*seed=*/1);
   if (!source.ok()) {
     std::cerr << source.status().message() << "\n";
     return 2;

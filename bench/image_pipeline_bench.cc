@@ -18,23 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/training_pipeline.h"
 #include "worker/data/image_decode.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/image_pipeline.h"
 
 namespace {
-
-ddp::ImagePipeline Training(int size) {
-  ddp::ImagePipeline pipeline;
-  ddp::ImageStep crop;
-  crop.kind = ddp::ImageStep::Kind::kRandomResizedCrop;
-  crop.height = crop.width = size;
-  ddp::ImageStep flip;
-  flip.kind = ddp::ImageStep::Kind::kRandomHorizontalFlip;
-  pipeline.steps = {crop, flip};
-  pipeline.normalize = ddp::Normalization{{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
-  return pipeline;
-}
 
 // The sample's tensor into `out` (3 * size * size floats).
 void Transform(const ddp::ImagePipeline& pipeline, ddp::RgbImage image, int64_t index, float* out) {
@@ -86,7 +75,7 @@ int main(int argc, char** argv) {
     std::cerr << folder.status().message() << "\n";
     return 2;
   }
-  const ddp::ImagePipeline pipeline = Training(size);
+  const ddp::ImagePipeline pipeline = ddp::TrainingPipeline(size);
   const size_t n = folder->size();
   std::vector<float> out(static_cast<size_t>(3) * size * size);
   if (!dump.empty()) {
