@@ -17,7 +17,9 @@
 // (x float32 [n, ...], y int64 [n]); nothing else of the data is held, so
 // memory does not grow with the dataset. The random transforms draw from
 // (seed, epoch, index) alone: the same tensors whatever the threads, and
-// after a resume. Copies share their state. Thread-safe.
+// after a resume. Copies share their state. Keep the DataLoader's own
+// workers at 0 (its default): the reading is already parallel, and a
+// followed sampler is read without a lock.
 #ifndef DDP_INCLUDE_DDP_DISK_DATASET_H_
 #define DDP_INCLUDE_DDP_DISK_DATASET_H_
 
