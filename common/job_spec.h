@@ -28,6 +28,11 @@ inline constexpr uint64_t kMaxTrainSize = uint64_t{1} << 31;
 inline constexpr size_t kMaxPathBytes = 4096;
 // dataset.kind "shards": the index ddp-pack writes in the folder.
 inline constexpr char kShardsIndexName[] = "index.ddp-pack";
+// dataset.skip_bad_samples: the bad samples one step report may name, and
+// each one's error at most this long (the worker sends no more, the
+// coordinator accepts no more).
+inline constexpr size_t kMaxBadSamplesPerReport = 8;
+inline constexpr size_t kMaxBadSampleBytes = 1024;
 
 // What this build can run. Every build has every backend: NCCL is bound at
 // run time (worker/collective/nccl_library.h), so whether it works is the

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/job_spec.h"
 #include "ddp/v1/worker.pb.h"
 
 namespace ddp {
@@ -25,11 +26,9 @@ inline constexpr size_t kMaxDigestBytes = 64;
 // library sends at most these: worker/api/session_impl.h).
 inline constexpr size_t kMaxParameterDigests = 4096;
 inline constexpr size_t kMaxParameterDigestNameBytes = 256;
-// Bad samples a report may name (dataset.skip_bad_samples), each one's
-// error at most this long, and the samples one report may say were
-// replaced (a batch's worth, however large).
-inline constexpr size_t kMaxBadSamplesPerReport = 8;
-inline constexpr size_t kMaxBadSampleBytes = 1024;
+// The samples one report may say were replaced (dataset.skip_bad_samples:
+// a batch's worth, however large); the bad samples it may name are bounded
+// in common/job_spec.h.
 inline constexpr uint64_t kMaxSkippedPerReport = uint64_t{1} << 32;
 
 // OK when `step` is at most kMaxStepAdvance beyond `start_step`.

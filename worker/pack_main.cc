@@ -16,10 +16,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
+#include <cerrno>
+#include <filesystem>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,9 +34,15 @@ ABSL_FLAG(double, shard_mb, 256, "about this many megabytes per shard");
 
 namespace {
 
+// `dir`, made if missing, and empty: a pack never mixes with other files.
 absl::Status MakeFolder(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat(dir, ": can't be made"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_empty(dir, ec) || ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": is not an empty folder (pack into an empty or new one)"));
   }
   return absl::OkStatus();
 }
@@ -46,21 +51,13 @@ uint64_t ShardBytes() {
   return static_cast<uint64_t>(std::max(0.0, absl::GetFlag(FLAGS_shard_mb)) * (1 << 20));
 }
 
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": can't be read"));
-  return bytes.str();
-}
-
 absl::StatusOr<uint64_t> PackImages(const std::string& root, const std::string& out) {
   absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root);
   if (!folder.ok()) return folder.status();
   if (absl::Status s = MakeFolder(out); !s.ok()) return s;
   ddp::PackWriter writer(out, ddp::kPayloadImage, {}, folder->classes(), ShardBytes());
   for (const ddp::ImageSample& sample : folder->samples()) {
-    absl::StatusOr<std::string> bytes = ReadWhole(sample.path);
+    absl::StatusOr<std::string> bytes = ddp::ReadWholeFile(sample.path);
     if (!bytes.ok()) return bytes.status();
     if (absl::Status s = writer.Add(*bytes, static_cast<uint32_t>(sample.label)); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(sample.path, ": ", s.message()));
@@ -102,21 +99,12 @@ absl::StatusOr<uint64_t> WriteManifest(const std::string& root, const std::strin
   if (!folder.ok()) return folder.status();
   absl::StatusOr<ddp::v1::PackIndex> manifest = ddp::MakeImageManifest(*folder, root);
   if (!manifest.ok()) return manifest.status();
-  const std::string temporary = absl::StrCat(out, ".tmp");
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file || !manifest->SerializeToOstream(&file) || !file.flush()) {
-      return absl::InternalError(absl::StrCat(temporary, ": can't be written"));
-    }
-  }
-  if (std::rename(temporary.c_str(), out.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat(out, ": can't be written"));
-  }
+  if (absl::Status s = ddp::WritePackIndex(*manifest, out); !s.ok()) return s;
   return static_cast<uint64_t>(manifest->record_file_size());
 }
 
 absl::Status Show(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadWhole(path);
+  absl::StatusOr<std::string> bytes = ddp::ReadWholeFile(path);
   if (!bytes.ok()) return bytes.status();
   absl::StatusOr<ddp::v1::PackIndex> index = ddp::ParsePackIndex(*bytes, path);
   if (!index.ok()) return index.status();

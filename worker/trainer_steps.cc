@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "common/sampler.h"
 #include "worker/dataset.h"
 #include "worker/device_placement.h"
@@ -193,12 +194,14 @@ void GenerationTrainer::ReportStep(const EpochPlan& plan, const StepOutcome& out
   report.set_step_seconds(absl::ToDoubleSeconds(took));
   report.set_cursor(cursor);
   report.set_dataset_size(plan.n);
-  // The coordinator takes at most 8 names per report; the rest wait.
-  SkippingSource::Skipped skipped = state_.data().TakeSkipped(8);
-  report.set_samples_skipped(skipped.replaced);
-  for (std::string& bad : skipped.newly_bad) {
-    if (bad.size() > 1024) bad.resize(1024);
-    report.add_newly_bad_samples(std::move(bad));
+  if (spec_.dataset().skip_bad_samples()) {
+    // Names beyond what one report may carry wait for the next.
+    SkippingSource::Skipped skipped = state_.data().TakeSkipped(kMaxBadSamplesPerReport);
+    report.set_samples_skipped(skipped.replaced);
+    for (std::string& bad : skipped.newly_bad) {
+      if (bad.size() > kMaxBadSampleBytes) bad.resize(kMaxBadSampleBytes);
+      report.add_newly_bad_samples(std::move(bad));
+    }
   }
   report.set_lr(state_.learning_rate());
   report.set_world_size(plan.world);

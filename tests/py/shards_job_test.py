@@ -160,8 +160,15 @@ class ShardsJobTest(unittest.TestCase):
         self.assertEqual(skipping["state"], "JOB_STATE_SUCCEEDED", skipping.get("message"))
         # The same steps as a clean run: every rank trained full batches.
         self.assertEqual(len(self.losses(cluster, "skipping")), 2 * 2 * (TRAIN // 64))
-        # Each bad image is met twice (two epochs), once on some rank.
-        self.assertEqual(int(skipping["samples_skipped"]), 2 * len(bad))
+        # Each bad image is met twice (two epochs), once on some rank; a
+        # re-formation (a busy machine's missed heartbeat) may replay the
+        # step in flight, and with it a replacement.
+        skipped = int(skipping["samples_skipped"])
+        causes = [c["cause"] for c in skipping.get("generation_changes", [])]
+        if causes == ["CHANGE_CAUSE_START"]:
+            self.assertEqual(skipped, 2 * len(bad))
+        else:
+            self.assertGreaterEqual(skipped, 2 * len(bad), causes)
         named = "\n".join(skipping["bad_samples"])
         self.assertEqual(len(skipping["bad_samples"]), len(bad), named)
         for path in bad:

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,20 +139,34 @@ TEST(CheckpointWriter, Submit_FiveSteps_KeepsNewestThreeNoTempFiles) {
   umask(mask);
 }
 
+// A writer whose step-1 write is done and whose on_done then holds the
+// writer thread until `release`: a step submitted next waits, so one after
+// it finds the writer busy.
+struct HeldWriter {
+  absl::Notification entered, release;
+  absl::StatusOr<std::unique_ptr<CheckpointWriter>> writer;
+
+  explicit HeldWriter(const std::string& dir)
+      : writer(CheckpointWriter::Create({dir, 3, [this](const v1::CheckpointResult& r) {
+                                           if (r.step() != 1) return;
+                                           entered.Notify();
+                                           release.WaitForNotification();
+                                         }})) {}
+  // Steps 1 (held in its on_done) and 2 (waiting behind it) submitted.
+  void HoldWithOneWaiting() {
+    ASSERT_THAT(writer, IsOk());
+    ASSERT_TRUE((*writer)->Submit(1, 1, 0, State(1)));
+    entered.WaitForNotification();
+    ASSERT_TRUE((*writer)->Submit(1, 2, 0, State(2)));
+  }
+};
+
 TEST(CheckpointWriter, Submit_WhileBusy_ReturnsFalseAndCounts) {
   const std::string dir = MakeTempDir();
-  absl::Notification entered, release;
-  auto writer = CheckpointWriter::Create({dir, 3, [&](const v1::CheckpointResult& r) {
-                                            if (r.step() != 1) return;
-                                            entered.Notify();
-                                            release.WaitForNotification();
-                                          }});
-  ASSERT_THAT(writer, IsOk());
-  ASSERT_TRUE((*writer)->Submit(1, 1, 0, State(1)));
-  // Write 1 is done and its on_done holds the writer thread: step 2 is
-  // accepted and waits, so step 3 finds the writer busy.
-  entered.WaitForNotification();
-  EXPECT_TRUE((*writer)->Submit(1, 2, 0, State(2)));
+  HeldWriter held(dir);
+  ASSERT_NO_FATAL_FAILURE(held.HoldWithOneWaiting());
+  auto& writer = held.writer;
+  auto& release = held.release;
   EXPECT_FALSE((*writer)->Submit(1, 3, 0, State(3)));
   EXPECT_EQ((*writer)->refused(), 1u);
   release.Notify();
@@ -164,16 +179,10 @@ TEST(CheckpointWriter, Submit_WhileBusy_ReturnsFalseAndCounts) {
 // progress instead of being refused.
 TEST(CheckpointWriter, SubmitWhenIdle_WhileBusy_WaitsThenWrites) {
   const std::string dir = MakeTempDir();
-  absl::Notification entered, release;
-  auto writer = CheckpointWriter::Create({dir, 3, [&](const v1::CheckpointResult& r) {
-                                            if (r.step() != 1) return;
-                                            entered.Notify();
-                                            release.WaitForNotification();
-                                          }});
-  ASSERT_THAT(writer, IsOk());
-  ASSERT_TRUE((*writer)->Submit(1, 1, 0, State(1)));
-  entered.WaitForNotification();
-  ASSERT_TRUE((*writer)->Submit(1, 2, 0, State(2)));  // busy from here until 2 is written
+  HeldWriter held(dir);
+  ASSERT_NO_FATAL_FAILURE(held.HoldWithOneWaiting());  // busy until 2 is written
+  auto& writer = held.writer;
+  auto& release = held.release;
   std::thread releaser([&] {
     absl::SleepFor(absl::Milliseconds(50));
     release.Notify();

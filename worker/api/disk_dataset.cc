@@ -1,8 +1,6 @@
 #include "ddp/disk_dataset.h"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +10,7 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/error.h"
 #include "worker/data/disk_source.h"
+#include "worker/data/pack_index.h"
 #include "worker/data/skipping_source.h"
 #include "worker/sample_batches.h"
 
@@ -21,11 +20,10 @@ namespace {
 // The program's own files, read as it reads any: no pins (a job's are made
 // by the coordinator's check).
 absl::StatusOr<std::string> ReadIndex(absl::string_view field, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " can't be read"));
-  return bytes.str();
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.status().message()));
+  return bytes;
 }
 
 }  // namespace
@@ -41,6 +39,7 @@ struct DiskDataset::State {
   std::vector<std::string> bad ABSL_GUARDED_BY(mu);
 
   void TakeSkipped() {
+    if (!spec.skip_bad_samples()) return;
     const auto* skipping = dynamic_cast<const SkippingSource*>(source.get());
     if (skipping == nullptr) return;
     SkippingSource::Skipped taken = skipping->Take(1024);

@@ -162,8 +162,8 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view 
                                  : "neither a JPEG nor a PNG (by its first bytes)");
 }
 
-absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes,
-                                   uint64_t expected_size) {
+absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_size) {
+  constexpr uint64_t max_bytes = kMaxImageFileBytes;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Bad(path, absl::StrCat("can't open: ", std::strerror(errno)));
   std::unique_ptr<int, void (*)(int*)> closer(new int(fd), [](int* f) {

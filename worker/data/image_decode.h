@@ -35,10 +35,12 @@ inline constexpr int64_t kMaxImagePixels = 89'478'485;  // PIL's own bound
 // truncated or corrupt file, a CMYK JPEG, or an image over kMaxImagePixels.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name);
 
-// Reads `path` (at most `max_bytes`; of `expected_size` bytes when that is
-// non-zero, else INVALID_ARGUMENT saying it changed) and decodes it.
-absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t max_bytes = 256 << 20,
-                                   uint64_t expected_size = 0);
+// Largest image file read.
+inline constexpr uint64_t kMaxImageFileBytes = uint64_t{256} << 20;
+
+// Reads `path` (at most kMaxImageFileBytes; of `expected_size` bytes when
+// that is non-zero, else INVALID_ARGUMENT saying it changed) and decodes it.
+absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_size = 0);
 
 }  // namespace ddp
 

@@ -14,7 +14,8 @@ absl::StatusOr<std::shared_ptr<const ImageFolderSource>> ImageFolderSource::Open
   if (!folder.ok()) return folder.status();
   std::shared_ptr<ImageFolderSource> source(
       new ImageFolderSource(*std::move(folder), std::move(pipeline), seed));
-  absl::StatusOr<RgbImage> image = ReadImage(source->folder_.samples().front().path);
+  const ImageSample& first = source->folder_.samples().front();
+  absl::StatusOr<RgbImage> image = ReadImage(first.path, first.size);
   if (!image.ok()) return image.status();
   source->shape_ = TransformedShape(source->pipeline_, *std::move(image), seed);
   return std::shared_ptr<const ImageFolderSource>(std::move(source));
@@ -22,7 +23,7 @@ absl::StatusOr<std::shared_ptr<const ImageFolderSource>> ImageFolderSource::Open
 
 absl::StatusOr<int64_t> ImageFolderSource::Read(int64_t index, uint64_t epoch, float* out) const {
   const ImageSample& sample = folder_.samples().at(static_cast<size_t>(index));
-  absl::StatusOr<RgbImage> image = ReadImage(sample.path, 256 << 20, sample.size);
+  absl::StatusOr<RgbImage> image = ReadImage(sample.path, sample.size);
   if (!image.ok()) return image.status();
   if (absl::Status s = TransformInto(pipeline_, *std::move(image), seed_, epoch, index, shape_,
                                      sample.path, out);

@@ -40,6 +40,14 @@ void Truncate(Field* field, int n) {
 
 }  // namespace
 
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": can't be read"));
+  return bytes.str();
+}
+
 uint32_t Crc32(absl::string_view bytes) {
   uLong crc = ::crc32(0L, Z_NULL, 0);
   while (!bytes.empty()) {
@@ -182,18 +190,24 @@ absl::Status PackWriter::Add(absl::string_view record, uint32_t label) {
 absl::StatusOr<uint64_t> PackWriter::Finish(absl::string_view source) {
   if (absl::Status s = CloseShard(); !s.ok()) return s;
   index_.set_source(std::string(source));
-  const std::string path = absl::StrCat(dir_, "/", kPackIndexName);
+  if (absl::Status s = WritePackIndex(index_, absl::StrCat(dir_, "/", kPackIndexName)); !s.ok()) {
+    return s;
+  }
+  return static_cast<uint64_t>(index_.record_file_size());
+}
+
+absl::Status WritePackIndex(const v1::PackIndex& index, const std::string& path) {
   const std::string temporary = absl::StrCat(path, ".tmp");
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out || !index_.SerializeToOstream(&out) || !out.flush()) {
+    if (!out || !index.SerializeToOstream(&out) || !out.flush()) {
       return absl::InternalError(absl::StrCat(temporary, ": can't be written"));
     }
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     return absl::InternalError(absl::StrCat(path, ": can't be written: ", std::strerror(errno)));
   }
-  return static_cast<uint64_t>(index_.record_file_size());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::PackIndex> MakeImageManifest(const ImageFolder& folder,
@@ -204,14 +218,13 @@ absl::StatusOr<v1::PackIndex> MakeImageManifest(const ImageFolder& folder,
   index.set_source(absl::StrCat("image folder ", root));
   const std::string prefix = absl::EndsWith(root, "/") ? root : absl::StrCat(root, "/");
   for (const ImageSample& sample : folder.samples()) {
-    std::ifstream in(sample.path, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    if (!in || bytes.str().empty() || bytes.str().size() > kMaxRecordBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          sample.path, ": can't be read, or is empty or over ", kMaxRecordBytes, " bytes"));
+    absl::StatusOr<std::string> bytes = ReadWholeFile(sample.path);
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->empty() || bytes->size() > kMaxRecordBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(sample.path, ": is empty or over ", kMaxRecordBytes, " bytes"));
     }
-    const std::string& b = bytes.str();
+    const std::string& b = *bytes;
     v1::PackFile* file = index.add_files();
     file->set_name(absl::StartsWith(sample.path, prefix) ? sample.path.substr(prefix.size())
                                                          : sample.path);

@@ -34,6 +34,11 @@ inline constexpr uint32_t kMaxRecordBytes = 256u << 20;
 absl::StatusOr<v1::PackIndex> ParsePackIndex(absl::string_view bytes, absl::string_view name,
                                              uint64_t limit = 0);
 
+// The bytes of `path`, a file ddp-pack packs or an index a program reads
+// (not a job's input: those are read pinned, worker/input_files.h).
+// INVALID_ARGUMENT naming it when it can't be read.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
 // zlib's CRC-32 of `bytes`.
 uint32_t Crc32(absl::string_view bytes);
 
@@ -62,6 +67,10 @@ class PackWriter {
   std::FILE* shard_ = nullptr;
   uint64_t shard_size_ = 0;
 };
+
+// Writes `index` to `path` through a temporary file renamed into place: a
+// reader finds the old index or the new one, never half of one.
+absl::Status WritePackIndex(const v1::PackIndex& index, const std::string& path);
 
 // A manifest of `folder` (scanned from `root`): one record per image, the
 // whole file, its size and CRC-32 read now; names relative to `root`.
