@@ -47,8 +47,10 @@ absl::Status MakeFolder(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// --shard_mb in bytes, within [0, 1 TiB] (0: a shard per record; NaN as 0).
 uint64_t ShardBytes() {
-  return static_cast<uint64_t>(std::max(0.0, absl::GetFlag(FLAGS_shard_mb)) * (1 << 20));
+  const double mb = absl::GetFlag(FLAGS_shard_mb);
+  return static_cast<uint64_t>((mb > 0 ? std::min(mb, 1048576.0) : 0.0) * (1 << 20));
 }
 
 absl::StatusOr<uint64_t> PackImages(const std::string& root, const std::string& out) {
