@@ -8,7 +8,8 @@
 //
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P (environment)
 //   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync|
-//                                   --no_param_steps|--zero_loss_steps|--extra_barrier]
+//                                   --no_param_steps|--zero_loss_steps|--extra_barrier|
+//                                   --diverge|--epoch_end_loss]
 // --accumulate: each batch in two halves, the first under no_sync().
 // --torchscript: DIR/net.pt (the network scripted in Python) instead of Net.
 // --no_param_steps: on every third step rank 1's loss reaches no parameter
@@ -18,6 +19,13 @@
 // --extra_barrier: rank 1 calls barrier() once where rank 0 does not.
 // --diverge: rank 1 nudges aux.bias after step 50, so that the replicas
 // differ there (the coordinator compares them at step 100).
+// --epoch_end_loss (with --elastic, three ranks, a coordinator): steps of
+// two batches, the first under no_sync(), that run on across passes (as
+// examples/custom_loop's --accumulate does), and an all-reduce of each
+// pass's loss at its end. At the end of the first pass (43 batches a rank:
+// its last is a micro-batch of a step still open), rank 2 dies before that
+// all-reduce and rank 1 lingers in its last micro-batch, so that it hears of
+// the loss between collectives while rank 0 waits in the all-reduce.
 // Then, optionally: --elastic (the model, or the TorchScript module, and the
 // optimizer are the elastic state), --epochs=N (2 by default).
 // Each rank reports its steps (to a coordinator, if joined), finishes, and
@@ -25,11 +33,14 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/ddp.h"
@@ -142,13 +153,50 @@ Model FromScript(torch::jit::Module module) {
   return m;
 }
 
+// --epoch_end_loss's loop (see the top).
+template <typename Loader>
+void TrainAcrossPasses(ddp::Session& session, ddp::DistributedDataParallel& model, Model& m,
+                       torch::optim::Optimizer& optimizer, const ddp::DistributedSampler& sampler,
+                       Loader& loader, int epochs) {
+  uint64_t generation = session.generation();
+  int micro = 0;
+  for (int epoch = static_cast<int>(session.start_epoch()); epoch < epochs; ++epoch) {
+    torch::Tensor sum = torch::zeros({2});
+    size_t batches = 0;
+    for (auto& batch : loader) {
+      if (session.generation() != generation) {
+        generation = session.generation();
+        micro = 0;
+      }
+      if (micro == 0) optimizer.zero_grad();
+      torch::Tensor loss = torch::cross_entropy_loss(m.forward(batch.data), batch.target) / 2;
+      sum += torch::stack({loss.detach() * 2, torch::ones({})});
+      if (++micro < 2) {
+        auto local_only = model.no_sync();
+        loss.backward();
+      } else {
+        loss.backward();
+        optimizer.step();
+        micro = 0;
+        session.report_step(loss.item<double>() * 2, batch.target.size(0), epoch);
+      }
+      const bool last = ++batches == (sampler.size() + kBatch - 1) / kBatch;
+      if (last && epoch == 0 && session.world_size() == 3 && session.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+      }
+    }
+    if (epoch == 0 && session.world_size() == 3 && session.rank() == 2) std::_Exit(3);
+    session.all_reduce_sum(sum);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "usage: ddp_library_parity_trainer DIR "
                  "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
-                 "--zero_loss_steps|--extra_barrier]\n";
+                 "--zero_loss_steps|--extra_barrier|--diverge|--epoch_end_loss]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -227,7 +275,12 @@ int main(int argc, char** argv) {
         torch::stack({dataset.get(0).data, dataset.get(1).data, dataset.get(2).data});
     const torch::Tensor probe_y =
         torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
-    for (int epoch = static_cast<int>(session->start_epoch()); epoch < epochs; ++epoch) {
+    if (flag == "--epoch_end_loss") {
+      TrainAcrossPasses(*session, model, m, optimizer, sampler, *loader, epochs);
+    }
+    // Otherwise a step a batch.
+    const int batch_step_epochs = flag == "--epoch_end_loss" ? 0 : epochs;
+    for (int epoch = static_cast<int>(session->start_epoch()); epoch < batch_step_epochs; ++epoch) {
       for (auto& batch : *loader) {
         {
           torch::NoGradGuard no_grad;

@@ -390,6 +390,43 @@ class LibraryParityTest(unittest.TestCase):
         finally:
             cluster.stop()
 
+    def test_a_rank_lost_at_an_epoch_end_reforms_the_others_at_one_point(self):
+        # Rank 2 dies after its last batch of the first pass, while rank 0
+        # waits in the pass's closing all-reduce and rank 1 is still in its
+        # last micro-batch (a step left open across the pass's end): rank 1
+        # hears of the loss between collectives. Both must re-form at the
+        # same point of the program, the all-reduce, and go on together
+        # at the next epoch (the open step's micro-batches are the step in
+        # flight). Rank 1 used to re-form at its sampler's end of pass and
+        # train the open step again, then run the all-reduce while rank 0
+        # trained: "collectives are misaligned".
+        for backend in ("gloo", "auto"):
+            with self.subTest(backend=backend):
+                cluster = Cluster(job={"name": "epoch-end", "model": {"kind": "program"},
+                                       "minWorkers": 2, "maxWorkers": 3, "settleSeconds": 5,
+                                       "backend": backend})
+                try:
+                    argv = [TRAINER, self.dir, "--epoch_end_loss", "--elastic", "--epochs=3"]
+                    procs = [cluster.start_program(i, argv) for i in range(3)]
+                    for p in procs:
+                        p.wait(timeout=120)
+                    logs = [cluster.log("program-%d" % i) for i in range(3)]
+                    ranks = [int(re.search(r"joined generation 1 of job epoch-end as rank (\d)",
+                                           log).group(1)) for log in logs]
+                    codes = {rank: p.returncode for rank, p in zip(ranks, procs)}
+                    self.assertEqual(codes, {0: 0, 1: 0, 2: 3}, "\n".join(logs))
+                    cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+                    survivors = [log for rank, log in zip(ranks, logs) if rank != 2]
+                    for log in survivors:
+                        # 43 batches a rank: 21 steps, and the open one dropped.
+                        self.assertRegex(log, r"re-formed into generation 2 as rank \d of 2 at "
+                                              r"step 21 \(epoch 1, cursor 0\)")
+                    digests = [re.search(r"parameter digest (\w+)", log).group(1)
+                               for log in survivors]
+                    self.assertEqual(digests[0], digests[1])
+                finally:
+                    cluster.stop()
+
     def test_misaligned_collectives_fail_every_rank_naming_what_each_did(self):
         # Rank 1 calls barrier() where rank 0 goes on to its backward: both
         # fail at once, each naming both ranks' collectives, on both

@@ -93,7 +93,10 @@ struct DistributedDataParallel::Impl {
     s.OnCommitted();
     // Every rank completed this step, and one was asked to end the
     // generation here: all leave now, keeping it.
-    if (stats->leave_votes > 0 && s.joined) s.joined->LeaveAtStepBoundary();
+    if (stats->leave_votes > 0 && s.joined) {
+      s.joined->LeaveAtStepBoundary();
+      s.saw_end = true;
+    }
   }
 
   // What last_reduction() and the next report_step say.

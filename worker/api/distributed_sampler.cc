@@ -123,15 +123,18 @@ torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size)
   State& s = *state_;
   if (batch_size == 0) return torch::nullopt;
   Session::Impl* session = s.gate ? s.gate->impl : nullptr;
-  // A step boundary: where a job that lost or gained a rank re-forms. Not
-  // the call that ends a pass, as a rule: the program's end-of-epoch code
-  // (an all-reduce of its loss, say) runs in the generation that trained
-  // the epoch, since a joiner starts at the next one and never runs it.
+  // A step boundary: where a job that lost or gained a rank re-forms, once
+  // this rank saw the generation end in a collective (Session::Impl::SawEnd).
+  // Not the call that ends a pass, as a rule: the program's end-of-epoch
+  // code (an all-reduce of its loss, say) runs in the generation that
+  // trained the epoch, since a joiner starts at the next one and never runs
+  // it; a generation ended there re-forms in that code's collective.
   // Unless the pass's last step was dropped (a rank lost in it): then the
   // pass goes on with that step, trained again in the new generation
   // before anyone's end-of-epoch code, and a joiner starts there too.
   const bool more = s.position < s.indices.size();
-  if (session && (more || (s.started && session->DroppedStepIn(s.sampler.epoch)))) {
+  if (session &&
+      ((more && session->SawEnd()) || (s.started && session->DroppedStepIn(s.sampler.epoch)))) {
     session->AtStepBoundary();
   }
   if (s.position >= s.indices.size()) return torch::nullopt;

@@ -190,6 +190,7 @@ bool Session::Impl::ReformedAfter(const absl::Status& failure) {
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   DDP_LOG(Warning) << "a collective of the program's own was cut short by a re-formation ("
                    << failure.message() << "); it keeps this rank's values";
+  LeavePass();
   AtStepBoundary();
   return true;
 }
@@ -401,7 +402,10 @@ void Session::finish() {
   // first batch): re-form first, so that the joiner takes up the final state
   // rather than wait for ranks that are done. Here, not in the destructor:
   // the elastic state's module and optimizer are still alive.
-  if (!impl_->finished) impl_->AtStepBoundary();
+  if (!impl_->finished && impl_->joined->ended()) {
+    impl_->LeavePass();
+    impl_->AtStepBoundary();
+  }
   impl_->Finish();
   if (const std::string failure = impl_->joined->job_failure(); !failure.empty()) {
     throw Error(failure);

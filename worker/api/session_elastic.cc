@@ -36,6 +36,7 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
   // Nothing has moved since the last committed step yet: keep it, to undo
   // what the optimizer is about to do with these gradients.
   offered = EncodeState();
+  saw_end = true;
   if (ddp) ddp->zero_grads();
   DDP_LOG(Warning) << "step " << committed.step + 1 << " dropped: " << joined->ended_reason();
   return true;
@@ -43,7 +44,17 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
 
 bool Session::Impl::DroppedStepIn(uint64_t epoch) const {
   // Committed steps that end an epoch leave the position at the next one.
-  return joined && elastic && joined->ended() && committed.epoch == epoch;
+  return SawEnd() && committed.epoch == epoch;
+}
+
+void Session::Impl::LeavePass() {
+  // Not after a dropped step: its state (offered) is the one to go on from.
+  if (!joined || !elastic || !sampler || offered) return;
+  const auto [epoch, cursor] = sampler->position();
+  if (cursor != 0 || epoch != committed.epoch + 1) return;
+  committed.epoch = epoch;
+  committed.cursor = 0;
+  joined->SetCommitted(committed.step, committed.epoch, committed.cursor);
 }
 
 void Session::Impl::AtStepBoundary() {
@@ -75,6 +86,7 @@ void Session::Impl::AtStepBoundary() {
     try {
       if (ddp) ddp->rejoin(source);
       TakeUpState(source);
+      saw_end = false;
       break;
     } catch (const Error& e) {
       // Another rank lost while taking up the state: go round again.

@@ -94,14 +94,26 @@ struct Session::Impl {
   // dropped, to be undone at the next step boundary (elastic, and the
   // coordinator ended the generation); false when the error stands.
   bool VoidStep(const absl::Status& failure);
-  // The sampler is about to hand out a batch: re-form first if due.
+  // Re-forms now if the generation ended (where a step boundary is known).
   void AtStepBoundary();
+  // Whether the sampler's next batch is a step boundary to re-form at: this
+  // rank saw its generation end in a collective of its own (a dropped step,
+  // or a leave vote after a finished one). Not merely the coordinator's
+  // word, which reaches ranks at different points of the program: a rank
+  // told between collectives goes on to its next one, which fails at once,
+  // so that every rank re-forms after the same collective.
+  bool SawEnd() const { return joined && elastic && saw_end; }
   // The generation ended with a step of `epoch` dropped: the sampler's pass
   // over that epoch is not over until the step is trained again.
   bool DroppedStepIn(uint64_t epoch) const;
   // A collective of the program's own failed: true when that was the
   // generation ending and the job re-formed (the values stay this rank's).
   bool ReformedAfter(const absl::Status& failure);
+  // The program has left the sampler's pass (its end-of-epoch code, or
+  // finish()) with micro-batches handed out after the last committed step:
+  // they are dropped with the step in flight, and the job goes on at the
+  // next epoch, where the program's loop is.
+  void LeavePass();
   // Started into a running job and not yet holding its state: the others
   // are past the program's start, so its own collectives are skipped.
   bool Joining() const;
@@ -145,6 +157,8 @@ struct Session::Impl {
   // The state this rank offers the next generation (state_codec.h), frozen
   // when the step in flight failed or the re-formation began.
   std::optional<absl::StatusOr<std::string>> offered;
+  // See SawEnd(); cleared once re-formed.
+  bool saw_end = false;
 
   // DDP_INDEX_LOG (a path): one JSON line per batch the sampler hands out,
   // written before the batch trains, as ddp-worker --index_log writes them
