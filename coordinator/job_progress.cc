@@ -87,12 +87,7 @@ void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
     r.data_wait = std::min(1.0, report.timings().data_ms() / 1000 / report.step_seconds());
   }
   samples_skipped_ += report.samples_skipped();
-  for (const std::string& bad : report.newly_bad_samples()) {
-    if (bad_samples_.size() < kMaxBadSamplesKept &&
-        std::find(bad_samples_.begin(), bad_samples_.end(), bad) == bad_samples_.end()) {
-      bad_samples_.push_back(bad);
-    }
-  }
+  NoteBadSamples(report.newly_bad_samples());
   committed_step_ = std::max(committed_step_, report.step());
   steps_per_epoch_ = report.steps_per_epoch();
   if (report.step() >= committed_step_) {
@@ -246,6 +241,15 @@ bool JobProgress::OnRankDone(uint32_t rank) {
   return true;
 }
 
+void JobProgress::NoteBadSamples(const google::protobuf::RepeatedPtrField<std::string>& names) {
+  for (const std::string& bad : names) {
+    if (bad_samples_.size() < kMaxBadSamplesKept &&
+        std::find(bad_samples_.begin(), bad_samples_.end(), bad) == bad_samples_.end()) {
+      bad_samples_.push_back(bad);
+    }
+  }
+}
+
 void JobProgress::Fail(const std::string& reason) {
   state_ = v1::JOB_STATE_FAILED;
   message_ = reason;
@@ -270,6 +274,9 @@ void JobProgress::Restore(const v1::DurableState& state) {
   faults_ = state.faults();
   throughput_ = {state.samples_per_sec_by_world_size().begin(),
                  state.samples_per_sec_by_world_size().end()};
+  samples_skipped_ = state.samples_skipped();
+  bad_samples_.clear();
+  NoteBadSamples(state.bad_samples());
   if (!active()) return;
   if (state.has_generation()) {
     state_ = v1::JOB_STATE_RECOVERING;
@@ -298,6 +305,8 @@ void JobProgress::FillDurable(v1::DurableState* state) const {
   state->set_last_checkpoint_generation(last_checkpoint_generation_);
   state->set_faults(faults_);
   state->mutable_samples_per_sec_by_world_size()->insert(throughput_.begin(), throughput_.end());
+  state->set_samples_skipped(samples_skipped_);
+  for (const std::string& bad : bad_samples_) state->add_bad_samples(bad);
 }
 
 uint64_t JobProgress::GlobalStep() const {

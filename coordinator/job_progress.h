@@ -125,6 +125,8 @@ class JobProgress {
     bool done = false;
   };
   uint64_t GlobalStep() const;
+  // Keeps the bad samples not named yet, up to kMaxBadSamplesKept.
+  void NoteBadSamples(const google::protobuf::RepeatedPtrField<std::string>& names);
 
   const Clock* clock_;
   v1::JobSpec spec_;

@@ -67,6 +67,23 @@ TEST(JobDataStatus, SkippedSamplesAreSummedAndBadFilesNamedOnce) {
   EXPECT_EQ(status.bad_samples_size(), 32);
 }
 
+TEST(JobDataStatus, SkippedSamplesOutliveACoordinatorRestart) {
+  FakeClock clock;
+  JobProgress job = Running(&clock);
+  job.OnStepReport(0, Step(1, 0.1, 0, 3, {"a.jpg: truncated", "b.png: CRC-32"}));
+  v1::DurableState saved;
+  job.FillDurable(&saved);
+  JobProgress restarted(&clock);
+  restarted.Restore(saved);
+  restarted.OnGenerationStarted(2, 1, 0.1);
+  restarted.OnStepReport(1, Step(2, 0.1, 0, 1, {"a.jpg: truncated", "c.jpg: vanished"}));
+  v1::JobStatus status;
+  restarted.FillStatus(&status);
+  EXPECT_EQ(status.samples_skipped(), 4u);
+  EXPECT_THAT(status.bad_samples(),
+              ElementsAre("a.jpg: truncated", "b.png: CRC-32", "c.jpg: vanished"));
+}
+
 TEST(JobDataStatus, ReportChecks_BoundWhatAReportSaysOfBadSamples) {
   v1::StepReportBatch batch;
   *batch.add_reports() = Step(1, 0.1, 0, 1, std::vector<std::string>(9, "x"));
