@@ -86,6 +86,10 @@ std::vector<TokenEntry> NewLocalTokens() {
   return tokens;
 }
 
+void RemoveLocalTokens(int port) {
+  for (Role role : kLocalRoles) ::unlink(LocalTokenPath(port, role).c_str());
+}
+
 std::vector<TokenEntry> ReadLocalTokens(int port) {
   std::vector<TokenEntry> tokens;
   for (Role role : kLocalRoles) {

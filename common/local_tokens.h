@@ -34,13 +34,18 @@ std::vector<TokenEntry> NewLocalTokens();
 
 // The tokens an earlier coordinator on `port` wrote (both, or none): a
 // restarted coordinator keeps them, so that its workers attach again. The
-// files stay after a coordinator stops, for that reason.
+// files stay after a coordinator stops, for that reason (unless the system
+// picked its port: RemoveLocalTokens).
 std::vector<TokenEntry> ReadLocalTokens(int port);
 
 // Writes `tokens` to their files for `port` (0600, in the private folder,
 // made if missing). FAILED_PRECONDITION when the folder is not a private
 // one of this user's, or a file can't be written.
 absl::Status WriteLocalTokens(int port, const std::vector<TokenEntry>& tokens);
+
+// Removes `port`'s files: for a coordinator that served on a port the
+// system picked, which no restart will serve on again.
+void RemoveLocalTokens(int port);
 
 // For a client of `target` ("127.0.0.1:PORT", "localhost:PORT") given no
 // token: the path of `role`'s local token file, or "" when the target is not

@@ -13,6 +13,7 @@
 #include "common/job_spec.h"
 #include "common/local_tokens.h"
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "common/process.h"
 #include "common/version.h"
 #include "coordinator/file_state_store.h"
@@ -255,6 +256,8 @@ absl::Status CoordinatorServer::AnnounceServing() {
   const CoordinatorSecurity& security = options_.security;
   if (!security.local_tokens.empty()) {
     if (absl::Status s = WriteLocalTokens(port_, security.local_tokens); !s.ok()) return s;
+    absl::StatusOr<HostPort> asked = ParseHostPort(options_.listen, /*allow_port_zero=*/true);
+    remove_local_tokens_ = asked.ok() && asked->port == 0;
     DDP_LOG(Info) << "tokens required: this user's, in " << LocalTokenPath(port_, Role::kAdmin)
                   << " and " << LocalTokenPath(port_, Role::kWorker)
                   << " (--allow_anonymous_loopback: none)";
@@ -354,6 +357,7 @@ void CoordinatorServer::Stop() {
   stopping_ = true;
   ticker_.join();
   page_.reset();  // waits for requests in progress, before what they read goes
+  if (remove_local_tokens_) RemoveLocalTokens(port_);
   DDP_LOG(Info) << "stopped";
 }
 

@@ -125,6 +125,9 @@ class CoordinatorServer {
   Options options_;
   int failure_exit_code_ = 2;
   int port_ = 0;
+  // Local token files written for a port the system picked: removed at a
+  // clean stop (nothing restarts on that port to need them).
+  bool remove_local_tokens_ = false;
   bool stopped_ = false;
   // Declared in the order they are built: each is destroyed before what it
   // uses.

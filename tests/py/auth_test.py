@@ -613,6 +613,17 @@ class LocalTokensTest(unittest.TestCase):
         done = cluster.wait_state(["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"], timeout=120)
         self.assertEqual(done["state"], "JOB_STATE_SUCCEEDED", done.get("message"))
 
+    def test_a_port_the_system_picked_has_its_token_files_removed_at_a_clean_stop(self):
+        # Nothing restarts on such a port to need them (a fixed port's
+        # stay: a restart there keeps its workers' tokens).
+        cluster = Cluster()
+        self.addCleanup(cluster.stop)
+        paths = [local_token_file(cluster.target, role) for role in ("admin", "worker")]
+        self.assertTrue(all(paths), paths)
+        cluster.stop()
+        for path in paths:
+            self.assertFalse(os.path.exists(path), path)
+
     def test_allow_anonymous_loopback_restores_anonymous_calls(self):
         started = time.time()
         cluster = Cluster(extra_flags=["--allow_anonymous_loopback"])
