@@ -164,29 +164,30 @@ class Session {
   // Call once, after the DistributedDataParallel, the DistributedSampler
   // and the optimizer exist; one of `module` and `script_module` is
   // required (a ddp::Error otherwise). From then on, when a rank is lost or
-  // one joins, the job re-forms with no other code, every rank at the same
-  // point: at the next step boundary (the sampler's next batch) after the collective
-  // where this rank met the change (a synchronized backward, or a
-  // collective of the program's own, which is cut short and keeps this
-  // rank's values; a rank between collectives goes on to its next one).
-  // After an epoch's last batch the boundary is the next epoch's first, so
-  // that the code between epochs runs in the generation that trained the
+  // one joins, the job re-forms with no other code, each rank right after
+  // the collective in which it met the change: a synchronized backward that
+  // failed (its step is dropped; it re-forms at the sampler's next batch), a
+  // collective of the program's own (cut short, it keeps this rank's values;
+  // it re-forms inside it), or, to admit a joiner, a step every rank
+  // completed (at the sampler's next batch). A rank told between
+  // collectives goes on to its next one, which fails at once. After an
+  // epoch's last batch the sampler's next batch is the next epoch's first,
+  // so that the code between epochs runs in the generation that trained the
   // epoch, unless that epoch's last step was dropped: the pass then goes on
-  // with it. A loss met in the code between epochs re-forms there (or in
-  // finish()), and the job goes on at the next epoch. The step in flight
-  // is dropped (its backward returns with zero gradients, and what the
-  // optimizer then does is undone; micro-batches of an accumulation still
-  // open at an epoch's end are part of it), every rank takes the state of
-  // the rank that completed the most steps, and the rest of the epoch is
-  // split among the new world. A program started into a running job takes
-  // up that state here; start_epoch() then says where to begin, and until
-  // here its own collectives (all_reduce_sum, broadcast, barrier) do
-  // nothing: the others are past that point. Re-forming in the middle of a
-  // no_sync() accumulation restarts the accumulation: the gradients
-  // accumulated so far are dropped (the group's batches are trained again
-  // within an epoch), and
-  // generation() has changed, which is how a loop that counts its
-  // micro-batches knows to start its count over:
+  // with it. A step left open across an epoch's end (no_sync() micro-batches
+  // at the end of one pass) goes on at the start of the pass the program's
+  // loop is in: the earlier pass's open micro-batches are dropped with it.
+  // The step in flight is dropped (its backward returns with zero
+  // gradients, and what the optimizer then does is undone), every rank
+  // takes the state of the rank that completed the most steps, and the rest
+  // of the epoch is split among the new world. A program started into a
+  // running job takes up that state here; start_epoch() then says where to
+  // begin, and until here its own collectives (all_reduce_sum, broadcast,
+  // barrier) do nothing: the others are past that point. Re-forming in the
+  // middle of a no_sync() accumulation restarts the accumulation: the
+  // gradients accumulated so far are dropped (the group's batches are
+  // trained again within an epoch), and generation() has changed, which is
+  // how a loop that counts its micro-batches knows to start its count over:
   //
   //   uint64_t generation = session->generation();
   //   int micro = 0;

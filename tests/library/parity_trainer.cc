@@ -9,7 +9,7 @@
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P (environment)
 //   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync|
 //                                   --no_param_steps|--zero_loss_steps|--extra_barrier|
-//                                   --diverge|--epoch_end_loss]
+//                                   --diverge|--epoch_end_loss|--next_epoch_loss]
 // --accumulate: each batch in two halves, the first under no_sync().
 // --torchscript: DIR/net.pt (the network scripted in Python) instead of Net.
 // --no_param_steps: on every third step rank 1's loss reaches no parameter
@@ -26,6 +26,8 @@
 // its last is a micro-batch of a step still open), rank 2 dies before that
 // all-reduce and rank 1 lingers in its last micro-batch, so that it hears of
 // the loss between collectives while rank 0 waits in the all-reduce.
+// --next_epoch_loss: the same loop, but rank 2 dies at its first batch of the
+// second pass, so the step the first pass left open fails in its backward.
 // Then, optionally: --elastic (the model, or the TorchScript module, and the
 // optimizer are the elastic state), --epochs=N (2 by default).
 // Each rank reports its steps (to a coordinator, if joined), finishes, and
@@ -153,17 +155,19 @@ Model FromScript(torch::jit::Module module) {
   return m;
 }
 
-// --epoch_end_loss's loop (see the top).
+// --epoch_end_loss's and --next_epoch_loss's loop (see the top).
 template <typename Loader>
 void TrainAcrossPasses(ddp::Session& session, ddp::DistributedDataParallel& model, Model& m,
                        torch::optim::Optimizer& optimizer, const ddp::DistributedSampler& sampler,
-                       Loader& loader, int epochs) {
+                       Loader& loader, int epochs, bool die_in_next_epoch) {
+  const bool dies = session.world_size() == 3 && session.rank() == 2;
   uint64_t generation = session.generation();
   int micro = 0;
   for (int epoch = static_cast<int>(session.start_epoch()); epoch < epochs; ++epoch) {
     torch::Tensor sum = torch::zeros({2});
     size_t batches = 0;
     for (auto& batch : loader) {
+      if (die_in_next_epoch && dies && epoch == 1) std::_Exit(3);
       if (session.generation() != generation) {
         generation = session.generation();
         micro = 0;
@@ -181,11 +185,16 @@ void TrainAcrossPasses(ddp::Session& session, ddp::DistributedDataParallel& mode
         session.report_step(loss.item<double>() * 2, batch.target.size(0), epoch);
       }
       const bool last = ++batches == (sampler.size() + kBatch - 1) / kBatch;
-      if (last && epoch == 0 && session.world_size() == 3 && session.rank() == 1) {
+      if (!die_in_next_epoch && last && epoch == 0 && session.world_size() == 3 &&
+          session.rank() == 1) {
         std::this_thread::sleep_for(std::chrono::seconds(2));
       }
     }
-    if (epoch == 0 && session.world_size() == 3 && session.rank() == 2) std::_Exit(3);
+    if (sampler.epoch() != static_cast<uint64_t>(epoch)) {
+      std::cout << "the sampler's epoch " << sampler.epoch() << " in the loop's epoch " << epoch
+                << std::endl;
+    }
+    if (!die_in_next_epoch && dies && epoch == 0) std::_Exit(3);
     session.all_reduce_sum(sum);
   }
 }
@@ -194,9 +203,10 @@ void TrainAcrossPasses(ddp::Session& session, ddp::DistributedDataParallel& mode
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: ddp_library_parity_trainer DIR "
-                 "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
-                 "--zero_loss_steps|--extra_barrier|--diverge|--epoch_end_loss]\n";
+    std::cerr
+        << "usage: ddp_library_parity_trainer DIR "
+           "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
+           "--zero_loss_steps|--extra_barrier|--diverge|--epoch_end_loss|--next_epoch_loss]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -275,11 +285,13 @@ int main(int argc, char** argv) {
         torch::stack({dataset.get(0).data, dataset.get(1).data, dataset.get(2).data});
     const torch::Tensor probe_y =
         torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
-    if (flag == "--epoch_end_loss") {
-      TrainAcrossPasses(*session, model, m, optimizer, sampler, *loader, epochs);
+    const bool across_passes = flag == "--epoch_end_loss" || flag == "--next_epoch_loss";
+    if (across_passes) {
+      TrainAcrossPasses(*session, model, m, optimizer, sampler, *loader, epochs,
+                        flag == "--next_epoch_loss");
     }
     // Otherwise a step a batch.
-    const int batch_step_epochs = flag == "--epoch_end_loss" ? 0 : epochs;
+    const int batch_step_epochs = across_passes ? 0 : epochs;
     for (int epoch = static_cast<int>(session->start_epoch()); epoch < batch_step_epochs; ++epoch) {
       for (auto& batch : *loader) {
         {

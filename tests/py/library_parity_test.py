@@ -402,30 +402,44 @@ class LibraryParityTest(unittest.TestCase):
         # trained: "collectives are misaligned".
         for backend in ("gloo", "auto"):
             with self.subTest(backend=backend):
-                cluster = Cluster(job={"name": "epoch-end", "model": {"kind": "program"},
-                                       "minWorkers": 2, "maxWorkers": 3, "settleSeconds": 5,
-                                       "backend": backend})
-                try:
-                    argv = [TRAINER, self.dir, "--epoch_end_loss", "--elastic", "--epochs=3"]
-                    procs = [cluster.start_program(i, argv) for i in range(3)]
-                    for p in procs:
-                        p.wait(timeout=120)
-                    logs = [cluster.log("program-%d" % i) for i in range(3)]
-                    ranks = [int(re.search(r"joined generation 1 of job epoch-end as rank (\d)",
-                                           log).group(1)) for log in logs]
-                    codes = {rank: p.returncode for rank, p in zip(ranks, procs)}
-                    self.assertEqual(codes, {0: 0, 1: 0, 2: 3}, "\n".join(logs))
-                    cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
-                    survivors = [log for rank, log in zip(ranks, logs) if rank != 2]
-                    for log in survivors:
-                        # 43 batches a rank: 21 steps, and the open one dropped.
-                        self.assertRegex(log, r"re-formed into generation 2 as rank \d of 2 at "
-                                              r"step 21 \(epoch 1, cursor 0\)")
-                    digests = [re.search(r"parameter digest (\w+)", log).group(1)
-                               for log in survivors]
-                    self.assertEqual(digests[0], digests[1])
-                finally:
-                    cluster.stop()
+                self.check_lost_across_passes(backend, "--epoch_end_loss")
+
+    def test_a_rank_lost_in_a_step_left_open_across_an_epochs_end_goes_on_at_that_epoch(self):
+        # The first pass ends with a micro-batch of an open step, whose
+        # backward is the second pass's first batch; rank 2 dies there. The
+        # survivors drop the step and go on at the start of the second pass,
+        # where their loops are (they used to go back to the first pass's
+        # last micro-batch inside their second epoch's loop: from then on
+        # each epoch of the program trained the sampler's previous one, and
+        # a joiner started an epoch behind the others).
+        self.check_lost_across_passes("gloo", "--next_epoch_loss")
+
+    def check_lost_across_passes(self, backend, mode):
+        cluster = Cluster(job={"name": "epoch-end", "model": {"kind": "program"},
+                               "minWorkers": 2, "maxWorkers": 3, "settleSeconds": 5,
+                               "backend": backend})
+        try:
+            argv = [TRAINER, self.dir, mode, "--elastic", "--epochs=3"]
+            procs = [cluster.start_program(i, argv) for i in range(3)]
+            for p in procs:
+                p.wait(timeout=120)
+            logs = [cluster.log("program-%d" % i) for i in range(3)]
+            ranks = [int(re.search(r"joined generation 1 of job epoch-end as rank (\d)",
+                                   log).group(1)) for log in logs]
+            codes = {rank: p.returncode for rank, p in zip(ranks, procs)}
+            self.assertEqual(codes, {0: 0, 1: 0, 2: 3}, "\n".join(logs))
+            cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+            survivors = [log for rank, log in zip(ranks, logs) if rank != 2]
+            for log in survivors:
+                # 43 batches a rank: 21 steps, and the open one dropped.
+                self.assertRegex(log, r"re-formed into generation 2 as rank \d of 2 at "
+                                      r"step 21 \(epoch 1, cursor 0\)")
+                self.assertNotIn("the sampler's epoch", log)  # the loop's and the sampler's agree
+            digests = [re.search(r"parameter digest (\w+)", log).group(1)
+                       for log in survivors]
+            self.assertEqual(digests[0], digests[1])
+        finally:
+            cluster.stop()
 
     def test_misaligned_collectives_fail_every_rank_naming_what_each_did(self):
         # Rank 1 calls barrier() where rank 0 goes on to its backward: both

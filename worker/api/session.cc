@@ -190,7 +190,7 @@ bool Session::Impl::ReformedAfter(const absl::Status& failure) {
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
   DDP_LOG(Warning) << "a collective of the program's own was cut short by a re-formation ("
                    << failure.message() << "); it keeps this rank's values";
-  LeavePass();
+  GoOnAtLoopsPass(/*at_pass_end=*/true);
   AtStepBoundary();
   return true;
 }
@@ -403,7 +403,7 @@ void Session::finish() {
   // rather than wait for ranks that are done. Here, not in the destructor:
   // the elastic state's module and optimizer are still alive.
   if (!impl_->finished && impl_->joined->ended()) {
-    impl_->LeavePass();
+    impl_->GoOnAtLoopsPass(/*at_pass_end=*/true);
     impl_->AtStepBoundary();
   }
   impl_->Finish();

@@ -33,6 +33,7 @@ bool Session::Impl::VoidStep(const absl::Status& failure) {
   // Misaligned collectives are the program's: re-forming would not help.
   if (!joined || !elastic || IsMisaligned(failure)) return false;
   if (!joined->AwaitEnd(failure, absl::Seconds(options.timeout_seconds))) return false;
+  GoOnAtLoopsPass(/*at_pass_end=*/false);
   // Nothing has moved since the last committed step yet: keep it, to undo
   // what the optimizer is about to do with these gradients.
   offered = EncodeState();
@@ -47,11 +48,12 @@ bool Session::Impl::DroppedStepIn(uint64_t epoch) const {
   return SawEnd() && committed.epoch == epoch;
 }
 
-void Session::Impl::LeavePass() {
+void Session::Impl::GoOnAtLoopsPass(bool at_pass_end) {
   // Not after a dropped step: its state (offered) is the one to go on from.
   if (!joined || !elastic || !sampler || offered) return;
   const auto [epoch, cursor] = sampler->position();
-  if (cursor != 0 || epoch != committed.epoch + 1) return;
+  if (epoch <= committed.epoch) return;
+  if (!at_pass_end && epoch == committed.epoch + 1 && cursor == 0) return;
   committed.epoch = epoch;
   committed.cursor = 0;
   joined->SetCommitted(committed.step, committed.epoch, committed.cursor);

@@ -109,11 +109,15 @@ struct Session::Impl {
   // A collective of the program's own failed: true when that was the
   // generation ending and the job re-formed (the values stay this rank's).
   bool ReformedAfter(const absl::Status& failure);
-  // The program has left the sampler's pass (its end-of-epoch code, or
-  // finish()) with micro-batches handed out after the last committed step:
-  // they are dropped with the step in flight, and the job goes on at the
-  // next epoch, where the program's loop is.
-  void LeavePass();
+  // The sampler is past the pass of the last committed step (the program
+  // left it with micro-batches of an open step, for its end-of-epoch code,
+  // finish() or the next epoch): the job can only go on where the program's
+  // loop is, at the start of the sampler's pass; the earlier pass's open
+  // micro-batches are dropped with the step in flight. `at_pass_end`: also
+  // when the sampler stands at the very end of the committed pass (not for
+  // a dropped backward: that was the pass's own last step, which the
+  // sampler trains again, DroppedStepIn).
+  void GoOnAtLoopsPass(bool at_pass_end);
   // Started into a running job and not yet holding its state: the others
   // are past the program's start, so its own collectives are skipped.
   bool Joining() const;
