@@ -82,6 +82,18 @@ void OnPngError(png_structp png, png_const_charp message) {
 
 void OnPngWarning(png_structp, png_const_charp) {}
 
+// `count` big-endian 16-bit grey values at `grey` to RGB at `rgb`, each
+// clipped to 255 (PIL's "I" to "RGB"). In place too: `grey` the last
+// 2 * count bytes of the 3 * count at `rgb`, since pixel i's RGB (bytes 3i
+// to 3i + 3) never reaches pixel i + 1's grey (from count + 2i + 2).
+void ClipGrey16ToRgb(const uint8_t* grey, size_t count, uint8_t* rgb) {
+  for (size_t i = 0; i < count; ++i) {
+    const unsigned v = (unsigned{grey[2 * i]} << 8) | grey[2 * i + 1];
+    const uint8_t c = v > 255 ? 255 : static_cast<uint8_t>(v);
+    rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = c;
+  }
+}
+
 // Decodes into `pixels` (an object of the caller's frame: a longjmp skips
 // no destructor here); false with read->error set on failure.
 bool DecodePngInto(PngRead* read, int* width, int* height, std::vector<uint8_t>* pixels) {
@@ -113,26 +125,37 @@ bool DecodePngInto(PngRead* read, int* width, int* height, std::vector<uint8_t>*
     return false;
   }
   // What PIL's convert("RGB") does: palette and low-bit grey expanded,
-  // 16 bits to 8 (the high byte), grey repeated, alpha dropped.
+  // 16 bits to 8 (the high byte), grey repeated, alpha dropped. Except
+  // 16-bit grey, which PIL opens as 32-bit integers ("I") and converts by
+  // clipping to 255, not by its high byte: read as 16 bits, clipped below.
+  const bool grey16 =
+      png_get_color_type(png, info) == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) == 16;
   png_set_expand(png);
-  png_set_strip_16(png);
-  png_set_gray_to_rgb(png);
+  if (!grey16) {
+    png_set_strip_16(png);
+    png_set_gray_to_rgb(png);
+  }
   png_set_strip_alpha(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
-  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * 3) {
+  const size_t row_bytes = static_cast<size_t>(w) * (grey16 ? 2 : 3);
+  if (png_get_rowbytes(png, info) != row_bytes) {
     std::snprintf(read->error, sizeof(read->error), "an unexpected PNG layout");
     png_destroy_read_struct(&png, &info, nullptr);
     return false;
   }
+  // 16-bit grey is read into the buffer's last two thirds, then spread
+  // into RGB in place.
   pixels->resize(static_cast<size_t>(w) * h * 3);
+  uint8_t* const read_at = pixels->data() + (grey16 ? static_cast<size_t>(w) * h : 0);
   rows = static_cast<png_bytep*>(png_malloc(png, sizeof(png_bytep) * h));
-  for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels->data() + static_cast<size_t>(y) * w * 3;
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = read_at + y * row_bytes;
   png_read_image(png, rows);
   png_read_end(png, nullptr);
   png_free(png, rows);
   rows = nullptr;
   png_destroy_read_struct(&png, &info, nullptr);
+  if (grey16) ClipGrey16ToRgb(read_at, static_cast<size_t>(w) * h, pixels->data());
   *width = static_cast<int>(w);
   *height = static_cast<int>(h);
   return true;
