@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The image-folder loader against torchvision (python3-torchvision 0.14,
 the reference): an image folder made from Fashion-MNIST (PNGs and JPEGs,
-grey and colour, palette and alpha, 16-bit grey, upscaled copies, a nested folder, an
+grey and colour, palette and alpha, 16-bit grey, CMYK, upscaled copies, a nested folder, an
 upper-case extension, files that are no image), read by
 build/bin/ddp_image_folder_probe and by torchvision's ImageFolder.
 
@@ -89,6 +89,10 @@ def write_folder(root):
     # 16-bit grey, which PIL clips to 255 rather than take its high byte
     # (values here up to 765: some kept, some clipped).
     Image.fromarray(x[0].astype(np.uint16) * 3).save(os.path.join(root, CLASSES[5], "deep.png"))
+    # CMYK, as ImageNet has a few (PIL writes Adobe's inverted form).
+    Image.merge("RGB", (Image.fromarray(x[1], "L"), Image.fromarray(x[2], "L"),
+                        Image.fromarray(x[3], "L"))).convert("CMYK").save(
+        os.path.join(root, CLASSES[6], "print.jpg"), quality=90)
     with open(os.path.join(root, CLASSES[0], "notes.txt"), "w") as f:
         f.write("not an image, and not named as one")
     with open(os.path.join(root, "README"), "w") as f:
@@ -135,13 +139,14 @@ class ImageFolderParityTest(unittest.TestCase):
 
     def test_every_index_names_the_same_file_and_label(self):
         lines, _ = probe(self.root)
-        self.assertEqual(len(lines), COUNT + 1)  # Fashion-MNIST's, and deep.png
+        self.assertEqual(len(lines), COUNT + 2)  # Fashion-MNIST's, deep.png and print.jpg
         self.assertEqual([(l["path"], l["label"]) for l in lines],
                          [(p, c) for p, c in self.reference.samples])
 
     def compare(self, transform, crop=None, normalize=False, ops=()):
         indices = list(range(0, COUNT, 7)) + list(range(1, 40)) + [
-            i for i, (p, _) in enumerate(self.reference.samples) if p.endswith("deep.png")]
+            i for i, (p, _) in enumerate(self.reference.samples)
+            if p.endswith(("deep.png", "print.jpg"))]
         _, got = probe(self.root, indices, crop, normalize, ops)
         worst = {"png": 0.0, "jpeg": 0.0}
         for i in indices:

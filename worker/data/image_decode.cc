@@ -31,6 +31,20 @@ absl::Status CheckSize(absl::string_view name, int64_t width, int64_t height) {
   return absl::OkStatus();
 }
 
+// A CMYK JPEG's stored values to RGB, as PIL does: it takes them as Adobe
+// writes them, inverted (C = 255 - stored), then R = (255 - K) - C (255 - K)
+// / 255 with its own rounding, and likewise G and B.
+void StoredCmykToRgb(const uint8_t* stored, size_t count, uint8_t* rgb) {
+  for (size_t i = 0; i < count; ++i) {
+    const int not_k = stored[4 * i + 3];  // 255 - K
+    for (int c = 0; c < 3; ++c) {
+      const int t = (255 - stored[4 * i + c]) * not_k + 128;
+      const int v = not_k - (((t >> 8) + t) >> 8);
+      rgb[3 * i + c] = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+  }
+}
+
 absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
   std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
   if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
@@ -40,21 +54,25 @@ absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view n
       0) {
     return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj.get())));
   }
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
-    return Bad(name, "a CMYK JPEG: convert it to RGB");
-  }
   if (absl::Status s = CheckSize(name, width, height); !s.ok()) return s;
+  const size_t count = static_cast<size_t>(width) * height;
+  // CMYK (and YCCK) as PIL reads them (ImageNet has a few): decoded to the
+  // values stored, then to RGB below.
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  std::vector<uint8_t> stored(cmyk ? count * 4 : 0);
   RgbImage image;
   image.width = width;
   image.height = height;
-  image.pixels.resize(static_cast<size_t>(width) * height * 3);
+  image.pixels.resize(count * 3);
   // Libjpeg's defaults, which PIL decodes with: the accurate integer IDCT
   // and smooth upsampling. A truncated or corrupt file is an error, not a
   // grey tail (TJFLAG_STOPONWARNING).
-  if (tjDecompress2(tj.get(), data, bytes.size(), image.pixels.data(), width, 0, height, TJPF_RGB,
+  if (tjDecompress2(tj.get(), data, bytes.size(), cmyk ? stored.data() : image.pixels.data(),
+                    width, 0, height, cmyk ? TJPF_CMYK : TJPF_RGB,
                     TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
     return Bad(name, absl::StrCat("a corrupt or truncated JPEG: ", tjGetErrorStr2(tj.get())));
   }
+  if (cmyk) StoredCmykToRgb(stored.data(), count, image.pixels.data());
   return image;
 }
 

@@ -30,9 +30,10 @@ struct RgbImage {
 // (a small file can claim a huge image).
 inline constexpr int64_t kMaxImagePixels = 89'478'485;  // PIL's own bound
 
-// Decodes `bytes` (a JPEG or a PNG, told by its first bytes); `name` (the
-// file's path) is in every error. INVALID_ARGUMENT for anything else, a
-// truncated or corrupt file, a CMYK JPEG, or an image over kMaxImagePixels.
+// Decodes `bytes` (a JPEG or a PNG, told by its first bytes) to the RGB
+// pixels PIL's convert("RGB") gives (CMYK JPEGs and 16-bit PNGs included);
+// `name` (the file's path) is in every error. INVALID_ARGUMENT for anything
+// else, a truncated or corrupt file, or an image over kMaxImagePixels.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name);
 
 // Largest image file read.
