@@ -67,8 +67,8 @@ absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view n
   // Libjpeg's defaults, which PIL decodes with: the accurate integer IDCT
   // and smooth upsampling. A truncated or corrupt file is an error, not a
   // grey tail (TJFLAG_STOPONWARNING).
-  if (tjDecompress2(tj.get(), data, bytes.size(), cmyk ? stored.data() : image.pixels.data(),
-                    width, 0, height, cmyk ? TJPF_CMYK : TJPF_RGB,
+  if (tjDecompress2(tj.get(), data, bytes.size(), cmyk ? stored.data() : image.pixels.data(), width,
+                    0, height, cmyk ? TJPF_CMYK : TJPF_RGB,
                     TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING) != 0) {
     return Bad(name, absl::StrCat("a corrupt or truncated JPEG: ", tjGetErrorStr2(tj.get())));
   }
