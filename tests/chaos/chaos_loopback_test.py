@@ -133,8 +133,12 @@ class LoopbackChaosTest(unittest.TestCase):
         self.assertEqual(len(resumed), 1, final["generation_changes"])
         resume_step = int(resumed[0].get("resume_step", 0))
         self.assertGreater(resume_step, 0)
-        self.assertLessEqual(killed_step - resume_step, 50)
-        check_run(self, run, final, base, max_steps_lost=50)
+        self.assertEqual(resume_step % 50, 0)  # a checkpoint's step
+        # Checkpoints are written behind training: the one begun at the
+        # last multiple of 50 may not be complete when everything dies (a
+        # clean clone's CI run lost 52 steps so), but the one before it is.
+        self.assertLess(killed_step - resume_step, 100)
+        check_run(self, run, final, base, max_steps_lost=100)
 
     def test_powersgd_state_starts_over_together_after_a_kill(self):
         """PowerSGD's state (each rank's error, the factors, its step count)
