@@ -24,6 +24,7 @@
 #include "common/log_limiter.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/port_holder.h"
 
 namespace ddp {
 
@@ -459,9 +460,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
   {
     absl::MutexLock lock(&context->mu);
     if (daemon == nullptr) {
-      return absl::UnavailableError(absl::StrCat(
-          "can't serve ", o.what, " on ", o.listen, " (", o.flag,
-          "): ", context->start_error.empty() ? "unknown error" : context->start_error));
+      // libmicrohttpd's own words name the wrong port ("port 0"): say which
+      // port, and who has it, when that is the trouble.
+      std::string why = context->start_error.empty() ? "unknown error" : context->start_error;
+      if (address->port > 0 && PortListened(address->port)) {
+        why = absl::StrCat("port ", address->port, " is in use by ",
+                           DescribePortHolder(address->port));
+      }
+      return absl::UnavailableError(
+          absl::StrCat("can't serve ", o.what, " on ", o.listen, " (", o.flag, "): ", why));
     }
     context->started = true;
   }

@@ -588,6 +588,21 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
   return spec;
 }
 
+namespace {
+
+// FNV-1a of the spec's deterministic serialization, in hex.
+std::string DigestOf(const v1::JobSpec& spec) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  spec.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return absl::StrFormat("%016x", Fnv1a(kFnv1aOffset, bytes.data(), bytes.size()));
+}
+
+}  // namespace
+
 std::string SpecDigest(const v1::JobSpec& spec) {
   // Only what shapes the training state: two specs that differ in worker
   // counts or timeouts can continue each other's state.
@@ -600,13 +615,13 @@ std::string SpecDigest(const v1::JobSpec& spec) {
   shaping.set_shuffle(spec.shuffle());
   shaping.set_drop_last(spec.drop_last());
   shaping.set_gradient_accumulation_steps(spec.gradient_accumulation_steps());
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  shaping.SerializeToCodedStream(&coded);
-  coded.Trim();
-  return absl::StrFormat("%016x", Fnv1a(kFnv1aOffset, bytes.data(), bytes.size()));
+  return DigestOf(shaping);
+}
+
+std::string SubmissionDigest(const v1::JobSpec& spec) {
+  v1::JobSpec submitted = WithDefaults(spec);
+  submitted.clear_input_files();
+  return DigestOf(submitted);
 }
 
 v1::JobSpec DefaultJobSpec(uint32_t workers) {

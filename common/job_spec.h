@@ -77,6 +77,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path,
 // optimizer kind, seed, batching), as 16 hex digits: a worker's held state
 // or a checkpoint is taken up only by a job with the same one.
 std::string SpecDigest(const v1::JobSpec& spec);
+// The whole spec's fingerprint, with its defaults and without the pins its
+// check added: two submissions of one job have the same.
+std::string SubmissionDigest(const v1::JobSpec& spec);
 
 // The job `ddp-run` trains with no --job: a CNN on Fashion-MNIST.
 v1::JobSpec DefaultJobSpec(uint32_t workers);

@@ -25,7 +25,8 @@ Coordinator::Coordinator(const Clock* clock, Options options)
       stall_(StallWatch::ForHeartbeats(options_.registry.heartbeat_timeout,
                                        options_.heartbeat_interval),
              clock->Now()),
-      no_job_(std::make_unique<JobRun>(clock)) {
+      no_job_(std::make_unique<JobRun>(clock)),
+      history_(std::min(options_.job_history, kMaxJobHistory)) {
   if (options_.state_store != nullptr) {
     state_writer_ = std::make_unique<StateWriter>(options_.state_store);
   }
@@ -35,6 +36,8 @@ Coordinator::Coordinator(const Clock* clock, Options options)
 
 void Coordinator::Restore(const v1::DurableState& state) {
   absl::MutexLock lock(&mu_);
+  // The jobs that ended, before those that run: ListJobs lists them first.
+  history_.Restore(state, &next_run_sequence_);
   // The job saved in the state's own fields, then those beside it.
   std::vector<const v1::DurableState*> saved;
   if (state.has_job()) saved.push_back(&state);
@@ -56,6 +59,7 @@ void Coordinator::PersistLocked(Effects* fx) {
   // The job the status is about in the state's own fields (an ended one
   // too: a restarted coordinator still shows how it ended), every other
   // running job beside it.
+  RecordEndedLocked();
   const JobRun& primary = PrimaryRunLocked();
   v1::DurableState state;
   if (&primary != no_job_.get()) primary.FillDurable(&state);
@@ -65,11 +69,20 @@ void Coordinator::PersistLocked(Effects* fx) {
   }
   state.set_latest_generation(LatestGenerationLocked());
   queue_.FillDurable(&state);
+  history_.FillDurable(&state);
+  // What operators were told nothing of yet, as if done: no later write
+  // may undo it before they are answered.
+  pending_.Overlay(&state, clock_->Now());
   fx->persist.emplace(++persist_sequence_, std::move(state));
 }
 
 void Coordinator::Apply(Effects& fx) {
-  if (fx.persist) state_writer_->Post(fx.persist->first, std::move(fx.persist->second));
+  if (fx.persist) {
+    state_writer_->Post(fx.persist->first, std::move(fx.persist->second), std::move(fx.on_durable));
+  } else {
+    // Nothing is saved (no state store): done at once.
+    for (StateWriter::Durable& done : fx.on_durable) done(absl::OkStatus());
+  }
   for (auto& [channel, message] : fx.sends) channel->Send(message);
   for (auto& [channel, status] : fx.closes) channel->Close(status);
   for (const auto& ns : fx.dropped_namespaces) {

@@ -46,8 +46,10 @@
 #include "common/kv_store.h"
 #include "common/tokens.h"
 #include "common/version.h"
+#include "coordinator/job_history.h"
 #include "coordinator/job_queue.h"
 #include "coordinator/job_run.h"
+#include "coordinator/pending_changes.h"
 #include "coordinator/reform_policy.h"
 #include "coordinator/schedule_policy.h"
 #include "coordinator/stall_watch.h"
@@ -105,9 +107,13 @@ class Coordinator {
     // The most workers each owner's jobs may hold together (the tokens
     // file's max_workers): a job over its owner's quota waits.
     OwnerQuotas owner_quotas;
+    // How many ended jobs the history keeps (--job_history).
+    size_t job_history = kDefaultJobHistory;
   };
   // The answer to SubmitJob: the spec with its defaults, or why not.
-  using SubmitDone = std::function<void(absl::StatusOr<v1::JobSpec>)>;
+  using SubmitDone = PendingChanges::SubmitAnswer;
+  // The answer to CancelJob.
+  using CancelDone = PendingChanges::CancelAnswer;
 
   // One worker's stream.
   struct Session {
@@ -154,15 +160,21 @@ class Coordinator {
   // already holds or queues, under the same name with the same spec, is a no-op (it is not checked
   // or run again); FAILED_PRECONDITION for the same name with another spec; RESOURCE_EXHAUSTED when
   // the queue is full. `owner`: who submits it (the owner= of the caller's token). `done` gets the
-  // spec with defaults, once: on the caller's thread when no check is needed, else on the thread
+  // spec with defaults, once, only after the job is durable (saved as queued, see
+  // pending_changes.h); UNAVAILABLE, with nothing changed, when that save fails. On the caller's
+  // thread when there is nothing to save or check, else on the thread the state writer or
   // validate_job answers on. Never blocks.
   void SubmitJob(const v1::JobSpec& spec, SubmitDone done, const std::string& owner = "");
-  // How many jobs that started the coordinator keeps once they ended (for
-  // status, GetJob and ListJobs).
+  // How many jobs that ended the coordinator keeps whole (their workers,
+  // changes and epochs in GetStatus); of every other ended job, the newest
+  // Options::job_history, it keeps a record (JobHistory).
   static constexpr size_t kKeptEndedJobs = 16;
-  // Cancels a running job, or takes a queued one off the queue. NOT_FOUND
-  // for a job that is neither, FAILED_PRECONDITION if it already ended.
-  absl::Status CancelJob(const std::string& job_id, const std::string& reason);
+  // Cancels a running job, or takes a queued one off the queue, once that
+  // is durable: `done` gets OK after the save (UNAVAILABLE, nothing
+  // changed, when it fails), NOT_FOUND for a job that is neither running
+  // nor queued, FAILED_PRECONDITION if it already ended. Threads as
+  // SubmitJob's `done`. Never blocks.
+  void CancelJob(const std::string& job_id, const std::string& reason, CancelDone done);
   // A job that started (running, or ended lately) or a queued one, with its
   // spec; NOT_FOUND otherwise.
   absl::StatusOr<v1::JobSummary> GetJob(const std::string& job_id) const;
@@ -231,6 +243,8 @@ class Coordinator {
     std::vector<std::string> dropped_namespaces;
     // (sequence, state) to save, when the durable state changed.
     std::optional<std::pair<uint64_t, v1::DurableState>> persist;
+    // Run once that state is saved (or could not be).
+    std::vector<StateWriter::Durable> on_durable;
   };
   // A StateChange as the coordinator reads it.
   struct ReportedState {
@@ -247,8 +261,23 @@ class Coordinator {
   // held already, or queued, or a full queue), if there is one.
   std::optional<absl::StatusOr<v1::JobSpec>> AnswerWithoutCheckLocked(const v1::JobSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts or queues a checked spec.
-  absl::StatusOr<v1::JobSpec> AcceptJob(const v1::JobSpec& spec, const std::string& owner);
+  // The same job is being submitted already (waiting for its write): `done`
+  // is answered with it. False, leaving `done` alone, otherwise.
+  bool JoinAdmissionLocked(const v1::JobSpec& spec, SubmitDone& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a checked spec: once it is saved as queued, starts or queues it
+  // and answers `done` (OnAdmissionSaved).
+  void AcceptJob(const v1::JobSpec& spec, const std::string& owner, SubmitDone done);
+  // The write holding the admission of job `id` came back with `saved`.
+  void OnAdmissionSaved(const std::string& id, const absl::Status& saved);
+  // The write holding the cancellation of job `id` came back with `saved`.
+  void OnCancellationSaved(const std::string& id, const absl::Status& saved);
+  // OK when job `id` is queued or active; NOT_FOUND or FAILED_PRECONDITION
+  // as CancelJob answers.
+  absl::Status CanCancelLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels job `id` (queued or active) now.
+  absl::Status CancelNowLocked(const std::string& job_id, const std::string& reason, Effects* fx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts `spec` as a job of its own and offers it the pool; `queued`: the
   // queue's entry it starts from (its place, and where a preempted job
   // stood: it resumes from there).
@@ -337,8 +366,11 @@ class Coordinator {
   // its checkpoint of their last step is written (or kPreemptCheckpointWait
   // passed without it). Only between handlers: it drops JobRuns.
   void RequeuePreemptedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the oldest ended jobs beyond kKeptEndedJobs.
+  // Forgets the oldest ended jobs beyond kKeptEndedJobs (their records
+  // stay in the history).
   void PruneEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records every job that ended in the history, once.
+  void RecordEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -473,6 +505,11 @@ class Coordinator {
   uint64_t next_run_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Jobs accepted while others were active, waiting for workers.
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Submissions and cancellations waiting for the write that makes them
+  // durable.
+  PendingChanges pending_ ABSL_GUARDED_BY(mu_);
+  // Every job that ended lately, in brief.
+  JobHistory history_ ABSL_GUARDED_BY(mu_);
   // Why queued jobs wait, by job id, in the scheduling policy's words (or
   // the quota's, when no job runs).
   std::map<std::string, std::string> queue_waits_ ABSL_GUARDED_BY(mu_);

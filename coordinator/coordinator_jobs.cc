@@ -28,6 +28,11 @@ v1::JobSpec Unpinned(v1::JobSpec spec) {
   return spec;
 }
 
+// Whether two submissions are of the same job (the check's pins aside).
+bool SameSubmission(const v1::JobSpec& a, const v1::JobSpec& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(Unpinned(a), Unpinned(b));
+}
+
 }  // namespace
 
 std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked(
@@ -53,10 +58,34 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
         FirstDifference(queued->spec, spec),
         "); give the new job another name, or cancel the queued one first (CancelJob)"));
   }
+  if (const JobHistory::Entry* ended = history_.Find(spec.name())) {
+    const v1::JobRecord& r = ended->record;
+    if (r.submission_digest() == SubmissionDigest(spec)) {
+      DDP_LOG(Info) << "job " << spec.name() << " ended already (" << v1::JobState_Name(r.state())
+                    << "): not run again";
+      return spec;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", spec.name(), "\" already ran (", v1::JobState_Name(r.state()), ": ",
+                     r.message(), ") with another spec; give the new job another name"));
+  }
+  if (const PendingChanges::Admission* pending = pending_.FindAdmission(spec.name());
+      pending != nullptr && !SameSubmission(pending->job.spec, spec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", spec.name(), "\" is being submitted already, with another spec (",
+                     FirstDifference(pending->job.spec, spec), "); give the new job another name"));
+  }
   if (AnyActiveLocked()) {
-    if (absl::Status s = queue_.CheckRoom(); !s.ok()) return s;
+    if (absl::Status s = queue_.CheckRoom(pending_.admissions()); !s.ok()) return s;
   }
   return std::nullopt;
+}
+
+bool Coordinator::JoinAdmissionLocked(const v1::JobSpec& spec, SubmitDone& done) {
+  PendingChanges::Admission* pending = pending_.FindAdmission(spec.name());
+  if (pending == nullptr || !SameSubmission(pending->job.spec, spec)) return false;
+  pending->answers.push_back(std::move(done));
+  return true;
 }
 
 void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
@@ -72,45 +101,91 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
     // Refuse early, before the (slow) check.
     absl::MutexLock lock(&mu_);
     answer = AnswerWithoutCheckLocked(spec);
+    // The same job submitted again while its first submission is saved: one
+    // write answers both.
+    if (!answer && JoinAdmissionLocked(spec, done)) return;
   }
   if (answer) return done(std::move(*answer));
-  if (!options_.validate_job) return done(AcceptJob(spec, owner));
+  if (!options_.validate_job) return AcceptJob(spec, owner, std::move(done));
   options_.validate_job(spec,
                         [this, owner, done = std::move(done)](absl::StatusOr<v1::JobSpec> checked) {
                           if (!checked.ok()) return done(checked.status());
-                          done(AcceptJob(*checked, owner));
+                          AcceptJob(*checked, owner, std::move(done));
                         });
 }
 
-absl::StatusOr<v1::JobSpec> Coordinator::AcceptJob(const v1::JobSpec& spec,
-                                                   const std::string& owner) {
+void Coordinator::AcceptJob(const v1::JobSpec& spec, const std::string& owner, SubmitDone done) {
   Effects fx;
+  std::optional<absl::StatusOr<v1::JobSpec>> answer;
   {
     absl::MutexLock lock(&mu_);
     // Things may have changed while the job was checked.
-    if (auto answer = AnswerWithoutCheckLocked(spec)) return *answer;
+    answer = AnswerWithoutCheckLocked(spec);
+    if (!answer && JoinAdmissionLocked(spec, done)) return;
     if (const auto quota = options_.owner_quotas.find(owner);
-        quota != options_.owner_quotas.end() && spec.min_workers() > quota->second) {
-      return absl::FailedPreconditionError(absl::StrCat(
+        !answer && quota != options_.owner_quotas.end() && spec.min_workers() > quota->second) {
+      answer = absl::FailedPreconditionError(absl::StrCat(
           "minWorkers ", spec.min_workers(), " is more than the ", quota->second,
           " worker(s) the jobs of ", Quote(owner),
           " may hold (max_workers in the coordinator's tokens file): lower minWorkers, or ask "
           "an admin for a larger quota"));
     }
-    if (AnyActiveLocked()) {
-      if (absl::Status s = queue_.Add(spec, owner, clock_->Now()); !s.ok()) return s;
-      DDP_LOG(Info) << "job " << spec.name() << " queued (priority " << spec.priority() << ", "
-                    << queue_.size() << " in the queue)";
+    if (!answer) {
+      // Saved as queued first; it takes effect (and the caller hears) once
+      // that write is done.
+      pending_.AddAdmission(
+          QueuedJob{spec, owner, queue_.ReserveSequence(), clock_->Now(), nullptr},
+          std::move(done));
       dirty_ = true;
-      // It may fit the free workers at once.
-      AllocateLocked(&fx);
       PersistLocked(&fx);
-    } else if (absl::Status s = StartJobLocked(spec, owner, &fx); !s.ok()) {
-      return s;
+      fx.on_durable.push_back(
+          [this, id = spec.name()](absl::Status saved) { OnAdmissionSaved(id, saved); });
+    }
+  }
+  if (answer) return done(std::move(*answer));
+  Apply(fx);
+}
+
+void Coordinator::OnAdmissionSaved(const std::string& id, const absl::Status& saved) {
+  Effects fx;
+  std::optional<PendingChanges::Admission> admitted;
+  absl::StatusOr<v1::JobSpec> answer = absl::UnknownError("not answered");
+  {
+    absl::MutexLock lock(&mu_);
+    admitted = pending_.TakeAdmission(id);
+    if (!admitted) return;
+    if (!saved.ok()) {
+      answer = saved;
+      // Nothing happened: the next save holds no trace of it either.
+      dirty_ = true;
+      PersistLocked(&fx);
+    } else {
+      answer = admitted->job.spec;
+      // A coordinator stopping decides nothing more: the job is saved as
+      // queued, and the next start runs it.
+      if (!shutting_down_) {
+        if (AnyActiveLocked()) {
+          absl::Status queued = queue_.Add(admitted->job);
+          if (queued.ok()) {
+            DDP_LOG(Info) << "job " << id << " queued (priority " << admitted->job.spec.priority()
+                          << ", " << queue_.size() << " in the queue)";
+            // It may fit the free workers at once.
+            AllocateLocked(&fx);
+          } else {
+            answer = queued;
+          }
+        } else if (absl::Status s =
+                       StartJobLocked(admitted->job.spec, admitted->job.owner, &fx, &admitted->job);
+                   !s.ok()) {
+          answer = s;
+        }
+        dirty_ = true;
+        PersistLocked(&fx);
+      }
     }
   }
   Apply(fx);
-  return spec;
+  for (SubmitDone& done : admitted->answers) done(answer);
 }
 
 absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::string& owner,
@@ -124,7 +199,9 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
     started->progress().Recover(
         absl::StrCat("resuming after its preemption, from its checkpoint of step ",
                      queued->preempted->last_checkpoint_step()));
-  } else if (absl::Status s = started->Start(spec, owner); !s.ok()) {
+  } else if (absl::Status s = started->Start(
+                 spec, owner, queued != nullptr ? queued->submitted_at : clock_->Now());
+             !s.ok()) {
     return s;
   }
   // Its generations are numbered after every job's.
@@ -153,33 +230,86 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason) {
+void Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason,
+                            CancelDone done) {
   // Kept in the job's message and the change log.
   const std::string reason = Truncated(given_reason, kMaxReportedTextBytes);
   Effects fx;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (queue_.Remove(job_id)) {
-      DDP_LOG(Info) << "job " << job_id << " cancelled while queued: " << reason;
-    } else {
-      JobRun* found = FindRunLocked(job_id);
-      if (found == nullptr) {
-        return absl::NotFoundError(absl::StrCat(
-            "no job ", Quote(job_id), " is running or queued (running: ", RunningJobsLocked(),
-            "; ListJobs lists every job)"));
+    refused = CanCancelLocked(job_id);
+    if (refused.ok()) {
+      if (PendingChanges::Cancellation* pending = pending_.FindCancellation(job_id)) {
+        pending->answers.push_back(std::move(done));  // one write answers both
+        return;
       }
-      JobRun& run = *found;
-      if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
-      DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
-      EndGenerationLocked(
-          run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), &fx);
-      // Its workers go to the queue's next job, or to the jobs running.
-      AllocateLocked(&fx);
+      // Saved as cancelled first; carried out (and answered) once that
+      // write is done.
+      pending_.AddCancellation(job_id, reason, std::move(done));
+      dirty_ = true;
+      PersistLocked(&fx);
+      fx.on_durable.push_back(
+          [this, job_id](absl::Status saved) { OnCancellationSaved(job_id, saved); });
     }
+  }
+  if (!refused.ok()) return done(refused);
+  Apply(fx);
+}
+
+absl::Status Coordinator::CanCancelLocked(const std::string& job_id) const {
+  if (queue_.Find(job_id) != nullptr) return absl::OkStatus();
+  const JobRun* run = FindRunLocked(job_id);
+  if (const JobHistory::Entry* ended = history_.Find(job_id); run == nullptr && ended) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", Quote(job_id), " already ended (", v1::JobState_Name(ended->record.state()), ")"));
+  }
+  if (run == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job ", Quote(job_id),
+                                            " is running or queued (running: ", RunningJobsLocked(),
+                                            "; ListJobs lists every job)"));
+  }
+  if (!run->active()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", Quote(job_id), " already ended (",
+                                                      v1::JobState_Name(run->progress().state()),
+                                                      ")"));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::OnCancellationSaved(const std::string& id, const absl::Status& saved) {
+  Effects fx;
+  std::optional<PendingChanges::Cancellation> cancelled;
+  absl::Status answer = saved;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled = pending_.TakeCancellation(id);
+    if (!cancelled) return;
+    if (saved.ok() && !shutting_down_) answer = CancelNowLocked(id, cancelled->reason, &fx);
     dirty_ = true;
     PersistLocked(&fx);
   }
   Apply(fx);
+  for (CancelDone& done : cancelled->answers) done(answer);
+}
+
+absl::Status Coordinator::CancelNowLocked(const std::string& job_id, const std::string& reason,
+                                          Effects* fx) {
+  if (std::optional<QueuedJob> queued = queue_.Take(job_id)) {
+    DDP_LOG(Info) << "job " << job_id << " cancelled while queued: " << reason;
+    history_.Record(JobHistory::CancelledWhileQueued(queued->spec, queued->owner,
+                                                     queued->submitted_at, reason, clock_->Now()),
+                    next_run_sequence_++);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = CanCancelLocked(job_id); !s.ok()) return s;  // it ended meanwhile
+  JobRun& run = *FindRunLocked(job_id);
+  if (absl::Status s = run.Cancel(job_id, reason); !s.ok()) return s;
+  DDP_LOG(Info) << "job " << job_id << " cancelled: " << reason;
+  EndGenerationLocked(
+      run, reason.empty() ? "job cancelled" : absl::StrCat("job cancelled: ", reason), fx);
+  // Its workers go to the queue's next job, or to the jobs running.
+  AllocateLocked(fx);
   return absl::OkStatus();
 }
 

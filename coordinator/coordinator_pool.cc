@@ -225,7 +225,16 @@ void Coordinator::GiveWorkerLocked(JobRun& run, WorkerRecord* w, Effects* fx) {
   dirty_ = true;
 }
 
+void Coordinator::RecordEndedLocked() {
+  for (const auto& run : runs_) {
+    if (run->recorded() || !run->progress().ended()) continue;
+    history_.Record(run->Record(), run->start_sequence());
+    run->set_recorded();
+  }
+}
+
 void Coordinator::PruneEndedLocked() {
+  RecordEndedLocked();
   size_t ended = 0;
   for (const auto& run : runs_) ended += run->active() ? 0 : 1;
   for (auto it = runs_.begin(); ended > kKeptEndedJobs && it != runs_.end();) {

@@ -1,7 +1,7 @@
 // The Coordinator's jobs as operators list them (ListJobs, GetJob): those
-// that started, in start order, then the queued ones in the order they
-// will start. When a queued job starts is the pool's business
-// (coordinator_pool.cc).
+// that started (running, ended, or ended and kept only in the history), in
+// start order, then the queued ones in the order they will start. When a queued job starts is the
+// pool's business (coordinator_pool.cc).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -21,7 +21,7 @@ constexpr uint32_t kDefaultJobPage = 100;
 constexpr uint32_t kMaxJobPage = 1000;
 
 // A started job's place: "s/<start sequence>".
-std::string StartedToken(const JobRun& run) { return absl::StrCat("s/", run.start_sequence()); }
+std::string StartedToken(uint64_t start_sequence) { return absl::StrCat("s/", start_sequence); }
 
 // A queued job's place in start order: "q/<priority>/<sequence>".
 std::string QueuedToken(const QueuedJob& job) {
@@ -37,7 +37,9 @@ struct PageStart {
   int32_t priority = 0;
   uint64_t sequence = 0;
 
-  bool Skips(const JobRun& run) const { return after_queued || run.start_sequence() <= started; }
+  bool SkipsStarted(uint64_t start_sequence) const {
+    return after_queued || start_sequence <= this->started;
+  }
   bool Skips(const QueuedJob& job) const {
     if (!after_queued) return false;
     if (job.spec.priority() != priority) return job.spec.priority() > priority;
@@ -84,10 +86,14 @@ absl::StatusOr<v1::JobSummary> Coordinator::GetJob(const std::string& job_id) co
     *s.mutable_spec() = queue_.jobs()[*i].spec;
     return s;
   }
+  // Ended long ago, or before a restart: its record (no spec).
+  if (const JobHistory::Entry* ended = history_.Find(job_id)) {
+    return JobHistory::Summary(ended->record, now);
+  }
   return absl::NotFoundError(absl::StrCat(
       "no job ", Quote(job_id), " (running: ", RunningJobsLocked(), "; ", queue_.size(),
       " queued; ListJobs lists every job, and of those that ended the coordinator keeps the last ",
-      kKeptEndedJobs, ")"));
+      history_.entries().size(), ")"));
 }
 
 absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(
@@ -106,10 +112,24 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(
     bool before_page;
   };
   std::vector<Listed> jobs;
+  // Those that started (ended ones of which only a record is left among
+  // them), in start order.
+  std::vector<std::pair<uint64_t, Listed>> started;
   for (const auto& run : runs_) {
-    jobs.push_back({run->Summary(now), StartedToken(*run), start->Skips(*run)});
-    jobs.back().summary.set_workers(HeldCountLocked(*run));
+    started.push_back({run->start_sequence(),
+                       {run->Summary(now), StartedToken(run->start_sequence()),
+                        start->SkipsStarted(run->start_sequence())}});
+    started.back().second.summary.set_workers(HeldCountLocked(*run));
   }
+  for (const JobHistory::Entry& ended : history_.entries()) {
+    if (FindRunLocked(ended.record.job_id()) != nullptr) continue;  // whole, above
+    started.push_back({ended.start_sequence,
+                       {JobHistory::Summary(ended.record, now), StartedToken(ended.start_sequence),
+                        start->SkipsStarted(ended.start_sequence)}});
+  }
+  std::stable_sort(started.begin(), started.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [sequence, listed] : started) jobs.push_back(std::move(listed));
   for (size_t i = 0; i < queue_.size(); ++i) {
     const QueuedJob& job = queue_.jobs()[i];
     jobs.push_back(

@@ -14,6 +14,7 @@
 #include "common/local_tokens.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/port_holder.h"
 #include "common/process.h"
 #include "common/version.h"
 #include "coordinator/file_state_store.h"
@@ -184,6 +185,9 @@ absl::Status CoordinatorServer::InitGrpcServer() {
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
   builder.AddListeningPort(options_.listen, options_.security.credentials, &port_);
+  // One coordinator per port: gRPC would share it (SO_REUSEPORT) with a
+  // second one, and the kernel would spread workers and clients over both.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
   builder.RegisterService(&health_);
   // Notice dead peers on idle connections too, not only silent heartbeats.
@@ -191,11 +195,12 @@ absl::Status CoordinatorServer::InitGrpcServer() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options_.before_listen) options_.before_listen();
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || port_ == 0) {
     failure_exit_code_ = 1;
-    return absl::UnavailableError(absl::StrCat(
-        "can't listen on ", options_.listen, " (address in use, or not an address of this host?)"));
+    return absl::UnavailableError(
+        absl::StrCat("can't listen on ", options_.listen, ": ", WhyCantListen(options_.listen)));
   }
   return absl::OkStatus();
 }
@@ -203,8 +208,17 @@ absl::Status CoordinatorServer::InitGrpcServer() {
 // Served once the gRPC server is up (what it reads exists) and stopped
 // before it goes (declared after everything it reads).
 absl::Status CoordinatorServer::InitMetrics() {
-  auto metrics_server = StartMetricsServer(options_.metrics_listen, options_.security.http,
-                                           options_.metrics_required);
+  absl::Status s = ServeMetrics();
+  if (s.ok() || !WaitForPort(s)) return s;
+  metrics_retry_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::ServeMetrics() {
+  // A leader waits for a port its predecessor may hold, default or not.
+  auto metrics_server =
+      StartMetricsServer(options_.metrics_listen, options_.security.http,
+                         options_.metrics_required || options_.leadership != nullptr);
   if (!metrics_server.ok()) return metrics_server.status();
   metrics_server_ = std::move(*metrics_server);
   if (metrics_server_) {
@@ -213,6 +227,26 @@ absl::Status CoordinatorServer::InitMetrics() {
     if (options_.extra_metrics) metrics_server_->Register(options_.extra_metrics);
   }
   return absl::OkStatus();
+}
+
+bool CoordinatorServer::WaitForPort(const absl::Status& failed) const {
+  // A new leader on the machine its predecessor ran on: the deposed one
+  // lets the ports go as it steps down.
+  if (options_.leadership == nullptr || !absl::IsUnavailable(failed)) return false;
+  DDP_LOG(Warning) << failed.message() << "; trying again every second (a deposed leader "
+                   << "lets it go as it steps down)";
+  return true;
+}
+
+void CoordinatorServer::RetryPorts() {
+  if (metrics_retry_) {
+    absl::Status s = ServeMetrics();
+    metrics_retry_ = !s.ok();
+  }
+  if (page_retry_) {
+    absl::Status s = ServeStatusPage();
+    page_retry_ = !s.ok();
+  }
 }
 
 // The page is null when it is off, or when the default address is taken (an
@@ -224,6 +258,13 @@ absl::Status CoordinatorServer::InitStatusPage() {
   page_handler_ = std::make_unique<StatusPageHandler>([core] { return core->Snapshot(); },
                                                       history_.get(), RealClock::Get());
   if (options_.http_listen.empty()) return absl::OkStatus();
+  absl::Status s = ServeStatusPage();
+  if (s.ok() || !WaitForPort(s)) return s;
+  page_retry_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::ServeStatusPage() {
   HttpServer::Options http;
   http.what = "the status page";
   http.flag = "--http_listen";
@@ -236,7 +277,8 @@ absl::Status CoordinatorServer::InitStatusPage() {
                                     return handler->Respond(method, path);
                                   });
   if (!server.ok()) {
-    if (!options_.http_required && absl::IsUnavailable(server.status())) {
+    if (!options_.http_required && absl::IsUnavailable(server.status()) &&
+        options_.leadership == nullptr) {
       DDP_LOG(Warning) << server.status().message() << "; running without the status page";
       return absl::OkStatus();
     }
@@ -275,6 +317,7 @@ void CoordinatorServer::StartTicker() {
 
 void CoordinatorServer::TickLoop() {
   absl::Time trimmed = absl::Now();
+  absl::Time ports_tried = absl::Now();
   while (!stopping_) {
     // A leader whose lease may have lapsed decides nothing more.
     if (options_.leadership != nullptr && !options_.leadership->IsLeader()) {
@@ -283,6 +326,10 @@ void CoordinatorServer::TickLoop() {
     }
     core_->Tick();
     const absl::Time now = absl::Now();
+    if ((metrics_retry_ || page_retry_) && now - ports_tried >= absl::Seconds(1)) {
+      RetryPorts();
+      ports_tried = now;
+    }
     watchers_->Broadcast([this](const std::string& id) { return core_->JobStatusView(id); }, now);
     if (page_) history_->Record(*core_->Snapshot());
     if (now - trimmed >= absl::Seconds(5)) {

@@ -11,6 +11,7 @@
 #define DDP_COORDINATOR_COORDINATOR_SERVER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -68,6 +69,9 @@ class CoordinatorServer {
     const Leadership* leadership = nullptr;
     // More series for the metrics endpoint (etcd's request latencies).
     std::shared_ptr<prometheus::Registry> extra_metrics;
+    // Called right before the gRPC server binds --listen: a standby gives
+    // the port up there (no two servers share a port).
+    std::function<void()> before_listen;
     std::string port_file;        // --port_file
     std::string status_file;      // --status_file
     bool exit_when_done = false;  // --exit_when_done
@@ -114,6 +118,13 @@ class CoordinatorServer {
   absl::Status InitGrpcServer();
   absl::Status InitMetrics();
   absl::Status InitStatusPage();
+  absl::Status ServeMetrics();
+  absl::Status ServeStatusPage();
+  // Whether a page or metrics port that `failed` to bind is waited for
+  // (tried again each second from the ticker, RetryPorts): a leader's, whose
+  // deposed predecessor on this machine may still hold it.
+  bool WaitForPort(const absl::Status& failed) const;
+  void RetryPorts();
   absl::Status AnnounceServing();
   void StartTicker();
   void TickLoop();
@@ -145,6 +156,9 @@ class CoordinatorServer {
   std::unique_ptr<StatusHistory> history_;
   std::unique_ptr<StatusPageHandler> page_handler_;
   std::unique_ptr<HttpServer> page_;
+  // Ports waited for (WaitForPort); the ticker's alone once it runs.
+  bool metrics_retry_ = false;
+  bool page_retry_ = false;
   std::atomic<bool> stopping_{false};
   std::thread ticker_;
 };

@@ -110,7 +110,8 @@ absl::StatusOr<std::shared_ptr<const v1::JobStatus>> Coordinator::JobStatusView(
   if (job_id.empty()) return StatusView();
   absl::MutexLock lock(&mu_);
   JobRun* run = FindRunLocked(job_id);
-  if (run == nullptr) {
+  const JobHistory::Entry* ended = run == nullptr ? history_.Find(job_id) : nullptr;
+  if (run == nullptr && ended == nullptr) {
     if (queue_.Find(job_id) != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", Quote(job_id), " is queued and has no status yet; GetJob says why it waits"));
@@ -118,19 +119,23 @@ absl::StatusOr<std::shared_ptr<const v1::JobStatus>> Coordinator::JobStatusView(
     return absl::NotFoundError(absl::StrCat("no job ", Quote(job_id),
                                             " started (ListJobs lists the jobs; of those that "
                                             "ended the coordinator keeps the last ",
-                                            kKeptEndedJobs, ")"));
+                                            history_.entries().size(), ")"));
   }
   // The default view, when it describes this job (the snapshot may still
   // describe the job that was the primary one a tick ago).
-  if (run == &PrimaryRunLocked()) {
+  if (run != nullptr && run == &PrimaryRunLocked()) {
     if (std::shared_ptr<const v1::JobStatus> view = StatusView();
         view != nullptr && view->job_id() == job_id) {
       return view;
     }
   }
-  run->progress().SampleProgress();
   v1::JobStatus full;
-  run->FillStatus(&full);
+  if (run != nullptr) {
+    run->progress().SampleProgress();
+    run->FillStatus(&full);
+  } else {
+    JobHistory::FillStatus(ended->record, clock_->Now(), &full);
+  }
   // The pool's jobs and queue, as the default view has them (at most a
   // tick old): whichever job one asks about, the others stay in sight.
   if (const std::shared_ptr<const v1::JobStatus> pool = StatusView()) {

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/port_holder.h"
 #include "common/process.h"
 #include "coordinator/etcd_state_store.h"
 #include "coordinator/health_service.h"
@@ -94,12 +95,12 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, options.security.credentials, &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // one coordinator per port
   builder.RegisterService(&standby);
   builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
-    DDP_LOG(Error) << "can't listen on " << options.listen
-                   << " (address in use, or not an address of this host?)";
+    DDP_LOG(Error) << "can't listen on " << options.listen << ": " << WhyCantListen(options.listen);
     return 1;
   }
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen, /*allow_port_zero=*/true);
@@ -139,13 +140,19 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   DDP_LOG(Info) << "leading: loading the state from etcd and taking over";
   options.state_store = std::make_unique<EtcdStateStore>(etcd->get(), failover.prefix, &election);
   options.leadership = &election;
+  // The standby's server gives the port up right before the leader's binds
+  // it (no two share a port), once the state is loaded: the port is closed
+  // for as short a time as can be.
+  options.before_listen = [&server] {
+    server->Shutdown(std::chrono::system_clock::now());
+    server.reset();
+  };
   CoordinatorServer coordinator(std::move(options));
-  // The leader's server binds the port beside the standby's (SO_REUSEPORT,
-  // gRPC's default), and only then does the standby's go: a client never
-  // finds the port closed, which would set its channel backing off.
   const absl::Status started = coordinator.Start();
-  server->Shutdown(std::chrono::system_clock::now());
-  server.reset();
+  if (server) {  // Start failed before it listened
+    server->Shutdown(std::chrono::system_clock::now());
+    server.reset();
+  }
   if (!started.ok()) {
     DDP_LOG(Error) << started.message();
     // A failure of the term (etcd lost while loading, say): campaign again.

@@ -1,6 +1,8 @@
 // The coordinator's durable state in --state-dir: one file, replaced
-// atomically (write a temporary, fsync, rename), so a crash leaves either
-// the old state or the new one.
+// atomically (write a temporary, fsync, rename, fsync the folder), so a
+// crash leaves either the old state or the new one. One coordinator per
+// folder: the store holds an flock on its coordinator.lock (which names its
+// pid) for as long as it lives, and a second one is refused.
 //
 // Thread-safe.
 #ifndef DDP_COORDINATOR_FILE_STATE_STORE_H_
@@ -20,8 +22,12 @@ namespace ddp {
 
 class FileStateStore final : public StateStore {
  public:
-  // Creates `dir` if needed. FAILED_PRECONDITION if it can't be written.
+  // Creates `dir` if needed. FAILED_PRECONDITION if it can't be written, or
+  // if another coordinator (named by its pid) has it open.
   static absl::StatusOr<std::unique_ptr<FileStateStore>> Open(const std::string& dir);
+  ~FileStateStore() override;
+  FileStateStore(const FileStateStore&) = delete;
+  FileStateStore& operator=(const FileStateStore&) = delete;
 
   // nullopt in a fresh directory.
   absl::StatusOr<std::optional<v1::DurableState>> Load() const override;
@@ -31,8 +37,12 @@ class FileStateStore final : public StateStore {
   const std::string& path() const { return path_; }
 
  private:
-  explicit FileStateStore(std::string path) : path_(std::move(path)) {}
+  FileStateStore(std::string dir, std::string path, int lock_fd)
+      : dir_(std::move(dir)), path_(std::move(path)), lock_fd_(lock_fd) {}
+  const std::string dir_;
   const std::string path_;
+  // coordinator.lock, flocked.
+  const int lock_fd_;
   absl::Mutex mu_;
   uint64_t saved_sequence_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/quote.h"
+#include "coordinator/job_history.h"
 
 namespace ddp {
 namespace {
@@ -17,7 +18,7 @@ constexpr size_t kMaxBadSamplesKept = 32;
 
 }  // namespace
 
-absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
+absl::Status JobProgress::Submit(const v1::JobSpec& spec, absl::Time submitted_at) {
   if (active()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", spec_.name(), "\" is still ",
@@ -29,7 +30,7 @@ absl::Status JobProgress::Submit(const v1::JobSpec& spec) {
   spec_digest_ = SpecDigest(spec);
   state_ = v1::JOB_STATE_WAITING;
   message_ = absl::StrCat("waiting for ", spec.min_workers(), " worker(s)");
-  submitted_at_ = clock_->Now();
+  submitted_at_ = submitted_at;
   return absl::OkStatus();
 }
 
@@ -44,12 +45,18 @@ absl::Status JobProgress::Cancel(const std::string& job_id, const std::string& r
         absl::StrCat("job ", Quote(job_id), " already ended (", v1::JobState_Name(state_), ")"));
   }
   state_ = v1::JOB_STATE_CANCELLED;
-  message_ = reason.empty() ? "cancelled by an operator" : absl::StrCat("cancelled: ", reason);
+  message_ = CancelledMessage(reason);
+  ended_at_ = clock_->Now();
   return absl::OkStatus();
+}
+
+std::string JobProgress::CancelledMessage(absl::string_view reason) {
+  return reason.empty() ? "cancelled by an operator" : absl::StrCat("cancelled: ", reason);
 }
 
 void JobProgress::OnGenerationStarted(uint32_t world_size, uint64_t start_step, double lr) {
   state_ = v1::JOB_STATE_RUNNING;
+  if (!started_at_) started_at_ = clock_->Now();
   message_ = absl::StrCat("training on ", world_size, " worker(s)");
   start_step_ = start_step;
   // The job goes on from here: steps past it (a whole-job restart from a
@@ -234,6 +241,7 @@ bool JobProgress::OnRankDone(uint32_t rank) {
     if (!r.done) return false;
   }
   state_ = v1::JOB_STATE_SUCCEEDED;
+  ended_at_ = clock_->Now();
   message_ = absl::StrCat("finished ", GlobalStep(), " steps");
   if (!epochs_.empty() && spec_.evaluate()) {
     absl::StrAppend(&message_, "; test accuracy ", epochs_.back().test_accuracy());
@@ -253,6 +261,7 @@ void JobProgress::NoteBadSamples(const google::protobuf::RepeatedPtrField<std::s
 void JobProgress::Fail(const std::string& reason) {
   state_ = v1::JOB_STATE_FAILED;
   message_ = reason;
+  ended_at_ = clock_->Now();
 }
 
 void JobProgress::Restore(const v1::DurableState& state) {
@@ -263,7 +272,18 @@ void JobProgress::Restore(const v1::DurableState& state) {
   spec_digest_ = SpecDigest(spec_);
   state_ = state.job_state();
   message_ = state.job_message();
-  submitted_at_ = clock_->Now();
+  // Ages count from the submission, not from the restart.
+  submitted_at_ = state.submitted_unix_micros() != 0
+                      ? absl::FromUnixMicros(state.submitted_unix_micros())
+                      : clock_->Now();
+  started_at_.reset();
+  if (state.started_unix_micros() != 0) {
+    started_at_ = absl::FromUnixMicros(state.started_unix_micros());
+  }
+  ended_at_.reset();
+  if (ended() && state.ended_unix_micros() != 0) {
+    ended_at_ = absl::FromUnixMicros(state.ended_unix_micros());
+  }
   epochs_.clear();
   for (const v1::EpochResult& e : state.epoch_results()) OnEpochResult(e);
   committed_step_ = state.global_step();
@@ -307,6 +327,36 @@ void JobProgress::FillDurable(v1::DurableState* state) const {
   state->mutable_samples_per_sec_by_world_size()->insert(throughput_.begin(), throughput_.end());
   state->set_samples_skipped(samples_skipped_);
   for (const std::string& bad : bad_samples_) state->add_bad_samples(bad);
+  state->set_submitted_unix_micros(absl::ToUnixMicros(submitted_at_));
+  if (started_at_) state->set_started_unix_micros(absl::ToUnixMicros(*started_at_));
+  if (ended_at_) state->set_ended_unix_micros(absl::ToUnixMicros(*ended_at_));
+}
+
+void JobProgress::FillRecord(v1::JobRecord* record) const {
+  record->set_job_id(spec_.name());
+  record->set_submission_digest(SubmissionDigest(spec_));
+  record->set_priority(spec_.priority());
+  record->set_submitted_unix_micros(absl::ToUnixMicros(submitted_at_));
+  if (started_at_) record->set_started_unix_micros(absl::ToUnixMicros(*started_at_));
+  if (ended_at_) record->set_ended_unix_micros(absl::ToUnixMicros(*ended_at_));
+  record->set_state(state_);
+  record->set_message(message_);
+  record->set_global_step(std::max(committed_step_, GlobalStep()));
+  if (!epochs_.empty()) record->set_test_accuracy(epochs_.back().test_accuracy());
+  record->set_epochs_evaluated(evaluated_epochs());
+  record->set_faults(faults_);
+}
+
+void JobProgress::FillTimes(google::protobuf::Timestamp* submitted,
+                            google::protobuf::Timestamp* started,
+                            google::protobuf::Timestamp* ended) const {
+  SetTimestamp(absl::ToUnixMicros(submitted_at_), submitted);
+  if (started_at_) SetTimestamp(absl::ToUnixMicros(*started_at_), started);
+  if (ended_at_) SetTimestamp(absl::ToUnixMicros(*ended_at_), ended);
+}
+
+double JobProgress::ElapsedSeconds() const {
+  return absl::ToDoubleSeconds(ended_at_.value_or(clock_->Now()) - submitted_at_);
 }
 
 uint64_t JobProgress::GlobalStep() const {
@@ -322,6 +372,9 @@ void JobProgress::FillSummary(v1::JobSummary* summary) const {
   for (const auto& r : ranks_) rate += r.reported ? r.samples_per_sec : 0;
   summary->set_samples_per_sec(state_ == v1::JOB_STATE_RUNNING ? rate : 0);
   summary->mutable_samples_per_sec_by_world_size()->insert(throughput_.begin(), throughput_.end());
+  FillTimes(summary->mutable_submitted_at(), summary->mutable_started_at(),
+            summary->mutable_ended_at());
+  if (ended() && !epochs_.empty()) summary->set_test_accuracy(epochs_.back().test_accuracy());
 }
 
 void JobProgress::FillStatus(v1::JobStatus* status) const {
@@ -331,7 +384,9 @@ void JobProgress::FillStatus(v1::JobStatus* status) const {
   if (state_ == v1::JOB_STATE_UNSPECIFIED) return;
   *status->mutable_spec() = spec_;
   status->set_epochs(spec_.epochs());
-  status->set_elapsed_seconds(absl::ToDoubleSeconds(clock_->Now() - submitted_at_));
+  status->set_elapsed_seconds(ElapsedSeconds());
+  FillTimes(status->mutable_submitted_at(), status->mutable_started_at(),
+            status->mutable_ended_at());
   const uint64_t global = GlobalStep();
   status->set_global_step(global);
   status->set_steps_per_epoch(steps_per_epoch_);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "ddp/v1/state.pb.h"
@@ -27,12 +28,15 @@ class JobProgress {
  public:
   explicit JobProgress(const Clock* clock) : clock_(clock) {}
 
-  // Takes a validated spec with defaults. FAILED_PRECONDITION while another
-  // job is waiting, running or recovering.
-  absl::Status Submit(const v1::JobSpec& spec);
+  // Takes a validated spec with defaults, submitted at `submitted_at`.
+  // FAILED_PRECONDITION while another job is waiting, running or
+  // recovering.
+  absl::Status Submit(const v1::JobSpec& spec, absl::Time submitted_at);
 
   // NOT_FOUND for another job id, FAILED_PRECONDITION when it already ended.
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
+  // What a job cancelled for `reason` says of itself.
+  static std::string CancelledMessage(absl::string_view reason);
 
   // The job is waiting for workers, running or recovering.
   bool active() const {
@@ -51,6 +55,11 @@ class JobProgress {
   const v1::JobSpec& spec() const { return spec_; }
   const std::string& id() const { return spec_.name(); }
   absl::Time submitted_at() const { return submitted_at_; }
+  // From its submission to its end (or now).
+  double ElapsedSeconds() const;
+  // Submitted, first generation formed, ended: each set once it happened.
+  void FillTimes(google::protobuf::Timestamp* submitted, google::protobuf::Timestamp* started,
+                 google::protobuf::Timestamp* ended) const;
   // The spec's fingerprint (SpecDigest), computed once.
   const std::string& spec_digest() const { return spec_digest_; }
 
@@ -107,6 +116,9 @@ class JobProgress {
   void Restore(const v1::DurableState& state);
   // Fills the job's part of the durable state.
   void FillDurable(v1::DurableState* state) const;
+  // The job in brief, as the history keeps it once it ended (but owner and
+  // generation, which are the JobRun's).
+  void FillRecord(v1::JobRecord* record) const;
 
   // Fills the job-level fields of `status`.
   // How far it has come, in brief: its global step and samples/s.
@@ -134,6 +146,8 @@ class JobProgress {
   v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
   std::string message_;
   absl::Time submitted_at_;
+  std::optional<absl::Time> started_at_;
+  std::optional<absl::Time> ended_at_;
   std::vector<RankProgress> ranks_;
   uint64_t start_step_ = 0;
   uint64_t committed_step_ = 0;

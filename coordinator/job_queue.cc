@@ -16,19 +16,21 @@ bool StartsBefore(const QueuedJob& a, const QueuedJob& b) {
 
 }  // namespace
 
-absl::Status JobQueue::CheckRoom() const {
-  if (jobs_.size() < kMaxQueuedJobs) return absl::OkStatus();
+absl::Status JobQueue::CheckRoom(size_t reserved) const {
+  if (jobs_.size() + reserved < kMaxQueuedJobs) return absl::OkStatus();
   return absl::ResourceExhaustedError(
       absl::StrCat("the queue is full (", kMaxQueuedJobs,
                    " jobs wait for the pool); cancel one (CancelJob) or submit again later"));
 }
 
-absl::Status JobQueue::Add(const v1::JobSpec& spec, const std::string& owner, absl::Time now) {
-  if (Find(spec.name()) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("job \"", spec.name(), "\" is already queued"));
+absl::Status JobQueue::Add(QueuedJob job, size_t reserved) {
+  if (Find(job.spec.name()) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job \"", job.spec.name(), "\" is already queued"));
   }
-  if (absl::Status s = CheckRoom(); !s.ok()) return s;
-  Insert({spec, owner, next_sequence_++, now});
+  if (absl::Status s = CheckRoom(reserved); !s.ok()) return s;
+  next_sequence_ = std::max(next_sequence_, job.sequence + 1);
+  Insert(std::move(job));
   return absl::OkStatus();
 }
 
@@ -94,15 +96,16 @@ v1::JobSummary JobQueue::Summary(size_t index, absl::Time now, absl::string_view
   return s;
 }
 
+void JobQueue::FillDurableJob(const QueuedJob& job, v1::DurableQueuedJob* d) {
+  *d->mutable_spec() = job.spec;
+  d->set_owner(job.owner);
+  d->set_sequence(job.sequence);
+  d->set_submitted_unix_micros(absl::ToUnixMicros(job.submitted_at));
+  if (job.preempted != nullptr) *d->mutable_preempted() = *job.preempted;
+}
+
 void JobQueue::FillDurable(v1::DurableState* state) const {
-  for (const QueuedJob& job : jobs_) {
-    v1::DurableQueuedJob* d = state->add_queue();
-    *d->mutable_spec() = job.spec;
-    d->set_owner(job.owner);
-    d->set_sequence(job.sequence);
-    d->set_submitted_unix_micros(absl::ToUnixMicros(job.submitted_at));
-    if (job.preempted != nullptr) *d->mutable_preempted() = *job.preempted;
-  }
+  for (const QueuedJob& job : jobs_) FillDurableJob(job, state->add_queue());
   state->set_next_queue_sequence(next_sequence_);
 }
 

@@ -39,14 +39,19 @@ struct QueuedJob {
 
 class JobQueue {
  public:
-  // RESOURCE_EXHAUSTED when kMaxQueuedJobs are queued; ALREADY_EXISTS when
-  // a job of that name is (the caller decides whether it is the same job).
-  absl::Status Add(const v1::JobSpec& spec, const std::string& owner, absl::Time now);
+  // The sequence the next job submitted gets (Add), taken now: a job waiting
+  // to be saved before it is queued keeps its place.
+  uint64_t ReserveSequence() { return next_sequence_++; }
+  // RESOURCE_EXHAUSTED when kMaxQueuedJobs (less `reserved` places) are
+  // queued; ALREADY_EXISTS when a job of that name is (the caller decides
+  // whether it is the same job). `job.sequence` from ReserveSequence.
+  absl::Status Add(QueuedJob job, size_t reserved = 0);
   // Puts a preempted job back with its own sequence (its place among its
   // priority), over kMaxQueuedJobs if need be: it was accepted already.
   void Requeue(QueuedJob job);
-  // OK to add one more (RESOURCE_EXHAUSTED as Add says it).
-  absl::Status CheckRoom() const;
+  // OK to add one more beside `reserved` others (RESOURCE_EXHAUSTED as Add
+  // says it).
+  absl::Status CheckRoom(size_t reserved = 0) const;
   // The job named `id`, or nullptr.
   const QueuedJob* Find(absl::string_view id) const;
   // Where job `id` stands in start order (0: next), if it is queued.
@@ -67,6 +72,8 @@ class JobQueue {
   v1::JobSummary Summary(size_t index, absl::Time now, absl::string_view why) const;
 
   void FillDurable(v1::DurableState* state) const;
+  // One queued job as the durable state keeps it.
+  static void FillDurableJob(const QueuedJob& job, v1::DurableQueuedJob* d);
   void Restore(const v1::DurableState& state);
 
  private:

@@ -11,8 +11,9 @@ namespace ddp {
 JobRun::JobRun(const Clock* clock)
     : clock_(clock), progress_(clock), generations_(clock), changes_(clock), lifecycle_(clock) {}
 
-absl::Status JobRun::Start(const v1::JobSpec& spec, const std::string& owner) {
-  if (absl::Status s = progress_.Submit(spec); !s.ok()) return s;
+absl::Status JobRun::Start(const v1::JobSpec& spec, const std::string& owner,
+                           absl::Time submitted_at) {
+  if (absl::Status s = progress_.Submit(spec, submitted_at); !s.ok()) return s;
   owner_ = owner;
   changes_ = ChangeLog(clock_);
   lifecycle_.StartJob();
@@ -100,7 +101,9 @@ void JobRun::Recover(const std::string& message) {
 }
 
 void JobRun::Restore(const v1::DurableState& state, absl::Duration adopt_grace) {
-  generations_.RestoreLatest(state.latest_generation());
+  // Its own latest generation (an older state has only the pool's).
+  generations_.RestoreLatest(state.job_latest_generation() != 0 ? state.job_latest_generation()
+                                                                : state.latest_generation());
   progress_.Restore(state);
   owner_ = state.job_owner();
   changes_.Restore(state.generation_changes());
@@ -130,10 +133,19 @@ void JobRun::FillDurable(v1::DurableState* state) const {
   progress_.FillDurable(state);
   state->set_job_owner(owner_);
   state->set_latest_generation(generations_.latest());
+  state->set_job_latest_generation(generations_.latest());
   if (progress_.active() && generations_.current() != nullptr) {
     generations_.FillDurable(state->mutable_generation());
   }
   changes_.Fill(state->mutable_generation_changes());
+}
+
+v1::JobRecord JobRun::Record() const {
+  v1::JobRecord record;
+  progress_.FillRecord(&record);
+  record.set_owner(owner_);
+  record.set_latest_generation(generations_.latest());
+  return record;
 }
 
 void JobRun::NotePersisted() {

@@ -71,7 +71,7 @@ class JobRun {
   // Makes `spec` (validated, with defaults) the job: FAILED_PRECONDITION
   // while the one held is active (JobProgress::Submit). Nothing of the last
   // job's changes or lifecycle counts any more.
-  absl::Status Start(const v1::JobSpec& spec, const std::string& owner);
+  absl::Status Start(const v1::JobSpec& spec, const std::string& owner, absl::Time submitted_at);
   // NOT_FOUND for another job id, FAILED_PRECONDITION when it already ended
   // (JobProgress::Cancel). A restored generation is no longer adopted.
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
@@ -137,6 +137,11 @@ class JobRun {
   void Restore(const v1::DurableState& state, absl::Duration adopt_grace);
   // The job, its generation (while active) and its changes.
   void FillDurable(v1::DurableState* state) const;
+  // The job in brief, for the history once it ended.
+  v1::JobRecord Record() const;
+  // Whether its Record() is in the Coordinator's history (once it ended).
+  bool recorded() const { return recorded_; }
+  void set_recorded() { recorded_ = true; }
   // The durable state was just saved, with the progress it held.
   void NotePersisted();
   // The job is active, its committed step moved since the last save, and
@@ -157,6 +162,7 @@ class JobRun {
   std::string owner_;
   uint64_t start_sequence_ = 0;
   uint64_t queue_sequence_ = 0;
+  bool recorded_ = false;
   std::optional<absl::Time> preempted_at_;
   std::string leave_vote_why_;
   GenerationManager generations_;

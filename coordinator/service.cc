@@ -203,7 +203,11 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
                                                         const v1::CancelJobRequest* request,
                                                         v1::CancelJobResponse* /*response*/) {
   if (absl::Status s = Allow(context, method::kCancelJob); !s.ok()) return Reply(context, s);
-  return Reply(context, core_->CancelJob(request->job_id(), request->reason()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Answered once the cancellation is saved; no thread waits for it here.
+  core_->CancelJob(request->job_id(), request->reason(),
+                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,

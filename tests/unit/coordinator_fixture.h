@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/file_state_store.h"
 #include "gtest/gtest.h"
@@ -122,15 +123,36 @@ struct TestWorker {
   size_t rejected() const { return channel->Of(v1::CoordinatorMessage::kRejected).size(); }
 };
 
-// Submits `spec` and returns the answer, which must come at once (no
-// validate_job, or one that answers before returning), as `owner`'s.
+// Submits `spec` and returns the answer, as `owner`'s. It comes at once
+// without a state store and a validate_job that waits; with a store, once
+// the job is saved (on the writer's thread).
 inline absl::StatusOr<v1::JobSpec> Submit(Coordinator& core, const v1::JobSpec& spec,
                                           const std::string& owner = "") {
-  std::optional<absl::StatusOr<v1::JobSpec>> answer;
+  auto answer = std::make_shared<std::optional<absl::StatusOr<v1::JobSpec>>>();
+  auto answered = std::make_shared<absl::Notification>();
   core.SubmitJob(
-      spec, [&answer](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); }, owner);
-  EXPECT_TRUE(answer.has_value()) << "SubmitJob did not answer at once";
-  return answer.value_or(absl::InternalError("SubmitJob did not answer"));
+      spec,
+      [answer, answered](absl::StatusOr<v1::JobSpec> s) {
+        *answer = std::move(s);
+        answered->Notify();
+      },
+      owner);
+  EXPECT_TRUE(answered->WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "SubmitJob did not answer";
+  return answer->value_or(absl::InternalError("SubmitJob did not answer"));
+}
+
+// Cancels job `id` and returns the answer (as Submit's, once saved).
+inline absl::Status Cancel(Coordinator& core, const std::string& id, const std::string& reason) {
+  auto answer = std::make_shared<absl::Status>(absl::InternalError("CancelJob did not answer"));
+  auto answered = std::make_shared<absl::Notification>();
+  core.CancelJob(id, reason, [answer, answered](absl::Status s) {
+    *answer = std::move(s);
+    answered->Notify();
+  });
+  EXPECT_TRUE(answered->WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "CancelJob did not answer";
+  return *answer;
 }
 
 // What a worker says each second while a test lets time pass.
@@ -317,6 +339,7 @@ class PersistTest : public CoordinatorTest {
   // A coordinator process starting over on the same state directory.
   void Reopen() {
     core_.reset();
+    store_.reset();  // its lock goes with it, as with a process that exits
     store_ = *FileStateStore::Open(dir_);
     Coordinator::Options options = TestOptions();
     options.state_store = store_.get();

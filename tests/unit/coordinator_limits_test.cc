@@ -140,9 +140,9 @@ TEST_F(CoordinatorLimitsTest, EpochResult_BeyondTheJobsEpochs_Rejected) {
 
 TEST_F(CoordinatorLimitsTest, CancelJob_HugeReasonAndId_CutAndQuoted) {
   Start(1, Job(1));
-  EXPECT_THAT(core_->CancelJob(std::string(1 << 20, 'j'), "r"),
+  EXPECT_THAT(Cancel(*core_, std::string(1 << 20, 'j'), "r"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("(1048576 bytes)")));
-  EXPECT_THAT(core_->CancelJob("test-job", std::string(1 << 20, 'r')), IsOk());
+  EXPECT_THAT(Cancel(*core_, "test-job", std::string(1 << 20, 'r')), IsOk());
   EXPECT_LT(Status().message().size(), 2 * kMaxReportedTextBytes);
 }
 

@@ -228,7 +228,7 @@ TEST_F(CoordinatorPoolTest, CancelRunningJob_ItsWorkersGoToTheQueuedOne) {
   auto w = AttachN(2);
   ASSERT_THAT(Submit(*core_, Named("a", 2, 2)), IsOk());
   ASSERT_THAT(Submit(*core_, Named("b", 2, 2)), IsOk());
-  ASSERT_THAT(core_->CancelJob("a", "make room"), IsOk());
+  ASSERT_THAT(Cancel(*core_, "a", "make room"), IsOk());
   for (const TestWorker& m : w) SendState(m, 1, v1::WORKER_STATE_IDLE, "left");
   core_->Tick();
   EXPECT_THAT(AssignedJobs(w), ElementsAre("b", "b"));

@@ -14,15 +14,6 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-absl::StatusOr<v1::JobSpec> SubmitAs(Coordinator& core, const v1::JobSpec& spec,
-                                     const std::string& owner) {
-  std::optional<absl::StatusOr<v1::JobSpec>> answer;
-  core.SubmitJob(
-      spec, [&answer](absl::StatusOr<v1::JobSpec> s) { answer = std::move(s); }, owner);
-  EXPECT_TRUE(answer.has_value());
-  return answer.value_or(absl::InternalError("SubmitJob did not answer"));
-}
-
 std::vector<std::string> JobIds(const v1::ListJobsResponse& page) {
   std::vector<std::string> ids;
   for (const v1::JobSummary& job : page.jobs()) ids.push_back(job.job_id());
@@ -106,9 +97,11 @@ TEST_F(CoordinatorQueueTest, CurrentJobEnds_NextQueuedStartsOnTheSameWorkersAtTh
 TEST_F(CoordinatorQueueTest, CancelJob_Queued_TakenOffAndRunningJobUntouched) {
   StartThree();
   ASSERT_THAT(Submit(*core_, Named("second")), IsOk());
-  EXPECT_THAT(core_->CancelJob("second", "not needed"), IsOk());
-  EXPECT_THAT(core_->GetJob("second"), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(core_->CancelJob("second", ""), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Cancel(*core_, "second", "not needed"), IsOk());
+  // Ended before it started: listed as cancelled, and cancelled once.
+  EXPECT_EQ(core_->GetJob("second")->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(core_->GetJob("second")->message(), HasSubstr("not needed"));
+  EXPECT_THAT(Cancel(*core_, "second", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(status.queued_jobs(), 0u);
@@ -140,9 +133,9 @@ TEST_F(CoordinatorQueueTest, SubmitJob_QueueFull_ResourceExhaustedAndNothingElse
 TEST_F(CoordinatorQueueTest, Owner_FromTheSubmitter_InStatusAndListsAndFilters) {
   std::vector<TestWorker> workers;
   for (const char* d : {"cpu:0", "cpu:1", "cpu:2"}) workers.push_back(*Attach("h", d));
-  ASSERT_THAT(SubmitAs(*core_, Named("mine"), "alice"), IsOk());
-  ASSERT_THAT(SubmitAs(*core_, Named("theirs"), "bob"), IsOk());
-  ASSERT_THAT(SubmitAs(*core_, Named("mine-too"), "alice"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("mine"), "alice"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("theirs"), "bob"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("mine-too"), "alice"), IsOk());
   EXPECT_EQ(Status().owner(), "alice");
   v1::ListJobsRequest request;
   request.set_owner("alice");
@@ -165,7 +158,7 @@ TEST_F(CoordinatorQueueTest, ListJobs_Pages_EachJobOnceEvenWhenTheQueueChangesBe
   // Between pages: a job ahead of everything queued, and one already
   // listed leaves; the rest neither repeat nor shift.
   ASSERT_THAT(Submit(*core_, Named("urgent", 10)), IsOk());
-  ASSERT_THAT(core_->CancelJob("j0", ""), IsOk());
+  ASSERT_THAT(Cancel(*core_, "j0", ""), IsOk());
   std::vector<std::string> rest;
   for (int pages = 0; !page->next_page_token().empty() && pages < 10; ++pages) {
     request.set_page_token(page->next_page_token());
@@ -190,8 +183,8 @@ class QueuePersistTest : public QueueFixture<PersistTest> {};
 
 TEST_F(QueuePersistTest, Restart_QueueKeptInOrderWithOwnersAndNewJobsQueueAfterIt) {
   auto workers = StartThree();
-  ASSERT_THAT(SubmitAs(*core_, Named("a"), "alice"), IsOk());
-  ASSERT_THAT(SubmitAs(*core_, Named("b", 3), "bob"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("a"), "alice"), IsOk());
+  ASSERT_THAT(Submit(*core_, Named("b", 3), "bob"), IsOk());
   Restart();
   ASSERT_THAT(Submit(*core_, Named("c")), IsOk());
   v1::ListJobsRequest queued;
@@ -202,7 +195,7 @@ TEST_F(QueuePersistTest, Restart_QueueKeptInOrderWithOwnersAndNewJobsQueueAfterI
   EXPECT_EQ(page->jobs(0).owner(), "bob");
   EXPECT_EQ(page->jobs(1).owner(), "alice");
   // The job ahead is cancelled: the queue's head takes the pool.
-  ASSERT_THAT(core_->CancelJob("test-job", "make room"), IsOk());
+  ASSERT_THAT(Cancel(*core_, "test-job", "make room"), IsOk());
   EXPECT_EQ(Status().job_id(), "b");
   EXPECT_EQ(Saved().queue_size(), 2);
 }

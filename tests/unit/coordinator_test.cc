@@ -401,7 +401,7 @@ TEST_F(CoordinatorTest, StaleStateChange_RejectedButIdleAlwaysAccepted) {
   auto workers = StartThree();
   SendState(workers[0], 3, v1::WORKER_STATE_TRAINING);
   EXPECT_EQ(workers[0].channel->Of(v1::CoordinatorMessage::kRejected).size(), 1u);
-  ASSERT_THAT(core_->CancelJob("test-job", "operator"), IsOk());
+  ASSERT_THAT(Cancel(*core_, "test-job", "operator"), IsOk());
   SendState(workers[0], 1, v1::WORKER_STATE_IDLE, "left: job cancelled");
   const v1::JobStatus status = Status();
   EXPECT_EQ(status.state(), v1::JOB_STATE_CANCELLED);
@@ -414,10 +414,10 @@ TEST_F(CoordinatorTest, StaleStateChange_RejectedButIdleAlwaysAccepted) {
 
 TEST_F(CoordinatorTest, CancelJob_WrongIdOrEnded_ClearErrors) {
   StartThree();
-  EXPECT_THAT(core_->CancelJob("nope", ""),
+  EXPECT_THAT(Cancel(*core_, "nope", ""),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("test-job")));
-  ASSERT_THAT(core_->CancelJob("test-job", "enough"), IsOk());
-  EXPECT_THAT(core_->CancelJob("test-job", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(Cancel(*core_, "test-job", "enough"), IsOk());
+  EXPECT_THAT(Cancel(*core_, "test-job", ""), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Status().message(), HasSubstr("enough"));
 }
 

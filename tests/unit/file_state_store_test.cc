@@ -1,8 +1,12 @@
 #include "coordinator/file_state_store.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -51,6 +55,26 @@ TEST(FileStateStore, Load_CorruptFile_DataLoss) {
 TEST(FileStateStore, Open_Unwritable_FailedPrecondition) {
   EXPECT_THAT(FileStateStore::Open("/proc/ddp-no-such-dir"),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(FileStateStore, Open_SecondCoordinatorOnTheFolder_RefusedNamingTheFirst) {
+  const std::string dir = TempDir();
+  auto first = FileStateStore::Open(dir);
+  ASSERT_THAT(first, IsOk());
+  auto second = FileStateStore::Open(dir);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition,
+                               ::testing::AllOf(
+                                   ::testing::HasSubstr("in use by another coordinator"),
+                                   ::testing::HasSubstr(absl::StrCat("(pid ", ::getpid(), ")")))));
+  // The first one's state is untouched by the refusal.
+  v1::DurableState state;
+  state.set_latest_generation(3);
+  ASSERT_THAT((*first)->Save(state, 1), IsOk());
+  first->reset();
+  // Gone (as a process that exits): the folder is free again.
+  auto third = FileStateStore::Open(dir);
+  ASSERT_THAT(third, IsOk());
+  EXPECT_EQ((*(*third)->Load())->latest_generation(), 3u);
 }
 
 }  // namespace

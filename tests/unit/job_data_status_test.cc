@@ -29,7 +29,7 @@ JobProgress Running(FakeClock* clock) {
   JobProgress job(clock);
   v1::JobSpec spec;
   spec.set_name("j");
-  EXPECT_THAT(job.Submit(spec), IsOk());
+  EXPECT_THAT(job.Submit(spec, clock->Now()), IsOk());
   job.OnGenerationStarted(2, 0, 0.1);
   return job;
 }
