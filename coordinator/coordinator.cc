@@ -192,6 +192,12 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
         run = named;
       }
     }
+    // A member of a generation being adopted, back as a new process (no
+    // generation, nothing held): its job must hear it, since it proves
+    // that generation can't go on.
+    if (run == no_job_.get() && request.generation() == 0) {
+      if (JobRun* adopting = AdoptingRunOfLocked(worker->id)) run = adopting;
+    }
     if (request.has_held()) NoteHeldLocked(*run, worker, request.held());
     OnClaimLocked(*run, worker, request, took_over, &fx);
     dirty_ = true;

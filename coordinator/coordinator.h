@@ -297,6 +297,10 @@ class Coordinator {
   // The job the worker belongs to (or, given up by it, the job whose
   // generation it has not left yet), or no_job_.
   JobRun& RunOfLocked(const WorkerRecord& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job adopting a generation (after a restart) that `worker_id` is a
+  // member of, or null.
+  JobRun* AdoptingRunOfLocked(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running job whose current generation is `generation`, or null.
   JobRun* RunOfGenerationLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job GetStatus is about by default: the first running one to have

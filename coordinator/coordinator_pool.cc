@@ -65,6 +65,16 @@ JobRun& Coordinator::RunOfLocked(const WorkerRecord& worker) {
   return *no_job_;
 }
 
+JobRun* Coordinator::AdoptingRunOfLocked(const std::string& worker_id) const {
+  for (const auto& run : runs_) {
+    const Generation* g = run->generations().current();
+    if (run->lifecycle().adopting() && g != nullptr && g->RankOf(worker_id) >= 0) {
+      return run.get();
+    }
+  }
+  return nullptr;
+}
+
 JobRun* Coordinator::RunOfGenerationLocked(uint64_t generation) const {
   for (const auto& run : runs_) {
     if (run->active() && run->generations().IsCurrent(generation)) return run.get();

@@ -184,7 +184,14 @@ absl::Status CoordinatorServer::InitGrpcServer() {
     creators.push_back(rpc_metrics_->InterceptorFactory({method::kAttach}));
     builder.experimental().SetInterceptorCreators(std::move(creators));
   }
-  builder.AddListeningPort(options_.listen, options_.security.credentials, &port_);
+  if (options_.listener != nullptr) {
+    acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        options_.security.credentials);
+    port_ = options_.listener->port();
+  } else {
+    builder.AddListeningPort(options_.listen, options_.security.credentials, &port_);
+  }
   // One coordinator per port: gRPC would share it (SO_REUSEPORT) with a
   // second one, and the kernel would spread workers and clients over both.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -195,13 +202,15 @@ absl::Status CoordinatorServer::InitGrpcServer() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  if (options_.before_listen) options_.before_listen();
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || port_ == 0) {
     failure_exit_code_ = 1;
     return absl::UnavailableError(
         absl::StrCat("can't listen on ", options_.listen, ": ", WhyCantListen(options_.listen)));
   }
+  // The port's new connections come here from now on (the standby's
+  // server had them until now).
+  if (options_.listener != nullptr) options_.listener->Route(acceptor_.get());
   return absl::OkStatus();
 }
 
@@ -390,6 +399,7 @@ void CoordinatorServer::Stop() {
   if (validator_) validator_->Shutdown();
   if (!ticker_.joinable()) {
     // Start failed: nothing served long enough to need an orderly end.
+    if (grpc_server_ && options_.listener != nullptr) options_.listener->Route(nullptr);
     if (grpc_server_) grpc_server_->Shutdown();
     return;
   }
@@ -400,6 +410,7 @@ void CoordinatorServer::Stop() {
   core_->BeginShutdown();
   core_->FlushState();
   watchers_->FinishAll();
+  if (options_.listener != nullptr) options_.listener->Route(nullptr);
   grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping_ = true;
   ticker_.join();

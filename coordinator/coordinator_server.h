@@ -11,7 +11,6 @@
 #define DDP_COORDINATOR_COORDINATOR_SERVER_H_
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +31,7 @@
 #include "coordinator/path_policy.h"
 #include "coordinator/rpc_metrics.h"
 #include "coordinator/service.h"
+#include "coordinator/shared_listener.h"
 #include "coordinator/state_store.h"
 #include "coordinator/status_history.h"
 #include "coordinator/status_page.h"
@@ -69,9 +69,9 @@ class CoordinatorServer {
     const Leadership* leadership = nullptr;
     // More series for the metrics endpoint (etcd's request latencies).
     std::shared_ptr<prometheus::Registry> extra_metrics;
-    // Called right before the gRPC server binds --listen: a standby gives
-    // the port up there (no two servers share a port).
-    std::function<void()> before_listen;
+    // When set (a coordinator that fails over), the gRPC server takes its
+    // connections from this socket instead of binding --listen itself.
+    SharedListener* listener = nullptr;
     std::string port_file;        // --port_file
     std::string status_file;      // --status_file
     bool exit_when_done = false;  // --exit_when_done
@@ -152,6 +152,8 @@ class CoordinatorServer {
   std::shared_ptr<CoordinatorMetrics> core_metrics_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Where options_.listener hands connections to grpc_server_.
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<StatusHistory> history_;
   std::unique_ptr<StatusPageHandler> page_handler_;

@@ -13,6 +13,7 @@
 #include "coordinator/etcd_state_store.h"
 #include "coordinator/health_service.h"
 #include "coordinator/leader_election.h"
+#include "coordinator/shared_listener.h"
 #include "coordinator/standby_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "prometheus/histogram.h"
@@ -92,17 +93,27 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   HealthService health;
   health.SetStandby(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The port, held for this process's whole life: the standby's server
+  // has its connections, then the leader's (SharedListener).
+  absl::StatusOr<std::unique_ptr<SharedListener>> listener = SharedListener::Listen(options.listen);
+  if (!listener.ok()) {
+    DDP_LOG(Error) << listener.status().message();
+    return absl::IsInvalidArgument(listener.status()) ? 2 : 1;
+  }
+  const int port = (*listener)->port();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, options.security.credentials, &port);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // one coordinator per port
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          options.security.credentials);
   builder.RegisterService(&standby);
   builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    DDP_LOG(Error) << "can't listen on " << options.listen << ": " << WhyCantListen(options.listen);
+  if (!server) {
+    DDP_LOG(Error) << "can't serve the standby on " << options.listen;
     return 1;
   }
+  (*listener)->Route(acceptor.get());
   absl::StatusOr<HostPort> listen = ParseHostPort(options.listen, /*allow_port_zero=*/true);
   if (listen.ok()) options.listen = JoinHostPort(listen->host, port);
   std::string advertise = failover.advertise;
@@ -140,23 +151,21 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
   DDP_LOG(Info) << "leading: loading the state from etcd and taking over";
   options.state_store = std::make_unique<EtcdStateStore>(etcd->get(), failover.prefix, &election);
   options.leadership = &election;
-  // The standby's server gives the port up right before the leader's binds
-  // it (no two share a port), once the state is loaded: the port is closed
-  // for as short a time as can be.
-  options.before_listen = [&server] {
-    server->Shutdown(std::chrono::system_clock::now());
-    server.reset();
-  };
+  // The leader's server takes the port's connections over once it serves
+  // (the port never closes meanwhile), and only then does the standby's go.
+  options.listener = listener->get();
   CoordinatorServer coordinator(std::move(options));
   const absl::Status started = coordinator.Start();
-  if (server) {  // Start failed before it listened
-    server->Shutdown(std::chrono::system_clock::now());
-    server.reset();
-  }
+  if (!started.ok()) (*listener)->Route(nullptr);  // it may still be the standby's
+  server->Shutdown(std::chrono::system_clock::now());
+  server.reset();
   if (!started.ok()) {
     DDP_LOG(Error) << started.message();
     // A failure of the term (etcd lost while loading, say): campaign again.
-    if (!election.IsLeader() || absl::IsUnavailable(started)) start_over(port);
+    if (!election.IsLeader() || absl::IsUnavailable(started)) {
+      (*listener)->HandDown();
+      start_over(port);
+    }
     election.Stop(/*resign=*/true);
     return coordinator.failure_exit_code();
   }
@@ -167,6 +176,9 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
     // Its key goes now, not when etcd expires the lease (which it may not
     // have yet: a leader stops acting before): a standby takes over at once.
     election.Stop(/*resign=*/true);
+    // The port stays open through the exec: clients wait in its backlog
+    // for the standby the next image starts.
+    (*listener)->HandDown();
     start_over(port);
   }
   coordinator.Stop();

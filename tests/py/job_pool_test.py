@@ -151,7 +151,8 @@ class JobPoolTest(unittest.TestCase):
             self.assertIn("the pool is full: it needs 2 workers (min_workers) and 0 are free",
                           c["message"])
             client.call(C + "CancelJob", '{"job_id": "c"}')
-            self.assertNotIn("c", [j["job_id"] for j in client.call(C + "ListJobs")["jobs"]])
+            listed = {j["job_id"]: j for j in client.call(C + "ListJobs")["jobs"]}
+            self.assertEqual(listed["c"]["state"], "JOB_STATE_CANCELLED", listed)
             client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
                 job("picky", 2, 2, workerSelector={"gpu": "h200"})))
             picky = client.call(C + "GetJob", '{"job_id": "picky"}')

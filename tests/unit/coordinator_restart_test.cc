@@ -11,6 +11,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---- Restore ---------------------------------------------------------------
 
@@ -188,6 +189,33 @@ TEST_F(AdoptionTest, Adoption_MemberBackWithGenerationZero_EndsAdoptionAtOnce) {
   EXPECT_EQ(a.assignment().generation(), 6u);
   EXPECT_EQ(b.assignment().generation(), 6u);
   EXPECT_EQ(b.assignment().start_step(), 104u);
+}
+
+TEST_F(AdoptionTest, Adoption_MemberBackAsANewProcessHoldingNothing_EndsAdoptionAtOnce) {
+  auto a = Return("cpu:0", 5, 0);
+  // cpu:1 was killed and restarted: a new process, with no generation and
+  // no state. Generation 5 can't go on; nothing waits out the grace.
+  auto b = *Attach("h", "cpu:1");
+  ASSERT_EQ(a.aborts().size(), 1u);
+  EXPECT_THAT(a.aborts()[0].reason(), HasSubstr("came back without it"));
+  Leave(a, 5, 104);
+  EXPECT_EQ(a.assignment().generation(), 6u);
+  EXPECT_EQ(a.assignment().start_step(), 104u);
+  EXPECT_EQ(b.assignment().generation(), 6u);
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(AdoptionTest, Adoption_ReturnedMembersStreamCloses_EndsAdoptionAtOnce) {
+  auto a = Return("cpu:0", 5, 0);
+  core_->OnStreamClosed(a.session, "connection reset");
+  const v1::JobStatus status = Status();
+  EXPECT_THAT(status.message(), Not(HasSubstr("members are back")));
+  EXPECT_EQ(status.faults(), 1u);
+  // The one that comes back now is not kept waiting either.
+  auto b = Return("cpu:1", 5, 1);
+  ASSERT_EQ(b.aborts().size(), 1u);
+  Leave(b, 5, 104);
+  EXPECT_EQ(b.assignment().generation(), 6u);
 }
 
 TEST_F(CoordinatorTest, Attach_ClaimingAnEndedGeneration_ToldToLeaveAndNumbersJump) {
