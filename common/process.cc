@@ -7,11 +7,14 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -24,8 +27,42 @@
 
 namespace ddp {
 
+namespace {
+
+// absl's ParseCommandLine, but --help (and --helpfull, --helpshort,
+// --help=SUBSTRING) exits 0, as a person asking for help expects; absl's
+// own exits 1. What is left of the command line (the program name and the
+// arguments that are not flags) is returned.
+std::vector<char*> ParseHelpExitsZero(int argc, char** argv) {
+  std::vector<char*> rest = absl::flags_internal::ParseCommandLineImpl(
+      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
+      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
+      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  const int exit_code =
+      absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage());
+  if (exit_code != -1) {
+    std::cout.flush();
+    std::exit(exit_code == 1 ? 0 : exit_code);
+  }
+  return rest;
+}
+
+}  // namespace
+
 std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usage,
                                           bool program_allowed) {
+  std::vector<std::string> program;
+  std::vector<std::string> rest =
+      ParseFlagsAndArgumentsOrExit(argc, argv, usage, program_allowed ? &program : nullptr);
+  if (!rest.empty()) {
+    std::fprintf(stderr, "%s: unexpected argument \"%s\"; see --help\n", argv[0], rest[0].c_str());
+    std::exit(2);
+  }
+  return program;
+}
+
+std::vector<std::string> ParseFlagsAndArgumentsOrExit(int argc, char** argv, const char* usage,
+                                                      std::vector<std::string>* program) {
   // A crash prints where it happened before the process dies.
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
@@ -42,11 +79,15 @@ std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usa
   // a file named like the program, and ours are called main.cc), under the
   // program's name rather than the path it was built from.
   absl::FlagsUsageConfig config;
-  config.normalize_filename = [name](absl::string_view file) {
-    return absl::EndsWith(file, "/main.cc") ? name : std::string(file);
+  // (ddp-pack's is pack_main.cc.)
+  const auto is_main = [](absl::string_view file) {
+    return absl::EndsWith(file, "/main.cc") || absl::EndsWith(file, "_main.cc");
   };
-  config.contains_help_flags = [name](absl::string_view file) {
-    return file == name || absl::EndsWith(file, "/main.cc");
+  config.normalize_filename = [name, is_main](absl::string_view file) {
+    return is_main(file) ? name : std::string(file);
+  };
+  config.contains_help_flags = [name, is_main](absl::string_view file) {
+    return file == name || is_main(file);
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [name] { return absl::StrCat(name, " ", kVersion, "\n"); };
@@ -63,22 +104,17 @@ std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usa
     }
   }
   // "-- PROGRAM ARGS...": not ours to parse.
-  std::vector<std::string> program;
-  if (program_allowed) {
+  if (program != nullptr) {
     const auto dashes = std::find(normalized.begin() + 1, normalized.end(), "--");
     if (dashes != normalized.end()) {
-      program.assign(dashes + 1, normalized.end());
+      program->assign(dashes + 1, normalized.end());
       normalized.erase(dashes, normalized.end());
     }
   }
   std::vector<char*> args;
   for (auto& a : normalized) args.push_back(a.data());
-  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "%s: unexpected argument \"%s\"; see --help\n", argv[0], rest[1]);
-    std::exit(2);
-  }
-  return program;
+  std::vector<char*> rest = ParseHelpExitsZero(static_cast<int>(args.size()), args.data());
+  return std::vector<std::string>(rest.begin() + std::min<size_t>(1, rest.size()), rest.end());
 }
 
 namespace {

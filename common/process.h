@@ -14,6 +14,11 @@ namespace ddp {
 // non-zero with the reason on a bad flag or a stray argument. With
 // `program_allowed`, what follows a "--" is not parsed but returned (the
 // program a launcher starts, and its arguments).
+// As ParseFlagsOrExit, for a program that takes arguments besides flags:
+// returns them (without the program's name); `program`, when not null,
+// gets what follows a "--".
+std::vector<std::string> ParseFlagsAndArgumentsOrExit(int argc, char** argv, const char* usage,
+                                                      std::vector<std::string>* program = nullptr);
 std::vector<std::string> ParseFlagsOrExit(int argc, char** argv, const char* usage,
                                           bool program_allowed = false);
 

@@ -43,6 +43,10 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5), "a worker silent 
 ABSL_FLAG(absl::Duration, adopt_grace, absl::Seconds(10),
           "after a restart, how long the saved generation's members have to come back before it "
           "is re-formed without the missing ones");
+ABSL_FLAG(uint32_t, job_history, ddp::kDefaultJobHistory,
+          "how many ended jobs the coordinator keeps in its durable state (ListJobs, GetJob and "
+          "GetStatus answer for them after restarts and takeovers; a --job among them is not "
+          "run again); at most 10000");
 ABSL_FLAG(bool, exit_when_done, false,
           "when every job has ended (none running or queued), stop every worker and exit: 0 if "
           "every job succeeded, 1 if any failed, else 3 if any was cancelled");
@@ -303,6 +307,11 @@ absl::Status CoreOptionsFromFlags(const CoordinatorSecurity& security,
         "--heartbeat_timeout must be longer than --heartbeat_interval > 0");
   }
   options.adopt_grace = absl::GetFlag(FLAGS_adopt_grace);
+  options.job_history = absl::GetFlag(FLAGS_job_history);
+  if (options.job_history > ddp::kMaxJobHistory) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--job_history ", options.job_history, " is over the most kept, ", ddp::kMaxJobHistory));
+  }
   options.streams.max_streams = absl::GetFlag(FLAGS_max_attach_streams);
   options.streams.register_deadline = absl::GetFlag(FLAGS_register_deadline);
   if (options.streams.max_streams == 0 ||

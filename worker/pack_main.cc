@@ -26,6 +26,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/process.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/pack_index.h"
 #include "worker/dataset.h"
@@ -34,12 +35,24 @@ ABSL_FLAG(double, shard_mb, 256, "about this many megabytes per shard");
 
 namespace {
 
-// `dir`, made if missing, and empty: a pack never mixes with other files.
+constexpr char kUsage[] =
+    "ddp-pack: writes record shards and manifests for dataset.kind \"shards\" and "
+    "dataset.manifest\n"
+    "  ddp-pack images ROOT OUT_DIR    an image folder's files (torchvision ImageFolder's order, "
+    "labels and classes) into record shards\n"
+    "  ddp-pack tensors FILE OUT_DIR   a torch.save'd (x, y) file's samples as float32 records\n"
+    "  ddp-pack manifest ROOT FILE     an image folder's manifest: every image's name, size and "
+    "CRC-32\n"
+    "  ddp-pack show INDEX             what an index or manifest holds\n"
+    "OUT_DIR (and its parents) are made if missing; it must be empty.";
+
+// `dir`, made if missing (its parents too), and empty: a pack never mixes
+// with other files.
 absl::Status MakeFolder(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(absl::StrCat(dir, ": can't be made"));
-  }
   std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": can't be made: ", ec.message()));
   if (!std::filesystem::is_empty(dir, ec) || ec) {
     return absl::FailedPreconditionError(
         absl::StrCat(dir, ": is not an empty folder (pack into an empty or new one)"));
@@ -101,6 +114,15 @@ absl::StatusOr<uint64_t> WriteManifest(const std::string& root, const std::strin
   if (!folder.ok()) return folder.status();
   absl::StatusOr<ddp::v1::PackIndex> manifest = ddp::MakeImageManifest(*folder, root);
   if (!manifest.ok()) return manifest.status();
+  if (const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+      !parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(parent.string(), ": can't be made: ", ec.message()));
+    }
+  }
   if (absl::Status s = ddp::WritePackIndex(*manifest, out); !s.ok()) return s;
   return static_cast<uint64_t>(manifest->record_file_size());
 }
@@ -121,9 +143,8 @@ absl::Status Show(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "ddp-pack images ROOT OUT_DIR | tensors FILE OUT_DIR | manifest ROOT FILE | show INDEX");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args = ddp::ParseFlagsAndArgumentsOrExit(argc, argv, kUsage);
+  args.insert(args.begin(), argv[0]);
   const std::string command = args.size() > 1 ? args[1] : "";
   absl::StatusOr<uint64_t> packed = uint64_t{0};
   if (command == "images" && args.size() == 4) {
@@ -135,7 +156,7 @@ int main(int argc, char** argv) {
   } else if (command == "show" && args.size() == 3) {
     if (absl::Status s = Show(args[2]); !s.ok()) packed = s;
   } else {
-    std::cerr << "usage: " << absl::ProgramUsageMessage() << "\n";
+    std::cerr << "usage: " << absl::ProgramUsageMessage() << "\nsee ddp-pack --help\n";
     return 2;
   }
   if (!packed.ok()) {

@@ -82,7 +82,13 @@ std::optional<int> Launcher::PrepareLogDir() {
     }
     dir_ = tmpl;
   } else {
-    ::mkdir(dir_.c_str(), 0755);
+    // Its parents too: a --log_dir anywhere a user may write.
+    std::error_code made;
+    std::filesystem::create_directories(dir_, made);
+    if (made) {
+      std::cerr << "ddp-run: can't make --log_dir " << dir_ << ": " << made.message() << "\n";
+      return 2;
+    }
   }
   port_file_ = dir_ + "/coordinator.port";
   status_file_ = dir_ + "/final-status.json";

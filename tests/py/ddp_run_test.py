@@ -59,11 +59,13 @@ class FlagsTest(unittest.TestCase):
         source = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
         for name, first in (("ddp-run", "trains a job on this machine"),
                             ("ddp-worker", "trains what the coordinator assigns"),
-                            ("ddp-coordinator", "assigns ranks to ddp-worker daemons")):
+                            ("ddp-coordinator", "assigns ranks to ddp-worker daemons"),
+                            ("ddp-pack", "writes record shards and manifests")):
             with self.subTest(name=name):
-                # absl's --help exits with 1; what matters is what it says.
+                # Help asked for is not an error (absl's own exits 1).
                 run = subprocess.run([os.path.join(BIN, name), "--help"],
                                      capture_output=True, text=True, timeout=30)
+                self.assertEqual(run.returncode, 0, run.stderr)
                 text = run.stdout + run.stderr
                 self.assertTrue(text.startswith("%s: %s" % (name, first)), text[:200])
                 self.assertNotIn("%s: %s:" % (name, name), text)
@@ -72,9 +74,14 @@ class FlagsTest(unittest.TestCase):
                 self.assertNotIn("main.cc", text)
         run = subprocess.run([DDP_RUN, "--help"], capture_output=True, text=True, timeout=30)
         self.assertIn("--min_nproc", run.stdout + run.stderr)
+        pack = subprocess.run([os.path.join(BIN, "ddp-pack"), "--help"], capture_output=True,
+                              text=True, timeout=30)
+        self.assertIn("ddp-pack images ROOT OUT_DIR", pack.stdout)
+        self.assertNotIn("No flags matched", pack.stdout)
 
     def test_min_nproc_becomes_the_jobs_min_workers(self):
-        logs = tempfile.mkdtemp(prefix="ddp-run-min-")
+        # A --log_dir whose parents do not exist yet is made, parents too.
+        logs = os.path.join(tempfile.mkdtemp(prefix="ddp-run-min-"), "not", "yet")
         # The copies leave at once: only the job ddp-run wrote matters here.
         run = subprocess.run([DDP_RUN, "--nproc=3", "--min_nproc=2", "--log_dir=" + logs, "--",
                               "true"], capture_output=True, text=True, timeout=60)

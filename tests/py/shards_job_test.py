@@ -57,7 +57,8 @@ class ShardsJobTest(unittest.TestCase):
         pack("images", cls.train, os.path.join(d, "train-shards"), "--shard_mb=0.02")
         pack("images", cls.test, os.path.join(d, "test-shards"))
         pack("tensors", os.path.join(d, "train.pt"), os.path.join(d, "train-tensors"))
-        pack("tensors", os.path.join(d, "test.pt"), os.path.join(d, "test-tensors"))
+        # Folders whose parents do not exist yet are made, parents too.
+        pack("tensors", os.path.join(d, "test.pt"), os.path.join(d, "new", "test-tensors"))
         pack("manifest", cls.train, os.path.join(d, "train.manifest"))
         pack("manifest", cls.test, os.path.join(d, "test.manifest"))
 
@@ -96,7 +97,7 @@ class ShardsJobTest(unittest.TestCase):
                              "manifest": os.path.join(d, "train.manifest"),
                              "testManifest": os.path.join(d, "test.manifest")}),
             job("tensor-shards", {"kind": "shards", "path": os.path.join(d, "train-tensors"),
-                                  "testPath": os.path.join(d, "test-tensors")}),
+                                  "testPath": os.path.join(d, "new", "test-tensors")}),
             job("folder-augmented", {"kind": "image-folder", "path": self.train,
                                      "transforms": AUGMENT}, evaluate=False),
             job("shards-augmented", {"kind": "shards", "path": os.path.join(d, "train-shards"),
