@@ -211,10 +211,13 @@ void Coordinator::EndGenerationLocked(JobRun& run, const std::string& abort_reas
       SendAbortLocked(member.worker_id, g->number, abort_reason, false, fx);
       // The next generation waits for the members whose state may be the
       // newest, not for a joiner still at the rendezvous (it holds nothing
-      // the others lack): it is admitted later, once it has left.
+      // the others lack): it is admitted later, once it has left. Nor for
+      // a member given to another job in a shrink: it won't be in the next
+      // one, and what it says once it has left is that job's to hear.
       const bool never_trained =
           w->state() == v1::WORKER_STATE_RENDEZVOUS && g->joiners.contains(member.worker_id);
-      if (!never_trained) run.lifecycle().ToldToLeave(member.worker_id);
+      const bool given_away = w->job != run.id();
+      if (!never_trained && !given_away) run.lifecycle().ToldToLeave(member.worker_id);
     }
   }
   fx->dropped_namespaces.push_back(run.EndGeneration());

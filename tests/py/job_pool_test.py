@@ -223,6 +223,43 @@ class JobPoolTest(unittest.TestCase):
         finally:
             cluster.stop()
 
+    def test_a_kill_during_a_shrink_reforms_the_job_at_once(self):
+        cluster = Cluster()
+        try:
+            start_pool(self, cluster, 4)
+            client = cluster.client
+            client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(job("a", 1, 4)))
+            cluster.wait_for(lambda: (lambda a: a.get("world_size") == 4 and
+                                      int(a.get("global_step", 0)) > 20)(jobs(cluster).get("a", {})),
+                             120, "job a to train on four workers")
+            # Rank 1 stays in a when it gives its two highest ranks to b; stopped,
+            # it holds every rank before the step boundary the shrink waits for.
+            ranks = {int(w["rank"]): int(w["pid"]) for w in
+                     client.call(C + "ListWorkers")["workers"] if w.get("job_id") == "a"}
+            os.kill(ranks[1], signal.SIGSTOP)
+            answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
+                job("b", 2, 2, priority=10, epochs=1)))
+            self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)
+            os.kill(ranks[1], signal.SIGKILL)
+
+            def reformed():
+                # The shrink's change, which the kill joins.
+                changes = client.call(C + "GetStatus", '{"job_id": "a"}')["generation_changes"]
+                # Its pause is known (not 0) once a step completed after it.
+                shrunk = [c for c in changes if c["cause"] == "CHANGE_CAUSE_SHRUNK"]
+                return shrunk and shrunk[0]["pause_seconds"] > 0 and shrunk[0]
+            change = cluster.wait_for(reformed, 60, "a to re-form after the kill and train")
+            # The fault (the kill, or a peer's collective failing on it first)
+            # joined the shrink's change.
+            self.assertIn("; then ", change["reason"], change)
+            self.assertEqual(int(change["world_size"]), 1, change)
+            # The two given away left at once: nothing waited for their eviction.
+            self.assertLess(change["pause_seconds"], 1.0, change)
+            cluster.wait_for(lambda: jobs(cluster)["b"]["state"] in (
+                "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"), 60, "b to start on the two")
+        finally:
+            cluster.stop()
+
     def test_exit_when_done_waits_for_every_job_and_says_the_worst(self):
         cluster = Cluster(extra_flags=["--exit_when_done"])
         try:

@@ -297,6 +297,30 @@ TEST_F(CoordinatorPoolTest, HigherPriorityJob_LowerOneShrinksAtAStepBoundaryThen
   EXPECT_EQ(w[3].assignment().start_step(), 9u);
 }
 
+TEST_F(CoordinatorPoolTest, FaultDuringAShrink_TheJobReformsAtOnceWithoutWaitingForTheGivenAway) {
+  auto w = AttachN(4);
+  const v1::JobSpec a = Named("a", 1, 4), b = Named("b", 2, 2, /*priority=*/10);
+  ASSERT_THAT(Submit(*core_, a), IsOk());
+  ASSERT_THAT(Submit(*core_, b), IsOk());
+  ASSERT_EQ(w[0].aborts().size(), 1u);  // a gives w2 and w3 to b at its next step boundary
+  // Before it gets there, w0 dies: the generation is lost, and every member
+  // leaves it at once, the two given away too.
+  core_->OnStreamClosed(w[0].session, "killed");
+  // w1 leaves first and a re-forms on it alone, then the two given away
+  // leave (nothing of a waits for them, and b gets them).
+  SendState(w[1], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
+  core_->Tick();
+  for (int i : {2, 3}) {
+    SendState(w[i], 1, v1::WORKER_STATE_IDLE, "left", absl::StatusCode::kOk, HeldOf(a, 1, 5));
+    core_->Tick();  // no time passes: nothing waits out an eviction
+  }
+  EXPECT_EQ(w[1].assignment().job_id(), "a");
+  EXPECT_GT(w[1].assignment().generation(), 1u);
+  EXPECT_EQ(w[1].assignment().world_size(), 1u);
+  EXPECT_EQ(w[1].assignment().start_step(), 5u);
+  EXPECT_THAT(AssignedJobs({w[2], w[3]}), ElementsAre("b", "b"));
+}
+
 // GetStatus of a job that ended is that job's, even while the published
 // snapshot still describes the job that was the default one a tick ago.
 TEST_F(CoordinatorPoolTest, JobStatusView_OfTheLastJob_ItsOwnThoughTheSnapshotIsAnothers) {
