@@ -321,6 +321,8 @@ class Coordinator {
   void AllocateLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The running jobs, highest priority first, then in start order.
   std::vector<JobRun*> RunningByPriorityLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The workers InPoolLocked, in the registry's order.
+  std::vector<const WorkerRecord*> PoolLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many live workers the job holds (members, joiners, preparing).
   uint32_t HeldCountLocked(const JobRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The queue's head starts if it fits (or if no job runs): true if it did.
@@ -402,7 +404,11 @@ class Coordinator {
   // it: members can't reach a step boundary before it ends.
   bool EvaluatingLocked(const JobRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void MaybeFormGenerationLocked(JobRun& run, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forms the job's generation if the policy says so. `at_tick`: from the
+  // periodic tick, which always weighs it (between ticks a job of thousands
+  // of workers is weighed at most every few milliseconds).
+  void MaybeFormGenerationLocked(JobRun& run, Effects* fx, bool at_tick = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGenerationLocked(JobRun& run, std::vector<Candidate> candidates, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the members to leave at the next step boundary, to admit joiners.
@@ -410,7 +416,8 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Free workers that can run the job and hold its state; counts in
   // `*preparing` those still building it.
-  std::vector<Candidate> FreeCandidatesLocked(const JobRun& run, uint32_t* preparing = nullptr)
+  std::vector<const WorkerRecord*> FreeCandidatesLocked(const JobRun& run,
+                                                        uint32_t* preparing = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks a free ddp-worker that can run the job but holds none of its state
   // to build it (v1::Prepare), once: it becomes a candidate when it has.

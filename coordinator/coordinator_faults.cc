@@ -55,7 +55,7 @@ void Coordinator::Tick() {
     AllocateLocked(&fx);
     bool unsaved = false;
     for (const auto& run : runs_) {
-      MaybeFormGenerationLocked(*run, &fx);
+      MaybeFormGenerationLocked(*run, &fx, /*at_tick=*/true);
       unsaved = unsaved || run->ProgressUnsaved(absl::Seconds(5));
     }
     if (unsaved) PersistLocked(&fx);

@@ -45,21 +45,27 @@ std::string SelectorNote(const v1::JobSpec& spec) {
                       " count");
 }
 
+// Jobs holding more workers than this are weighed for a generation at most
+// every kFormationCheckEvery (and at every tick).
+constexpr size_t kFormationCheckAbove = 256;
+constexpr absl::Duration kFormationCheckEvery = absl::Milliseconds(20);
+
 }  // namespace
 
-std::vector<Candidate> Coordinator::FreeCandidatesLocked(const JobRun& run, uint32_t* preparing) {
+std::vector<const WorkerRecord*> Coordinator::FreeCandidatesLocked(const JobRun& run,
+                                                                   uint32_t* preparing) {
   const Generation* g = run.generations().current();
-  std::vector<Candidate> free;
-  for (const WorkerRecord* w : registry_.All()) {
-    // Only the workers the pool gave this job.
-    if (w->job != run.id() || !IsFree(*w) || !CanRun(*w, run.spec())) continue;
+  std::vector<const WorkerRecord*> free;
+  // Only the workers the pool gave this job.
+  for (const WorkerRecord* w : registry_.OfJob(run.id())) {
+    if (!IsFree(*w) || !CanRun(*w, run.spec())) continue;
     if (!Prepared(*w, run)) {
       if (preparing && !w->prepare_failed && !w->prepare_asked.empty()) ++*preparing;
       continue;
     }
     // A member that finished first (DONE) is not a joiner.
     if (g != nullptr && g->RankOf(w->id) >= 0) continue;
-    free.push_back(Candidate{RankCandidate{w->id, w->host, w->device, w->machine_id}, w->held});
+    free.push_back(w);
   }
   return free;
 }
@@ -79,7 +85,7 @@ void Coordinator::MaybePrepareLocked(const JobRun& run, WorkerRecord* worker, Ef
   SendLocked(worker->id, std::move(message), fx);
 }
 
-void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
+void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx, bool at_tick) {
   JobProgress& job = run.progress();
   GenerationLifecycle& lifecycle = run.lifecycle();
   if (!job.active() || lifecycle.adopting() || lifecycle.admitting() || run.preempting()) return;
@@ -96,8 +102,20 @@ void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
                                        registry_.num_attached(), " attached)", SelectorNote(spec)));
     return;
   }
+  // A job of thousands of workers is weighed at most every
+  // kFormationCheckEvery between ticks: each registration or preparation
+  // reaching it here would walk all of its workers under the lock (8,192
+  // prepared answers, each a walk of 8,192, starved the heartbeats).
+  const absl::Time now = clock_->Now();
+  if (!at_tick && registry_.OfJob(run.id()).size() > kFormationCheckAbove &&
+      now - lifecycle.formation_checked_at() < kFormationCheckEvery) {
+    return;
+  }
+  lifecycle.set_formation_checked_at(now);
   uint32_t preparing = 0;
-  std::vector<Candidate> free = FreeCandidatesLocked(run, &preparing);
+  // Pointers: this runs at every registration, and only a generation that
+  // forms needs the candidates' copies.
+  std::vector<const WorkerRecord*> free = FreeCandidatesLocked(run, &preparing);
   if (state == v1::JOB_STATE_WAITING) lifecycle.NoteQuorum(free.size() >= spec.min_workers());
   FormationInput in;
   in.job_state = state;
@@ -118,9 +136,16 @@ void Coordinator::MaybeFormGenerationLocked(JobRun& run, Effects* fx) {
     case Formation::kWait:
       job.SetWaitingMessage(absl::StrCat(decision.why, SelectorNote(spec)));
       return;
-    case Formation::kForm:
-      FormGenerationLocked(run, std::move(free), fx);
+    case Formation::kForm: {
+      std::vector<Candidate> candidates;
+      candidates.reserve(free.size());
+      for (const WorkerRecord* w : free) {
+        candidates.push_back(
+            Candidate{RankCandidate{w->id, w->host, w->device, w->machine_id}, w->held});
+      }
+      FormGenerationLocked(run, std::move(candidates), fx);
       return;
+    }
     case Formation::kAdmitJoiners:
       AdmitJoinersLocked(run, decision.why, fx);
       return;

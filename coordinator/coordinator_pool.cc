@@ -120,8 +120,24 @@ std::vector<JobRun*> Coordinator::RunningByPriorityLocked() const {
 
 uint32_t Coordinator::HeldCountLocked(const JobRun& run) const {
   uint32_t n = 0;
-  for (const WorkerRecord* w : registry_.All()) n += !w->lost() && w->job == run.id() ? 1 : 0;
+  for (const WorkerRecord* w : registry_.OfJob(run.id())) n += w->lost() ? 0 : 1;
   return n;
+}
+
+std::vector<const WorkerRecord*> Coordinator::PoolLocked() const {
+  // In no job, or in one that ended: walked by job, not over every worker
+  // (a registration among thousands costs what it changes).
+  std::vector<const WorkerRecord*> pool;
+  for (const std::string& job : registry_.JobsHolding()) {
+    if (const JobRun* run = FindRunLocked(job); !job.empty() && run != nullptr && run->active()) {
+      continue;
+    }
+    for (const WorkerRecord* w : registry_.OfJob(job)) {
+      if (InPoolLocked(*w)) pool.push_back(w);
+    }
+  }
+  std::sort(pool.begin(), pool.end(), SlotBefore);
+  return pool;
 }
 
 void Coordinator::AllocateLocked(Effects* fx) {
@@ -209,8 +225,9 @@ uint32_t Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
   want = std::min(want, QuotaLeftLocked(run.owner()));
   std::vector<WorkerRecord*> given;
   // Those holding this job's state first (no preparing), then the rest.
+  const std::vector<const WorkerRecord*> pool = PoolLocked();
   for (int pass = 0; pass < 2 && given.size() < want; ++pass) {
-    for (const WorkerRecord* w : registry_.All()) {
+    for (const WorkerRecord* w : pool) {
       if (given.size() == want) break;
       if (!InPoolLocked(*w) || !CanGive(*w, run.spec())) continue;
       // Let go for a queued job: kept for it.

@@ -65,6 +65,10 @@ class GenerationLifecycle {
 
   // Told to leave now (a member already told keeps its first time).
   void ToldToLeave(const std::string& worker_id) { leaving_.emplace(worker_id, clock_->Now()); }
+  // When the Coordinator last weighed forming a generation (it rations how
+  // often it does for jobs of thousands of workers).
+  absl::Time formation_checked_at() const { return formation_checked_at_; }
+  void set_formation_checked_at(absl::Time at) { formation_checked_at_ = at; }
   // It left (or is gone).
   void Left(const std::string& worker_id) { leaving_.erase(worker_id); }
   void ClearLeaving() { leaving_.clear(); }
@@ -127,6 +131,7 @@ class GenerationLifecycle {
   std::optional<absl::Time> quorum_since_;
   absl::Time recovering_since_;
   absl::Time last_formed_at_;
+  absl::Time formation_checked_at_ = absl::InfinitePast();
   // Members of the last generation that ended, for the change log.
   std::vector<std::string> last_members_;
 };

@@ -121,7 +121,10 @@ void BoundStatusView(const v1::JobStatus& full, uint32_t max_workers, v1::JobSta
   }
   summary->set_listed(static_cast<uint32_t>(view->workers_size()));
 
-  Truncate(view->mutable_members(), static_cast<int>(std::min<uint32_t>(max_workers, INT32_MAX)));
+  const int listed_ids = static_cast<int>(std::min<uint32_t>(max_workers, INT32_MAX));
+  Truncate(view->mutable_members(), listed_ids);
+  // Each job's members too: at 4,096 workers they were most of the answer.
+  for (v1::JobSummary& job : *view->mutable_jobs()) Truncate(job.mutable_members(), listed_ids);
   for (v1::GenerationChange& change : *view->mutable_generation_changes()) {
     change.set_ids_omitted(Truncate(change.mutable_left(), kChangeIds) +
                            Truncate(change.mutable_joined(), kChangeIds) +

@@ -136,6 +136,9 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   WorkerRecord* raw = record.get();
   by_id_[id] = std::move(record);
   by_slot_[slot] = id;
+  ordered_.insert(std::lower_bound(ordered_.begin(), ordered_.end(), raw, SlotBefore), raw);
+  std::vector<const WorkerRecord*>& unreserved = by_job_[""];
+  unreserved.insert(std::lower_bound(unreserved.begin(), unreserved.end(), raw, SlotBefore), raw);
   ++num_attached_;
   return raw;
 }
@@ -162,7 +165,41 @@ void WorkerRegistry::Erase(const std::string& id) {
   if (!w.lost_) --num_attached_;
   auto slot = by_slot_.find(absl::StrCat(w.host, "/", w.device.ToString()));
   if (slot != by_slot_.end() && slot->second == id) by_slot_.erase(slot);
+  const auto [first, last] = std::equal_range(ordered_.begin(), ordered_.end(), &w, SlotBefore);
+  ordered_.erase(std::find(first, last, &w));
+  MoveToJob(it->second.get(), "");
+  auto unreserved = by_job_.find("");
+  unreserved->second.erase(
+      std::find(unreserved->second.begin(), unreserved->second.end(), it->second.get()));
+  if (unreserved->second.empty()) by_job_.erase(unreserved);
   by_id_.erase(it);
+}
+
+void WorkerRegistry::MoveToJob(WorkerRecord* worker, const std::string& job_id) {
+  if (worker->job == job_id) return;
+  auto from = by_job_.find(worker->job);
+  if (from != by_job_.end()) {
+    const auto [first, last] =
+        std::equal_range(from->second.begin(), from->second.end(), worker, SlotBefore);
+    auto at = std::find(first, last, worker);
+    if (at != last) from->second.erase(at);
+    if (from->second.empty()) by_job_.erase(from);
+  }
+  std::vector<const WorkerRecord*>& to = by_job_[job_id];
+  to.insert(std::lower_bound(to.begin(), to.end(), worker, SlotBefore), worker);
+  worker->job = job_id;
+}
+
+const std::vector<const WorkerRecord*>& WorkerRegistry::OfJob(absl::string_view job_id) const {
+  static const std::vector<const WorkerRecord*> kNone;
+  auto it = by_job_.find(job_id);
+  return it == by_job_.end() ? kNone : it->second;
+}
+
+std::vector<std::string> WorkerRegistry::JobsHolding() const {
+  std::vector<std::string> jobs;
+  for (const auto& [job, workers] : by_job_) jobs.push_back(job);
+  return jobs;
 }
 
 void WorkerRegistry::SetState(WorkerRecord* w, v1::WorkerState state, std::string detail) {
@@ -330,14 +367,8 @@ void WorkerRegistry::Grace(absl::Duration paused) {
   }
 }
 
-std::vector<const WorkerRecord*> WorkerRegistry::All() const {
-  std::vector<const WorkerRecord*> all;
-  all.reserve(by_id_.size());
-  for (const auto& [id, w] : by_id_) all.push_back(w.get());
-  std::sort(all.begin(), all.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
-    return SlotKey(a->host, a->device, a->id) < SlotKey(b->host, b->device, b->id);
-  });
-  return all;
+bool SlotBefore(const WorkerRecord* a, const WorkerRecord* b) {
+  return SlotKey(a->host, a->device, a->id) < SlotKey(b->host, b->device, b->id);
 }
 
 }  // namespace ddp

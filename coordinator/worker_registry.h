@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/device.h"
@@ -128,6 +129,9 @@ class WorkerRecord {
 // Whether the worker is attached and in no generation's work (idle, or
 // done with or failed out of its last one): free to be assigned.
 bool IsFree(const WorkerRecord& w);
+
+// WorkerRegistry::All()'s order: by host, then device (then id).
+bool SlotBefore(const WorkerRecord* a, const WorkerRecord* b);
 
 class WorkerRegistry {
  public:
@@ -243,15 +247,21 @@ class WorkerRegistry {
 
   // The pool gives it to job `job_id`.
   void Reserve(WorkerRecord* worker, const std::string& job_id) {
-    worker->job = job_id;
+    MoveToJob(worker, job_id);
     worker->promised_to.clear();
   }
   // It goes back to the pool (its job ended or let it go), kept for job
   // `promised_to` if one is named.
   void Release(WorkerRecord* worker, const std::string& promised_to = "") {
-    worker->job.clear();
+    MoveToJob(worker, "");
     worker->promised_to = promised_to;
   }
+  // The workers job `job_id` holds ("": those in no job), in All()'s order:
+  // what allocation walks, so that a registration costs what it changes,
+  // not a walk over every worker. Valid until the next change of jobs.
+  const std::vector<const WorkerRecord*>& OfJob(absl::string_view job_id) const;
+  // The jobs that hold workers (lost ones too), and "" when some are in none.
+  std::vector<std::string> JobsHolding() const;
 
   // Marks lost every attached worker silent for longer than the heartbeat
   // timeout, and returns their ids. Also forgets long-lost workers.
@@ -261,8 +271,10 @@ class WorkerRegistry {
   // the pause does not count against its step either (hang detection).
   void Grace(absl::Duration paused);
 
-  // Every known worker, ordered by host, then device.
-  std::vector<const WorkerRecord*> All() const;
+  // Every known worker, ordered by host, then device: kept in order as
+  // workers come and go, so O(1) however often a decision walks them. Valid
+  // until the next Register or ExpireSilent.
+  const std::vector<const WorkerRecord*>& All() const { return ordered_; }
   size_t num_attached() const { return num_attached_; }
 
   const Options& options() const { return options_; }
@@ -279,6 +291,11 @@ class WorkerRegistry {
   // "host/device" -> worker id, so registration stays O(log n) with
   // thousands attached.
   std::map<std::string, std::string> by_slot_;
+  // by_id_'s records in All()'s order (SlotOrder).
+  std::vector<const WorkerRecord*> ordered_;
+  // The same by the job each is in (WorkerRecord::job), each in that order.
+  std::map<std::string, std::vector<const WorkerRecord*>, std::less<>> by_job_;
+  void MoveToJob(WorkerRecord* worker, const std::string& job_id);
   size_t num_attached_ = 0;
 };
 
