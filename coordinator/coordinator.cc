@@ -147,6 +147,11 @@ absl::StatusOr<Coordinator::Session> Coordinator::Attach(const v1::RegisterReque
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    if (options_.may_act && !options_.may_act()) {
+      return absl::UnavailableError(
+          "the coordinator's leadership is unconfirmed for a moment (etcd answers late); attach "
+          "again");
+    }
     const uint64_t id = next_session_++;
     bool took_over = false;
     absl::StatusOr<WorkerRecord*> registered =
@@ -235,7 +240,47 @@ absl::Status Coordinator::CheckMemberLocked(const JobRun& run, const WorkerRecor
   return absl::OkStatus();
 }
 
+bool Coordinator::HoldWhilePaused(const Session& session, const v1::WorkerMessage* message,
+                                  const std::string& closed_reason) {
+  absl::MutexLock lock(&held_mu_);
+  if (held_.empty() && (!options_.may_act || options_.may_act())) return false;
+  // Heartbeats and reports come again, newer: not held. What happened to a
+  // worker (its state, a checkpoint, an epoch's result, its stream closing)
+  // is, in order, up to a bound.
+  if (message != nullptr && (message->has_heartbeat() || message->has_reports())) return true;
+  if (held_.size() >= kMaxHeldEvents) {
+    DDP_LOG(Error) << "paused with " << held_.size() << " worker events held: dropping one of "
+                   << session.worker_id;
+    return true;
+  }
+  held_.push_back(HeldEvent{
+      session, message ? std::optional<v1::WorkerMessage>(*message) : std::nullopt, closed_reason});
+  return true;
+}
+
+void Coordinator::ReplayHeldEvents() {
+  while (true) {
+    HeldEvent event;
+    {
+      absl::MutexLock lock(&held_mu_);
+      if (held_.empty()) return;
+      event = std::move(held_.front());
+      held_.pop_front();
+    }
+    if (event.message) {
+      OnMessageNow(event.session, *event.message);
+    } else {
+      OnStreamClosedNow(event.session, event.closed_reason);
+    }
+  }
+}
+
 void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& message) {
+  if (HoldWhilePaused(session, &message, "")) return;
+  OnMessageNow(session, message);
+}
+
+void Coordinator::OnMessageNow(const Session& session, const v1::WorkerMessage& message) {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);
@@ -288,6 +333,11 @@ void Coordinator::OnMessage(const Session& session, const v1::WorkerMessage& mes
 }
 
 void Coordinator::OnStreamClosed(const Session& session, const std::string& reason) {
+  if (HoldWhilePaused(session, nullptr, reason)) return;
+  OnStreamClosedNow(session, reason);
+}
+
+void Coordinator::OnStreamClosedNow(const Session& session, const std::string& reason) {
   Effects fx;
   {
     absl::MutexLock lock(&mu_);

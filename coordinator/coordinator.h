@@ -27,6 +27,7 @@
 #define DDP_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -109,6 +110,12 @@ class Coordinator {
     OwnerQuotas owner_quotas;
     // How many ended jobs the history keeps (--job_history).
     size_t job_history = kDefaultJobHistory;
+    // Whether this coordinator may act now (a leader whose lease is
+    // confirmed); null: always. While it may not, what workers say of
+    // themselves is held and taken up, in order, at the next Tick (which
+    // the caller runs only while it may act), and registrations are refused
+    // with UNAVAILABLE.
+    std::function<bool()> may_act;
   };
   // The answer to SubmitJob: the spec with its defaults, or why not.
   using SubmitDone = PendingChanges::SubmitAnswer;
@@ -150,6 +157,8 @@ class Coordinator {
   void OnMessage(const Session& session, const v1::WorkerMessage& message);
   // The stream ended: the worker is lost.
   void OnStreamClosed(const Session& session, const std::string& reason);
+  // The most worker events held while the coordinator may not act.
+  static constexpr size_t kMaxHeldEvents = 100000;
 
   // Validates (INVALID_ARGUMENT names the field), runs validate_job, and
   // starts the job, or queues it (JobQueue) while other jobs are active
@@ -246,6 +255,22 @@ class Coordinator {
     // Run once that state is saved (or could not be).
     std::vector<StateWriter::Durable> on_durable;
   };
+  // A worker's message, or its stream closing, held while the coordinator
+  // may not act (Options::may_act).
+  struct HeldEvent {
+    Session session;
+    std::optional<v1::WorkerMessage> message;  // none: the stream closed
+    std::string closed_reason;
+  };
+  // Holds the event (true) while the coordinator may not act, or while
+  // events held before it are not taken up yet.
+  bool HoldWhilePaused(const Session& session, const v1::WorkerMessage* message,
+                       const std::string& closed_reason);
+  // Takes up the held events, oldest first.
+  void ReplayHeldEvents();
+  void OnMessageNow(const Session& session, const v1::WorkerMessage& message);
+  void OnStreamClosedNow(const Session& session, const std::string& reason);
+
   // A StateChange as the coordinator reads it.
   struct ReportedState {
     const v1::StateChange& change;
@@ -532,6 +557,9 @@ class Coordinator {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time published_at_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex held_mu_;
+  std::deque<HeldEvent> held_ ABSL_GUARDED_BY(held_mu_);
 
   mutable absl::Mutex snapshot_mu_;
   std::shared_ptr<const v1::JobStatus> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);

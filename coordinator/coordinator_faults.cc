@@ -15,6 +15,8 @@
 namespace ddp {
 
 void Coordinator::Tick() {
+  // What workers said while this coordinator could not act, first.
+  ReplayHeldEvents();
   Effects fx;
   {
     absl::MutexLock lock(&mu_);

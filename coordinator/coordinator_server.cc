@@ -126,6 +126,11 @@ absl::Status CoordinatorServer::InitCore() {
     state_store_ = std::move(*opened);
   }
   options_.core.state_store = state_store_.get();
+  if (const Leadership* leadership = options_.leadership) {
+    // A leader whose lease is unconfirmed for a moment pauses (worker
+    // events held) rather than acting on a lease that may have lapsed.
+    options_.core.may_act = [leadership] { return leadership->IsLeader(); };
+  }
   core_ = std::make_unique<Coordinator>(RealClock::Get(), options_.core);
   if (!state_store_) return absl::OkStatus();
   auto saved = state_store_->Load();
@@ -358,7 +363,9 @@ int CoordinatorServer::Wait() {
       return exit_code;
     }
     if (options_.exit_when_done && JobOver(ended_at, exit_code)) return exit_code;
-    if (options_.leadership != nullptr && !options_.leadership->IsLeader()) {
+    // Only a term that is over for good: a lease unconfirmed for a moment
+    // pauses the coordinator (the ticker and every call wait it out).
+    if (options_.leadership != nullptr && options_.leadership->Deposed()) {
       return kLostLeadership;
     }
   }

@@ -12,6 +12,9 @@ namespace {
 
 // How soon a failed renewal or read is tried again.
 constexpr absl::Duration kRetry = absl::Milliseconds(100);
+// A leader with no renewal confirmed for this many TTLs gives the term up:
+// by then etcd has surely let its lease go.
+constexpr int kGiveUpTtls = 2;
 
 }  // namespace
 
@@ -75,6 +78,7 @@ absl::Status LeaderElection::Start(const std::string& address) {
   key_ = me->key;
   create_revision_ = me->create_revision;
   renewer_ = std::thread([this] { RenewLoop(); });
+  for (int i = 0; i < kRenewalsInFlight; ++i) senders_.emplace_back([this] { RenewSender(); });
   observer_ = std::thread([this] { ObserveLoop(); });
   DDP_LOG(Info) << "campaigning for leadership as " << address_ << " (key " << key_
                 << ", lease TTL " << options_.lease_ttl << ")";
@@ -94,6 +98,8 @@ void LeaderElection::Stop(bool resign) {
   // Outside the lock: the watch's thread may be waiting for it.
   watch.reset();
   if (renewer_.joinable()) renewer_.join();
+  for (std::thread& sender : senders_) sender.join();
+  senders_.clear();
   if (observer_.joinable()) observer_.join();
   if (resign && lease != 0) {
     if (absl::Status s = etcd_->LeaseRevoke(lease); !s.ok()) {
@@ -122,20 +128,29 @@ bool LeaderElection::AwaitLoss(absl::Duration timeout) {
     return e->stopping_ || !e->lost_.empty();
   };
   while (true) {
-    // Wakes when the lease's time runs out, too: leadership ends then even
-    // if no renewal came back to say so (etcd unreachable, or this process
-    // was paused).
+    // Wakes when the give-up time comes, too: the term ends then even if no
+    // renewal came back to say so (etcd unreachable, or this process was
+    // paused).
     absl::Time deadline = end;
-    if (won_) deadline = std::min(deadline, renewed_at_ + options_.lease_ttl - margin_);
+    if (won_) deadline = std::min(deadline, renewed_at_ + kGiveUpTtls * options_.lease_ttl);
     clock_->AwaitWithDeadline(mu_, absl::Condition(over, this), deadline);
+    CheckGiveUpLocked();
     if (!lost_.empty()) return true;
     if (stopping_) return false;
-    if (won_ && !LeadingLocked()) {
-      LoseLocked(NotRenewed());
-      return true;
-    }
     if (clock_->Now() >= end) return false;
   }
+}
+
+void LeaderElection::CheckGiveUpLocked() {
+  if (won_ && lost_.empty() && clock_->Now() >= renewed_at_ + kGiveUpTtls * options_.lease_ttl) {
+    LoseLocked(NotRenewed());
+  }
+}
+
+bool LeaderElection::Deposed() const {
+  absl::MutexLock lock(&mu_);
+  return won_ &&
+         (!lost_.empty() || clock_->Now() >= renewed_at_ + kGiveUpTtls * options_.lease_ttl);
 }
 
 bool LeaderElection::LeadingLocked() const {
@@ -214,8 +229,8 @@ uint64_t LeaderElection::leader_changes() const {
 }
 
 std::string LeaderElection::NotRenewed() const {
-  return absl::StrCat("its lease was not renewed within ",
-                      absl::FormatDuration(options_.lease_ttl - margin_));
+  return absl::StrCat("no renewal of its lease was confirmed for ",
+                      absl::FormatDuration(kGiveUpTtls * options_.lease_ttl), " (twice the TTL)");
 }
 
 void LeaderElection::LoseLocked(const std::string& why) {
@@ -230,46 +245,71 @@ void LeaderElection::RenewLoop() {
   auto stopping =
       +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_; };
   while (!clock_->AwaitWithDeadline(mu_, absl::Condition(stopping, this), next)) {
-    if (won_ && !LeadingLocked()) {
-      LoseLocked(NotRenewed());
-    }
+    CheckGiveUpLocked();
     // A leader that lost is done: the coordinator starts over.
     if (won_ && !lost_.empty()) return;
+    // Every renew_every, whether or not the last ones came back: a sender
+    // that is free takes it (none free: they are all stuck, and the next
+    // goes out as one comes back).
+    if (renewals_due_.empty() && renewals_in_flight_ < kRenewalsInFlight) {
+      renewals_due_.push_back(clock_->Now());
+    }
+    next = clock_->Now() + renew_every_;
+  }
+}
+
+void LeaderElection::RenewSender() {
+  auto wake = +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+    return e->stopping_ || !e->renewals_due_.empty();
+  };
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(wake, this));
+    if (stopping_) return;
+    renewals_due_.pop_back();
+    ++renewals_in_flight_;
     const int64_t lease = lease_;
     const absl::Time sent = clock_->Now();
     mu_.Unlock();
     absl::StatusOr<absl::Duration> renewed = etcd_->LeaseKeepAlive(lease);
-    absl::StatusOr<Candidate> again;
+    absl::StatusOr<Candidate> again = absl::UnknownError("not standing again");
+    bool stand_again = false;
     if (absl::IsNotFound(renewed.status())) {
-      bool standby;
       {
         absl::MutexLock relock(&mu_);
-        standby = !won_;
+        // One sender stands again for a standby; a leader's term is over.
+        stand_again = !won_ && !entering_ && lease == lease_;
+        if (stand_again) entering_ = true;
       }
       // A standby whose lease lapsed (it was paused, or cut off) stands
       // again at the back of the line.
-      if (standby) again = Enter();
+      if (stand_again) again = Enter();
     }
     mu_.Lock();
-    trouble_ = renewed.ok() || absl::IsNotFound(renewed.status())
-                   ? ""
-                   : std::string(renewed.status().message());
-    if (renewed.ok()) {
-      renewed_at_ = std::max(renewed_at_, sent);
-      next = sent + renew_every_;
-    } else if (absl::IsNotFound(renewed.status()) && won_) {
-      LoseLocked("its lease expired");
-    } else if (again.ok() && !again->key.empty()) {
-      DDP_LOG(Warning) << "lease " << lease << " had expired; standing again with key "
-                       << again->key;
-      lease_ = again->lease;
-      key_ = again->key;
-      create_revision_ = again->create_revision;
-      dirty_ = true;
-      next = clock_->Now() + renew_every_;
-    } else {
-      next = clock_->Now() + kRetry;
-    }
+    --renewals_in_flight_;
+    if (stand_again) entering_ = false;
+    OnRenewed(lease, sent, renewed, again);
+  }
+}
+
+void LeaderElection::OnRenewed(int64_t lease, absl::Time sent,
+                               const absl::StatusOr<absl::Duration>& renewed,
+                               const absl::StatusOr<Candidate>& again) {
+  if (lease != lease_) return;  // about a lease given up since
+  trouble_ = renewed.ok() || absl::IsNotFound(renewed.status())
+                 ? ""
+                 : std::string(renewed.status().message());
+  if (renewed.ok()) {
+    // Late or not: the lease holds until at least `sent` + TTL.
+    renewed_at_ = std::max(renewed_at_, sent);
+  } else if (absl::IsNotFound(renewed.status()) && won_) {
+    LoseLocked("its lease expired");
+  } else if (again.ok() && !again->key.empty()) {
+    DDP_LOG(Warning) << "lease " << lease << " had expired; standing again with key " << again->key;
+    lease_ = again->lease;
+    key_ = again->key;
+    create_revision_ = again->create_revision;
+    dirty_ = true;
   }
 }
 

@@ -1,23 +1,30 @@
 // One leader among coordinators that share their state in etcd, by etcd's
 // election recipe: each candidate puts a key under PREFIX/leader/ bound to a
-// lease of its own (kept alive every TTL/6); the key with the lowest create
-// revision leads. A candidate watches the prefix (no polling) and looks
-// again at every change.
+// lease of its own; the key with the lowest create revision leads. A
+// candidate watches the prefix (no polling) and looks again at every change.
 //
 // Safety does not rest on timing: every write of the leader is a
 // transaction guarded by Guard() (its key still exists with the create
 // revision it was made with, so its lease still holds), which a deposed
 // leader's writes fail. Timing only makes the leader stop acting early: it
-// counts itself leader until the last renewal it sent plus the TTL less a
-// margin, which is before the lease can expire on the etcd side (the server
-// counts the TTL from when the renewal arrived). A leader paused past that
-// (SIGSTOP) or cut off from etcd is no longer leader the moment it looks.
+// acts (IsLeader) until the send time of its newest renewal etcd confirmed
+// plus the TTL less a margin, which is before the lease can expire on the
+// etcd side (the server counts the TTL from when a renewal arrived).
+//
+// Renewals go out every TTL/6 whether or not the last ones came back (up to
+// kRenewalsInFlight at once, each on a thread of its own), so one renewal
+// stuck on a slow etcd member or a starved thread does not hold up the
+// next. A leader whose renewals come back late stops acting meanwhile and
+// acts again once a newer one is confirmed (an etcd raft election, a loaded
+// machine): only etcd saying the lease or the key is gone, or no renewal
+// confirmed for twice the TTL, ends the term (Deposed).
 //
 // Losing leadership is final for this object: the coordinator drops the
 // term's memory and campaigns anew (ddp-coordinator re-executes itself).
 //
-// Thread-safe. The campaign runs on two threads of its own (renewals, and
-// reading the candidates after each change).
+// Thread-safe. The campaign runs on threads of its own (the renewal clock,
+// the renewals, and reading the candidates after each change); none of them
+// ever waits on the coordinator's lock.
 #ifndef DDP_COORDINATOR_LEADER_ELECTION_H_
 #define DDP_COORDINATOR_LEADER_ELECTION_H_
 
@@ -68,6 +75,9 @@ class LeaderElection final : public Leadership {
   void Stop(bool resign);
 
   bool IsLeader() const override;
+  bool Deposed() const override;
+  // Renewals sent and not answered yet, at most.
+  static constexpr int kRenewalsInFlight = 3;
   std::string LeaderAddress() const override;
   v1::CoordinatorLeadership Describe() const override;
 
@@ -93,6 +103,13 @@ class LeaderElection final : public Leadership {
   // A new lease and a candidate key under it.
   absl::StatusOr<Candidate> Enter();
   void RenewLoop();
+  // One renewal thread: sends what RenewLoop hands it, one at a time.
+  void RenewSender();
+  // Takes up the answer to the renewal of `lease` sent at `sent`.
+  void OnRenewed(int64_t lease, absl::Time sent, const absl::StatusOr<absl::Duration>& renewed,
+                 const absl::StatusOr<Candidate>& again) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A leader with no renewal confirmed for twice the TTL gives up.
+  void CheckGiveUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ObserveLoop();
   // Watches the candidates from `from_revision` on, in place of the watch
   // there was.
@@ -133,7 +150,13 @@ class LeaderElection final : public Leadership {
   uint64_t leader_changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<EtcdWatch> watch_ ABSL_GUARDED_BY(mu_);
   bool watch_failed_ ABSL_GUARDED_BY(mu_) = false;
+  // Renewals RenewLoop asked for (their send times), not yet taken by a
+  // sender; senders busy with one; a standby standing again now.
+  std::vector<absl::Time> renewals_due_ ABSL_GUARDED_BY(mu_);
+  int renewals_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool entering_ ABSL_GUARDED_BY(mu_) = false;
   std::thread renewer_, observer_;
+  std::vector<std::thread> senders_;
 };
 
 }  // namespace ddp

@@ -24,8 +24,13 @@ class Leadership {
  public:
   virtual ~Leadership() = default;
   // True only while this coordinator leads and its lease surely still holds
-  // on the etcd side.
+  // on the etcd side. It may turn false for a while and true again (a
+  // renewal answered late, an etcd leader election): the coordinator only
+  // pauses meanwhile.
   virtual bool IsLeader() const = 0;
+  // The term is over for good (etcd said the lease or the key is gone, or
+  // no renewal came back for twice the TTL): the coordinator starts over.
+  virtual bool Deposed() const = 0;
   // The leader's address, or "" while none is known (an election).
   virtual std::string LeaderAddress() const = 0;
   virtual v1::CoordinatorLeadership Describe() const = 0;

@@ -149,9 +149,10 @@ class BadInputTest(unittest.TestCase):
                          [("steady", "JOB_STATE_RUNNING"), ("other", "JOB_STATE_QUEUED")])
         self.assertEqual(client.call(C + "GetJob", '{"job_id": "other"}')["spec"]["priority"], 3)
         client.call(C + "CancelJob", '{"job_id": "other"}')
-        self.assertRpcError(grpc.StatusCode.NOT_FOUND, "steady", C + "GetJob",
-                            '{"job_id": "other"}')
-        self.assertRpcError(grpc.StatusCode.NOT_FOUND, "steady", C + "CancelJob",
+        # Kept as a job that ended before it started: cancelled once only.
+        self.assertEqual(client.call(C + "GetJob", '{"job_id": "other"}')["state"],
+                         "JOB_STATE_CANCELLED")
+        self.assertRpcError(grpc.StatusCode.FAILED_PRECONDITION, "already ended", C + "CancelJob",
                             '{"job_id": "other"}')
         self.assertUntouched()
 

@@ -1,6 +1,7 @@
 // Acknowledged means durable: SubmitJob and CancelJob answer only once the
 // state holding their effect is saved, and a save that fails answers
 // UNAVAILABLE and changes nothing.
+#include <atomic>
 #include <memory>
 
 #include "absl/synchronization/notification.h"
@@ -146,6 +147,27 @@ TEST_F(DurabilityTest, CancelJob_QueuedJob_GoneFromTheQueueOnDiskBeforeTheAnswer
   ASSERT_THAT(Cancel(*core_, "queued", "not needed"), IsOk());
   EXPECT_EQ(OnDisk().queue_size(), 0);
   EXPECT_EQ(Successor()->GetJob("queued")->state(), v1::JOB_STATE_CANCELLED);
+}
+
+// A leader whose lease is unconfirmed for a moment pauses: what workers say
+// of themselves meanwhile is held (not acted on), registrations are refused,
+// and everything held is taken up in order once it may act again.
+TEST_F(CoordinatorTest, MayNotAct_WorkerEventsHeldThenTakenUpInOrder) {
+  std::atomic<bool> may_act{true};
+  Coordinator::Options options = TestOptions();
+  options.may_act = [&may_act] { return may_act.load(); };
+  core_ = std::make_unique<Coordinator>(&clock_, options);
+  auto w = Start(2, Job(2));
+  ASSERT_EQ(w[0].assignment().generation(), 1u);
+  may_act = false;
+  // w1's stream closes: held, so nothing re-forms while paused.
+  core_->OnStreamClosed(w[1].session, "connection reset");
+  EXPECT_TRUE(w[0].aborts().empty());
+  EXPECT_THAT(Attach("h", "cpu:7"), StatusIs(absl::StatusCode::kUnavailable));
+  may_act = true;
+  core_->Tick();
+  ASSERT_EQ(w[0].aborts().size(), 1u);  // the loss, taken up
+  EXPECT_EQ(Status().state(), v1::JOB_STATE_RECOVERING);
 }
 
 }  // namespace

@@ -446,6 +446,7 @@ TEST_F(AuthorizedServiceTest, WatchAndStore_WrongRole_PermissionDenied) {
 class SetLeadership final : public Leadership {
  public:
   bool IsLeader() const override { return leader; }
+  bool Deposed() const override { return false; }
   std::string LeaderAddress() const override { return address; }
   v1::CoordinatorLeadership Describe() const override {
     v1::CoordinatorLeadership out;
