@@ -14,6 +14,7 @@
 #include "common/json_keys.h"
 #include "common/labels.h"
 #include "common/quote.h"
+#include "common/torchvision_transforms.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
@@ -64,11 +65,19 @@ absl::Status CheckImageTransforms(
     const std::string at = absl::StrCat(field, "[", i, "]");
     const bool sized =
         t.kind() == "Resize" || t.kind() == "CenterCrop" || t.kind() == "RandomResizedCrop";
+    if (t.kind() == "Normalize") {
+      // What CanonicalTransforms could not move into dataset.normalize.
+      return FieldError(at,
+                        "Normalize must be the last transform (after ToTensor), and agree "
+                        "with dataset.normalize if both are given");
+    }
     if (!sized && t.kind() != "RandomHorizontalFlip") {
       return FieldError(absl::StrCat(at, ".kind"),
-                        absl::StrCat("unknown transform ", Quote(t.kind()),
-                                     "; expected one of Resize, CenterCrop, RandomResizedCrop, "
-                                     "RandomHorizontalFlip"));
+                        absl::StrCat("unknown transform ", Quote(t.kind()), "; expected one of ",
+                                     kSupportedTransforms));
+    }
+    if (t.mean_size() > 0 || t.std_size() > 0) {
+      return FieldError(at, absl::StrCat("mean and std are Normalize's, not ", t.kind(), "'s"));
     }
     if (sized != (t.size_size() == 1 || t.size_size() == 2)) {
       return FieldError(absl::StrCat(at, ".size"),
@@ -273,6 +282,9 @@ v1::JobSpec WithDefaults(v1::JobSpec spec) {
     if (data->test_size() == 0) data->set_test_size(1024);
   }
   if (data_kind == v1::DATASET_KIND_IMAGE_FOLDER || data_kind == v1::DATASET_KIND_SHARDS) {
+    // A torchvision list's ToTensor and ending Normalize, as the pipeline
+    // has them.
+    CanonicalTransforms(data);
     if (data->loader_threads() == 0) data->set_loader_threads(2);
     if (data->prefetch_batches() == 0) data->set_prefetch_batches(4);
     if (data->test_transforms_size() == 0) {
@@ -560,6 +572,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, const BuildCapabilities& /
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(absl::string_view json,
                                              const BuildCapabilities& build) {
   if (absl::Status s = CheckNoDuplicateKeys(json); !s.ok()) return s;
+  // torchvision's transforms that the pipeline lacks, named, before the
+  // parser's "Cannot find field".
+  if (absl::Status s = CheckTransformsJson(json); !s.ok()) return s;
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

@@ -342,18 +342,22 @@ void Coordinator::OnStreamClosedNow(const Session& session, const std::string& r
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    // A program that said it was done, leaving as told once its job ended:
-    // gone, but DONE in the status, not lost.
+    // A worker whose work was over (it finished its job's last step and the
+    // job ended, or the coordinator told it to stop), leaving: gone, but
+    // DONE in the status, not lost.
     const WorkerRecord* before = registry_.FindAttached(session.worker_id, session.id);
     if (before == nullptr) return;
     JobRun& run = RunOfLocked(*before);  // the job the worker was in
-    const bool finished = before->capabilities.program() &&
-                          before->state() == v1::WORKER_STATE_DONE && run.progress().ended();
+    const bool finished = before->state() == v1::WORKER_STATE_DONE && run.progress().ended();
+    const bool stopped = before->told_to_stop;
     if (!registry_.MarkLost(session.worker_id, session.id, reason)) return;
     dirty_ = true;
     WorkerRecord* worker = registry_.Find(session.worker_id);
     OnWorkerLostLocked(run, worker, &fx);
-    if (finished) registry_.MarkProgramExited(worker);
+    if (finished || stopped) {
+      registry_.MarkExited(
+          worker, stopped ? "exited: the coordinator stopped it" : "exited after its job ended");
+    }
     AllocateLocked(&fx);
   }
   Apply(fx);
@@ -372,6 +376,7 @@ void Coordinator::StopAllWorkers(const std::string& reason) {
       v1::CoordinatorMessage message;
       message.mutable_stop()->set_reason(reason);
       fx.sends.emplace_back(channel.second, std::move(message));
+      if (WorkerRecord* w = registry_.Find(id)) w->told_to_stop = true;
     }
   }
   Apply(fx);

@@ -119,6 +119,8 @@ std::vector<JobRun*> Coordinator::RunningByPriorityLocked() const {
 }
 
 uint32_t Coordinator::HeldCountLocked(const JobRun& run) const {
+  // A job that ended holds none (its workers only keep showing its ranks).
+  if (!run.active()) return 0;
   uint32_t n = 0;
   for (const WorkerRecord* w : registry_.OfJob(run.id())) n += w->lost() ? 0 : 1;
   return n;

@@ -68,7 +68,7 @@ void Coordinator::PublishLocked() {
   for (const auto& each : runs_) {
     v1::JobSummary* s = status->add_jobs();
     *s = each->Summary(clock_->Now());
-    s->set_workers(held[each->id()]);
+    s->set_workers(each->active() ? held[each->id()] : 0);
   }
   // What GetStatus answers: the job as above, with a bounded worker list.
   // Its own heap copy: a WatchStatus stream holding it must not keep the

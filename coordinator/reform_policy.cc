@@ -51,8 +51,15 @@ FormationDecision DecideFormation(const FormationInput& in) {
   switch (in.job_state) {
     case v1::JOB_STATE_WAITING: {
       if (in.free_workers < in.min_workers) {
-        return {Formation::kWait, absl::StrCat("waiting for ", Workers(in.min_workers), " (",
-                                               in.free_workers, " attached", Preparing(in), ")")};
+        // "(4 attached: 1 ready, 3 still preparing)": every worker the job
+        // holds is attached, ready or not.
+        const std::string held =
+            in.preparing_workers == 0
+                ? absl::StrCat(in.free_workers, " attached")
+                : absl::StrCat(in.free_workers + in.preparing_workers,
+                               " attached: ", in.free_workers, " ready", Preparing(in));
+        return {Formation::kWait,
+                absl::StrCat("waiting for ", Workers(in.min_workers), " (", held, ")")};
       }
       if (in.free_workers >= in.max_workers) return {Formation::kForm, ""};
       const absl::Time since = in.quorum_since.value_or(now);

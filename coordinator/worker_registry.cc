@@ -268,8 +268,8 @@ void WorkerRegistry::MarkFailed(WorkerRecord* worker, const std::string& detail)
   SetState(worker, v1::WORKER_STATE_FAILED, detail);
 }
 
-void WorkerRegistry::MarkProgramExited(WorkerRecord* worker) {
-  SetState(worker, v1::WORKER_STATE_DONE, "done; its program exited after the job ended");
+void WorkerRegistry::MarkExited(WorkerRecord* worker, const std::string& detail) {
+  SetState(worker, v1::WORKER_STATE_DONE, detail);
 }
 
 bool WorkerRegistry::RecordHeartbeat(WorkerRecord* worker, const v1::Heartbeat& heartbeat) {

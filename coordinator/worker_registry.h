@@ -107,6 +107,9 @@ class WorkerRecord {
   // whether that failed: it is not asked again until it attaches anew.
   std::string prepare_asked;
   bool prepare_failed = false;
+  // The coordinator told it to stop (its job ended and the coordinator
+  // exits): its stream closing then is not a loss.
+  bool told_to_stop = false;
   // When `step` last grew (or its generation started): hang detection.
   absl::Time step_advanced_at;
   // The job the pool gave it (empty: free for any job). Only that job
@@ -194,7 +197,9 @@ class WorkerRegistry {
   void Evict(WorkerRecord* worker, const std::string& reason) { MarkLostRecord(worker, reason); }
   // A lost program on the library that had said DONE exited after its job
   // ended, as told: gone, but DONE in the status, not LOST.
-  void MarkProgramExited(WorkerRecord* worker);
+  // It exited once its work was over (its job ended, or the coordinator
+  // told it to stop): DONE with `detail`, not LOST.
+  void MarkExited(WorkerRecord* worker, const std::string& detail);
 
   // ---- What the worker reports (its state does not change, except that a
   // step report says a worker at the rendezvous trains).

@@ -76,6 +76,15 @@ class OutboxObserver final : public TrainingObserver {
     board_->step = held.step();
     board_->epoch = held.epoch();
     board_->cursor = held.cursor();
+    if (indices_) {
+      // A reader of the log sees where this generation goes on from: lines
+      // of steps after it, from an earlier generation, were undone.
+      indices_->Append(absl::StrFormat(
+          "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, "
+          "\"starts_after_step\": %d, \"note\": \"generation start: earlier lines of steps "
+          "after %d were not committed\"}",
+          a_.job_id(), a_.generation(), a_.rank(), a_.world_size(), held.step(), held.step()));
+    }
     on_started_(held, detail);
   }
   void OnStepIndices(uint64_t step, uint64_t epoch, absl::Span<const int64_t> indices) override {

@@ -14,14 +14,22 @@ import glob
 import json
 
 
-def read_lines(pattern):
+def read_lines(pattern, markers=None):
+    """The step lines of the index logs matching `pattern`; the generation
+    start markers (a generation's `starts_after_step`) go to `markers`, a
+    list, when given."""
     lines = []
     for path in glob.glob(pattern):
         with open(path) as f:
             for line in f:
                 line = line.strip()
-                if line:
-                    lines.append(json.loads(line))
+                if not line:
+                    continue
+                record = json.loads(line)
+                if "indices" in record:
+                    lines.append(record)
+                elif markers is not None:
+                    markers.append(record)
     return lines
 
 

@@ -54,12 +54,19 @@ def jobs(cluster):
 
 
 def check_every_sample_once(test, cluster, epochs_by_job):
-    """Every epoch of each job trained every sample once; returns the lines."""
-    lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"))
+    """Every epoch of each job trained every sample once; returns the lines.
+    Each generation's lines follow a marker saying where it goes on from, so
+    a step logged twice (undone, then trained again) is told apart."""
+    markers = []
+    lines = coverage.read_lines(os.path.join(cluster.dir, "*.idx.jsonl"), markers)
     for name, epochs in epochs_by_job.items():
         mine = [l for l in lines if l["job"] == name]
         test.assertTrue(mine, name)
         coverage.check(mine, TRAIN, epochs)
+        _, start = coverage.committed_lines(mine)
+        marked = {(m["generation"], m["starts_after_step"]) for m in markers if m["job"] == name}
+        for generation, after in start.items():
+            test.assertIn((generation, after), marked, (name, generation))
     return lines
 
 

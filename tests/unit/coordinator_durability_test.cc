@@ -170,5 +170,24 @@ TEST_F(CoordinatorTest, MayNotAct_WorkerEventsHeldThenTakenUpInOrder) {
   EXPECT_EQ(Status().state(), v1::JOB_STATE_RECOVERING);
 }
 
+// A job that ended holds no workers, and a worker that leaves once its job
+// ended (or once told to stop) is done, not lost.
+TEST_F(CoordinatorTest, JobEnded_HoldsNoWorkers_AndThoseLeavingAfterwardAreNotLost) {
+  auto w = Start(2, Job(2));
+  for (const auto& x : w) SendState(x, 1, v1::WORKER_STATE_DONE);
+  ASSERT_EQ(Status().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(core_->GetJob("test-job")->workers(), 0u);
+  core_->OnStreamClosed(w[0].session, "exited");
+  core_->StopAllWorkers("the coordinator exits");
+  core_->OnStreamClosed(w[1].session, "exited");
+  const v1::JobStatus status = Status();
+  for (const auto& x : w) {
+    const v1::WorkerStatus* ws = Find(status, x.id());
+    ASSERT_NE(ws, nullptr);
+    EXPECT_EQ(ws->state(), v1::WORKER_STATE_DONE) << ws->detail();
+  }
+  EXPECT_EQ(status.jobs(0).workers(), 0u);
+}
+
 }  // namespace
 }  // namespace ddp

@@ -56,9 +56,11 @@ TEST_F(CoordinatorPrepareTest, Unprepared_NoGenerationUntilTheyHoldTheState) {
   ASSERT_THAT(Submit(*core_, Job(2)), IsOk());
   Pass(absl::Seconds(5), {{a}, {b}});
   EXPECT_EQ(a.assignments(), 0u);
-  EXPECT_THAT(Status().message(), HasSubstr("2 still preparing"));
+  EXPECT_THAT(Status().message(),
+              HasSubstr("waiting for 2 workers (2 attached: 0 ready, 2 still preparing)"));
   Prepared(a);
   EXPECT_EQ(a.assignments(), 0u);
+  EXPECT_THAT(Status().message(), HasSubstr("(2 attached: 1 ready, 1 still preparing)"));
   Prepared(b);
   ASSERT_EQ(a.assignments(), 1u);
   EXPECT_EQ(a.assignment().state_source(), v1::STATE_SOURCE_FRESH) << "a prepared state is fresh";

@@ -97,7 +97,7 @@ TEST(JobSpec, ImageFolder_BadTransforms_NameTheStep) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.path")));
   EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d", "transforms": [{"kind": "Blur"}]})"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dataset.transforms[0].kind: unknown transform \"Blur\"")));
+                       HasSubstr("dataset.transforms[0].kind: \"Blur\" is not supported")));
   EXPECT_THAT(bad(R"({"kind": "image-folder", "path": "/d",
                       "transforms": [{"kind": "Resize", "size": [256]}]})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one size for every image")));
@@ -109,6 +109,45 @@ TEST(JobSpec, ImageFolder_BadTransforms_NameTheStep) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.normalize")));
   EXPECT_THAT(bad(R"({"kind": "synthetic", "transforms": [{"kind": "RandomHorizontalFlip"}]})"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"shards\" only")));
+}
+
+// The list torchvision users write, as they write it.
+TEST(JobSpec, ImageFolder_TorchvisionList_ToTensorTakenAndNormalizeMoved) {
+  auto spec = ParseJobSpecJson(R"({"name": "imgs", "dataset": {"kind": "image-folder",
+      "path": "/data/train", "transforms": [{"kind": "RandomResizedCrop", "size": [224]},
+      {"kind": "RandomHorizontalFlip"}, {"kind": "ToTensor"},
+      {"kind": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}]}})",
+                               CpuBuild());
+  ASSERT_THAT(spec, IsOk());
+  const v1::DatasetSpec& d = spec->dataset();
+  ASSERT_EQ(d.transforms_size(), 2);
+  EXPECT_EQ(d.transforms(1).kind(), "RandomHorizontalFlip");
+  ASSERT_EQ(d.normalize().mean_size(), 3);
+  EXPECT_FLOAT_EQ(d.normalize().std(2), 0.225f);
+  EXPECT_EQ(d.test_transforms_size(), 2);  // Resize, CenterCrop: no ToTensor, no Normalize
+  EXPECT_EQ(WithDefaults(*spec).SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(JobSpec, ImageFolder_TorchvisionTransformsItLacks_NamedWithWhatToWrite) {
+  const auto bad = [](const std::string& transforms) {
+    return ParseJobSpecJson(absl::StrCat(R"({"name": "i", "dataset": {"kind": "image-folder",
+        "path": "/d", "transforms": )",
+                                         transforms, "}}"),
+                            CpuBuild())
+        .status();
+  };
+  EXPECT_THAT(bad(R"([{"kind": "ColorJitter", "brightness": 0.4}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("dataset.transforms[0].kind: \"ColorJitter\" is not "
+                                       "supported"),
+                             HasSubstr("Normalize"))));
+  EXPECT_THAT(bad(R"([{"kind": "Resize", "size": [32], "interpolation": 2}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Resize takes no \"interpolation\" (it takes size)")));
+  EXPECT_THAT(bad(R"([{"kind": "Normalize", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+                      {"kind": "CenterCrop", "size": [8]}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Normalize must be the last transform")));
 }
 
 TEST(JobSpec, Shards_PathRequiredAndTheirOwnIndex) {

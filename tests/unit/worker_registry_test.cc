@@ -385,8 +385,8 @@ TEST_F(WorkerRegistryTest, Transitions_Table_EachLeavesTheStateAndDetailOperator
        [](WorkerRegistry& r, WorkerRecord* w) { r.Evict(w, "evicted as hung"); },
        v1::WORKER_STATE_LOST, "evicted as hung", 3, true},
       {"ProgramExitedAfterItsJob_DoneNotLost", done_and_gone,
-       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkProgramExited(w); }, v1::WORKER_STATE_DONE,
-       "done; its program exited after the job ended", 3, true},
+       [](WorkerRegistry& r, WorkerRecord* w) { r.MarkExited(w, "exited after its job ended"); },
+       v1::WORKER_STATE_DONE, "exited after its job ended", 3, true},
   };
   for (const TransitionRow& row : rows) {
     SCOPED_TRACE(row.name);

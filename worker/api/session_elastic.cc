@@ -96,12 +96,13 @@ void Session::Impl::AtStepBoundary() {
       DDP_LOG(Warning) << "re-forming again: " << e.what();
     }
   }
+  LogGenerationStart();
   DDP_LOG(Info) << "re-formed into generation " << joined->assignment().generation() << " as rank "
                 << rank << " of " << world_size << " at step " << committed.step << " (epoch "
                 << committed.epoch << ", cursor " << committed.cursor << ") after: " << why;
 }
 
-void Session::Impl::LogBatch(const std::vector<size_t>& batch, uint64_t epoch) {
+bool Session::Impl::OpenIndexLog() {
   if (!index_log_looked_up) {
     index_log_looked_up = true;
     const char* path = std::getenv("DDP_INDEX_LOG");
@@ -111,7 +112,23 @@ void Session::Impl::LogBatch(const std::vector<size_t>& batch, uint64_t epoch) {
       if (!file.ok()) DDP_LOG(Warning) << file.status().message();
     }
   }
-  if (!index_log) return;
+  return index_log.has_value();
+}
+
+void Session::Impl::LogGenerationStart() {
+  if (!OpenIndexLog() || !joined) return;
+  // Where the new generation goes on from: earlier lines of later steps
+  // were undone.
+  index_log->Append(absl::StrFormat(
+      "{\"job\": \"%s\", \"generation\": %d, \"rank\": %d, \"world_size\": %d, "
+      "\"starts_after_step\": %d, \"note\": \"generation start: earlier lines of steps after %d "
+      "were not committed\"}",
+      joined->assignment().job_id(), joined->assignment().generation(), rank, world_size,
+      committed.step, committed.step));
+}
+
+void Session::Impl::LogBatch(const std::vector<size_t>& batch, uint64_t epoch) {
+  if (!OpenIndexLog()) return;
   const uint64_t generation = joined ? joined->assignment().generation() : 0;
   const std::string job = joined ? joined->assignment().job_id() : "";
   // The step this batch belongs to: the next one to commit.

@@ -168,6 +168,11 @@ struct Session::Impl {
   // written before the batch trains, as ddp-worker --index_log writes them
   // (tests/chaos/coverage.py checks every sample is trained once).
   void LogBatch(const std::vector<size_t>& batch, uint64_t epoch);
+  // A line saying where a re-formed generation goes on from (earlier lines
+  // of later steps were undone).
+  void LogGenerationStart();
+  // Opens DDP_INDEX_LOG once; whether there is one.
+  bool OpenIndexLog();
   std::optional<LineFile> index_log;
   bool index_log_looked_up = false;
 
