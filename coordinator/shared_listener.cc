@@ -49,6 +49,7 @@ int TakeHandedDown(int port) {
     return -1;
   }
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   return fd;
 }
 
@@ -83,7 +84,9 @@ absl::StatusOr<std::unique_ptr<SharedListener>> SharedListener::Listen(const std
   for (const addrinfo* a = found; a != nullptr && IsWildcardHost(host); a = a->ai_next) {
     if (a->ai_family == AF_INET6) chosen = a;
   }
-  const int fd = ::socket(chosen->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a connection reset between poll and accept must not
+  // hold the loop until the next one comes.
+  const int fd = ::socket(chosen->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     ::freeaddrinfo(found);
     return absl::UnavailableError(
@@ -149,7 +152,9 @@ void SharedListener::AcceptLoop() {
       return;
     }
     if (fds[1].revents != 0) return;
-    const int connection = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking, as gRPC's own listener makes its connections: its
+    // pollers read them, and a blocking one would stall every call.
+    const int connection = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (connection < 0) {
       // The peer gave up before we took it, or descriptors ran out for a
       // moment: nothing to hand over.

@@ -89,7 +89,7 @@ class ReadmeFailoverTest(unittest.TestCase):
                                           self.status()), 180, "the README's job to train")
         leader = training["leadership"]["leader"]
         port = int(leader.rsplit(":", 1)[1])
-        pid = int(subprocess.run(["pgrep", "-f", "--listen 127.0.0.1:%d" % port],
+        pid = int(subprocess.run(["pgrep", "-f", "--", "--listen 127.0.0.1:%d" % port],
                                  capture_output=True, text=True).stdout.split()[0])
         step = int(training["global_step"])
         os.kill(pid, signal.SIGKILL)
