@@ -15,6 +15,8 @@ namespace {
 constexpr absl::Duration kRateWindow = absl::Seconds(20);
 constexpr size_t kStepTimeWindow = 64;
 constexpr size_t kMaxBadSamplesKept = 32;
+// The newest step's weight in a rank's average share of waiting on data.
+constexpr double kDataWaitWeight = 0.2;
 
 }  // namespace
 
@@ -89,10 +91,14 @@ void JobProgress::OnStepReport(uint32_t rank, const v1::StepReport& report) {
   r.epoch = report.epoch();
   r.loss = report.loss();
   if (report.step_seconds() > 0) r.samples_per_sec = report.samples() / report.step_seconds();
-  r.reported = true;
   if (report.step_seconds() > 0) {
-    r.data_wait = std::min(1.0, report.timings().data_ms() / 1000 / report.step_seconds());
+    // Over the last several steps (an exponential average), not the last
+    // one alone: one slow batch is not "training waits on data", and the
+    // status page's note must not flicker from step to step.
+    const double wait = std::min(1.0, report.timings().data_ms() / 1000 / report.step_seconds());
+    r.data_wait = r.reported ? (1 - kDataWaitWeight) * r.data_wait + kDataWaitWeight * wait : wait;
   }
+  r.reported = true;
   samples_skipped_ += report.samples_skipped();
   NoteBadSamples(report.newly_bad_samples());
   committed_step_ = std::max(committed_step_, report.step());

@@ -25,13 +25,18 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/process.h"
+#include "worker/data/image_decode.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/pack_index.h"
 #include "worker/dataset.h"
 
 ABSL_FLAG(double, shard_mb, 256, "about this many megabytes per shard");
+ABSL_FLAG(bool, keep_undecodable, false,
+          "pack images that do not decode as JPEG or PNG anyway (named on stderr); by default "
+          "ddp-pack refuses them, naming the first");
 
 namespace {
 
@@ -71,13 +76,31 @@ absl::StatusOr<uint64_t> PackImages(const std::string& root, const std::string& 
   if (!folder.ok()) return folder.status();
   if (absl::Status s = MakeFolder(out); !s.ok()) return s;
   ddp::PackWriter writer(out, ddp::kPayloadImage, {}, folder->classes(), ShardBytes());
+  const std::string prefix = absl::StrCat(root, absl::EndsWith(root, "/") ? "" : "/");
+  uint64_t kept_bad = 0;
   for (const ddp::ImageSample& sample : folder->samples()) {
     absl::StatusOr<std::string> bytes = ddp::ReadWholeFile(sample.path);
     if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = writer.Add(*bytes, static_cast<uint32_t>(sample.label)); !s.ok()) {
+    // A record the training can't decode is found now, not at its epoch.
+    if (absl::StatusOr<ddp::RgbImage> decoded = ddp::DecodeImage(*bytes, sample.path);
+        !decoded.ok()) {
+      if (!absl::GetFlag(FLAGS_keep_undecodable)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            decoded.status().message(),
+            "; convert or remove it, or pack it anyway with --keep_undecodable (a job with "
+            "dataset.skipBadSamples then replaces it)"));
+      }
+      std::cerr << "ddp-pack: keeping an undecodable image: " << decoded.status().message() << "\n";
+      ++kept_bad;
+    }
+    const std::string relative =
+        absl::StartsWith(sample.path, prefix) ? sample.path.substr(prefix.size()) : sample.path;
+    if (absl::Status s = writer.Add(*bytes, static_cast<uint32_t>(sample.label), relative);
+        !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(sample.path, ": ", s.message()));
     }
   }
+  if (kept_bad > 0) std::cerr << "ddp-pack: " << kept_bad << " undecodable image(s) kept\n";
   return writer.Finish(absl::StrCat("image folder ", root));
 }
 

@@ -104,7 +104,7 @@
     const notes = [];
     if (s.dataWaitFraction > 0.1) {
       notes.push("Training waits on data: rank " + num(s.dataWaitRank) + " spent " +
-                 fmt(100 * s.dataWaitFraction, 0) + " % of its last step waiting for its next " +
+                 fmt(100 * s.dataWaitFraction, 0) + " % of its recent steps waiting for its next " +
                  "batch (raise dataset.loaderThreads or prefetchBatches, or read from faster " +
                  "storage).");
     }

@@ -16,6 +16,15 @@ std::string FormatSeconds(double seconds) {
 
 namespace {
 
+// "  waiting on data 70% (rank 1)" when a rank spends over a tenth of its
+// steps waiting for its next batch, as the status page says it.
+void AppendDataWait(const v1::JobStatus& status, std::string* line) {
+  if (status.data_wait_fraction() <= 0.1) return;
+  absl::StrAppend(
+      line, absl::StrFormat("  waiting on data %.0f%% (rank %d)", 100 * status.data_wait_fraction(),
+                            status.data_wait_rank()));
+}
+
 // Training has begun: step lines say how it goes from here.
 bool Training(const v1::JobStatus& status) {
   return status.state() == v1::JOB_STATE_RUNNING && status.global_step() > 0;
@@ -74,9 +83,11 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
   if (Training(status) && now - last_progress_ >= every_) {
     last_progress_ = now;
     if (status.total_steps() == 0) {  // a program's job: it alone knows how long
-      lines.push_back(absl::StrFormat("%s step %d  loss %.4f  %.0f samples/s", stamp,
-                                      status.global_step(), status.loss(),
-                                      status.samples_per_sec()));
+      std::string line =
+          absl::StrFormat("%s step %d  loss %.4f  %.0f samples/s", stamp, status.global_step(),
+                          status.loss(), status.samples_per_sec());
+      AppendDataWait(status, &line);
+      lines.push_back(std::move(line));
       return Printed(std::move(lines), now);
     }
     const double pct = 100.0 * status.global_step() / status.total_steps();
@@ -86,6 +97,7 @@ std::vector<std::string> ProgressPrinter::Update(const v1::JobStatus& status, ab
                         status.total_steps(), pct, status.loss(), status.samples_per_sec());
     if (status.eta_seconds() > 0)
       absl::StrAppend(&line, "  ETA ", FormatSeconds(status.eta_seconds()));
+    AppendDataWait(status, &line);
     lines.push_back(std::move(line));
   }
   return Printed(std::move(lines), now);

@@ -201,6 +201,24 @@ class ShardsJobTest(unittest.TestCase):
         self.assertIn(folder, message)
         self.assertIn("changed since the job was checked", message)
 
+    def test_an_undecodable_image_is_refused_at_packing_naming_it(self):
+        folder = os.path.join(self.dir, "with-bad")
+        shutil.copytree(self.train, folder)
+        cls = sorted(os.listdir(folder))[0]
+        bad = os.path.join(folder, cls, "zz-bad.png")
+        with open(bad, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)  # a PNG signature, then nothing
+        out = subprocess.run([os.path.join(BIN, "ddp-pack"), "images", folder,
+                              os.path.join(self.dir, "bad-shards")], capture_output=True,
+                             text=True, timeout=120)
+        self.assertNotEqual(out.returncode, 0, out.stderr)
+        self.assertIn("zz-bad.png", out.stderr)
+        self.assertIn("--keep_undecodable", out.stderr)
+        # Kept on request, and named by the file it came from when read.
+        pack("images", folder, os.path.join(self.dir, "kept-shards"), "--keep_undecodable")
+        shown = pack("show", os.path.join(self.dir, "kept-shards", "index.ddp-pack"))
+        self.assertIn("samples", shown)
+
     def test_a_changed_shard_is_refused_naming_it(self):
         shards = os.path.join(tempfile.mkdtemp(prefix="ddp-changed-"), "shards")
         self.addCleanup(shutil.rmtree, os.path.dirname(shards), True)

@@ -43,8 +43,14 @@ TEST(JobDataStatus, TheMemberWaitingMostOnDataIsNamed) {
   job.FillStatus(&status);
   EXPECT_NEAR(status.data_wait_fraction(), 0.4, 1e-9);
   EXPECT_EQ(status.data_wait_rank(), 1u);
-  // The newest step is what counts: rank 1 is fed now.
+  // Averaged over recent steps: one fed step does not clear it (no flicker)...
   job.OnStepReport(1, Step(2, 0.1, 0));
+  status.Clear();
+  job.FillStatus(&status);
+  EXPECT_NEAR(status.data_wait_fraction(), 0.32, 1e-9);
+  EXPECT_EQ(status.data_wait_rank(), 1u);
+  // ...but rank 1 fed for a while is no longer named.
+  for (uint64_t step = 3; step < 20; ++step) job.OnStepReport(1, Step(step, 0.1, 0));
   status.Clear();
   job.FillStatus(&status);
   EXPECT_NEAR(status.data_wait_fraction(), 0.05, 1e-9);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 #include "worker/data/pack_index.h"
 #include "worker/data/packed_source.h"
 #include "worker/data/skipping_source.h"
@@ -23,6 +24,7 @@
 namespace ddp {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class PackTest : public ::testing::Test {
@@ -95,6 +97,36 @@ TEST_F(PackTest, ADamagedRecordIsNamedByItsShard) {
   EXPECT_TRUE(source->Read(0, 0, out).ok());
   EXPECT_THAT(source->Read(4, 0, out).status().message(),
               AllOf(HasSubstr("shard-00001.ddp-rec (record 4)"), HasSubstr("CRC-32")));
+}
+
+TEST_F(PackTest, ADamagedRecordOfAnImagePackIsNamedByTheImageItCameFrom) {
+  {
+    PackWriter writer(dir_, kPayloadFloat32, {2}, {"a"}, 1 << 20);
+    for (int i = 0; i < 3; ++i) {
+      const float row[2] = {1, 2};
+      ASSERT_TRUE(writer
+                      .Add(absl::string_view(reinterpret_cast<const char*>(row), 8), 0,
+                           absl::StrCat("cats/", i, ".png"))
+                      .ok());
+    }
+    ASSERT_TRUE(writer.Finish("test").ok());
+  }
+  auto source = Open(*ParsePackIndex(ReadIndex(), "index"));
+  ASSERT_NE(source, nullptr);
+  {
+    std::fstream shard(absl::StrCat(dir_, "/shard-00000.ddp-rec"),
+                       std::ios::in | std::ios::out | std::ios::binary);
+    shard.seekp(17);
+    shard.put('\x7f');
+  }
+  float out[2];
+  EXPECT_THAT(source->Read(2, 0, out).status().message(),
+              AllOf(HasSubstr("packed from cats/2.png"), HasSubstr("CRC-32")));
+  // A hostile index whose names are not one per record is refused.
+  v1::PackIndex index = *ParsePackIndex(ReadIndex(), "index");
+  index.add_record_source("extra.png");
+  EXPECT_THAT(ParsePackIndex(index.SerializeAsString(), "index"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in length")));
 }
 
 TEST_F(PackTest, AShardOfAnotherSizeOrGoneIsRefusedAtOpen) {

@@ -43,6 +43,12 @@ TEST(ProgressPrinter, Update_ProgressLineAtMostEveryInterval_EpochLinesOnce) {
   EXPECT_THAT(lines[0], HasSubstr("epoch 1/2 done"));
   EXPECT_THAT(lines[0], HasSubstr("test accuracy 0.9000"));
   EXPECT_EQ(printer.Update(s, t0 + absl::Seconds(2)).size(), 1u);  // progress only
+  // Training that waits on data says so, as the status page does.
+  s.set_data_wait_fraction(0.7);
+  s.set_data_wait_rank(1);
+  lines = printer.Update(s, t0 + absl::Seconds(4));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("waiting on data 70% (rank 1)"));
 }
 
 TEST(ProgressPrinter, Update_BeforeTraining_SaysWhatItWaitsForEveryInterval) {

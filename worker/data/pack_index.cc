@@ -70,8 +70,15 @@ absl::StatusOr<v1::PackIndex> ParsePackIndex(absl::string_view bytes, absl::stri
   }
   const int n = index.record_file_size();
   if (index.record_offset_size() != n || index.record_length_size() != n ||
-      index.record_label_size() != n || index.record_crc32_size() != n) {
+      index.record_label_size() != n || index.record_crc32_size() != n ||
+      (index.record_source_size() != 0 && index.record_source_size() != n)) {
     return Bad(name, "its record arrays differ in length");
+  }
+  for (const std::string& source : index.record_source()) {
+    if (source.size() > kMaxRecordSourceBytes) {
+      return Bad(name,
+                 absl::StrCat("a record's source name is over ", kMaxRecordSourceBytes, " bytes"));
+    }
   }
   if (n == 0) return Bad(name, "it lists no record");
   if (static_cast<size_t>(n) > kMaxPackRecords) {
@@ -101,6 +108,9 @@ absl::StatusOr<v1::PackIndex> ParsePackIndex(absl::string_view bytes, absl::stri
     Truncate(index.mutable_record_length(), keep);
     Truncate(index.mutable_record_label(), keep);
     Truncate(index.mutable_record_crc32(), keep);
+    if (index.record_source_size() > keep) {
+      index.mutable_record_source()->DeleteSubrange(keep, index.record_source_size() - keep);
+    }
   }
   for (int i = 0; i < index.record_file_size(); ++i) {
     const uint32_t f = index.record_file(i);
@@ -163,7 +173,11 @@ absl::Status PackWriter::CloseShard() {
   return absl::OkStatus();
 }
 
-absl::Status PackWriter::Add(absl::string_view record, uint32_t label) {
+absl::Status PackWriter::Add(absl::string_view record, uint32_t label, absl::string_view source) {
+  if (source.size() > kMaxRecordSourceBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a source name over ", kMaxRecordSourceBytes, " bytes"));
+  }
   if (record.empty() || record.size() > kMaxRecordBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a record of ", record.size(), " bytes (1 to ", kMaxRecordBytes, ")"));
@@ -183,6 +197,7 @@ absl::Status PackWriter::Add(absl::string_view record, uint32_t label) {
   index_.add_record_length(static_cast<uint32_t>(record.size()));
   index_.add_record_label(label);
   index_.add_record_crc32(Crc32(record));
+  if (!source.empty()) index_.add_record_source(std::string(source));
   shard_size_ += record.size();
   return absl::OkStatus();
 }

@@ -25,6 +25,8 @@ inline constexpr char kPayloadFloat32[] = "float32";
 // Bounds on what an index may make a worker hold or read.
 inline constexpr size_t kMaxPackRecords = 50'000'000;
 inline constexpr uint32_t kMaxRecordBytes = 256u << 20;
+// The longest name of a record's source image an index may hold.
+inline constexpr size_t kMaxRecordSourceBytes = 4096;
 
 // `bytes` parsed and checked (`name`, the index's path, in every error):
 // a known payload, parallel arrays of one length, every record inside its
@@ -53,7 +55,10 @@ class PackWriter {
   PackWriter(const PackWriter&) = delete;
   PackWriter& operator=(const PackWriter&) = delete;
 
-  absl::Status Add(absl::string_view record, uint32_t label);
+  // `source`: the record's image, relative to the folder packed (kept in the
+  // index, so that a bad record is named by it); empty for tensors. Every
+  // record of a pack has one, or none has.
+  absl::Status Add(absl::string_view record, uint32_t label, absl::string_view source = {});
   // Writes the index; `source` says what was packed. The number of records.
   absl::StatusOr<uint64_t> Finish(absl::string_view source);
 

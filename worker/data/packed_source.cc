@@ -104,6 +104,10 @@ std::string PackedSource::FilePath(uint32_t file) const {
 std::string PackedSource::RecordName(int64_t i) const {
   const int r = static_cast<int>(i);
   const std::string path = FilePath(index_.record_file(r));
+  if (r < index_.record_source_size()) {
+    // Named by the image it was packed from.
+    return absl::StrCat(path, " (record ", i, ", packed from ", index_.record_source(r), ")");
+  }
   if (index_.record_offset(r) == 0 &&
       index_.record_length(r) == index_.files(static_cast<int>(index_.record_file(r))).size()) {
     return path;
