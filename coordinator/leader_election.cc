@@ -248,6 +248,7 @@ void LeaderElection::RenewLoop() {
     CheckGiveUpLocked();
     // A leader that lost is done: the coordinator starts over.
     if (won_ && !lost_.empty()) return;
+    NotePauseLocked();
     // Every renew_every, whether or not the last ones came back: a sender
     // that is free takes it (none free: they are all stuck, and the next
     // goes out as one comes back).
@@ -255,6 +256,22 @@ void LeaderElection::RenewLoop() {
       renewals_due_.push_back(clock_->Now());
     }
     next = clock_->Now() + renew_every_;
+  }
+}
+
+void LeaderElection::NotePauseLocked() {
+  if (!won_ || !lost_.empty()) return;
+  const bool leading = LeadingLocked();
+  if (!leading && !paused_since_) {
+    paused_since_ = clock_->Now();
+    DDP_LOG(Warning) << "leadership unconfirmed: no renewal of the lease confirmed for "
+                     << absl::FormatDuration(clock_->Now() - renewed_at_)
+                     << "; the coordinator stops acting until one is (the term ends after "
+                     << absl::FormatDuration(kGiveUpTtls * options_.lease_ttl) << ")";
+  } else if (leading && paused_since_) {
+    DDP_LOG(Info) << "leadership confirmed again after a pause of "
+                  << absl::FormatDuration(clock_->Now() - *paused_since_);
+    paused_since_.reset();
   }
 }
 
@@ -302,6 +319,7 @@ void LeaderElection::OnRenewed(int64_t lease, absl::Time sent,
   if (renewed.ok()) {
     // Late or not: the lease holds until at least `sent` + TTL.
     renewed_at_ = std::max(renewed_at_, sent);
+    NotePauseLocked();
   } else if (absl::IsNotFound(renewed.status()) && won_) {
     LoseLocked("its lease expired");
   } else if (again.ok() && !again->key.empty()) {

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,9 @@ class LeaderElection final : public Leadership {
                  const absl::StatusOr<Candidate>& again) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A leader with no renewal confirmed for twice the TTL gives up.
   void CheckGiveUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs a leader's pause (its lease unconfirmed past the margin) as it
+  // begins and ends.
+  void NotePauseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ObserveLoop();
   // Watches the candidates from `from_revision` on, in place of the watch
   // there was.
@@ -155,6 +159,8 @@ class LeaderElection final : public Leadership {
   std::vector<absl::Time> renewals_due_ ABSL_GUARDED_BY(mu_);
   int renewals_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool entering_ ABSL_GUARDED_BY(mu_) = false;
+  // Since when a leader has not been able to act (its lease unconfirmed).
+  std::optional<absl::Time> paused_since_ ABSL_GUARDED_BY(mu_);
   std::thread renewer_, observer_;
   std::vector<std::thread> senders_;
 };

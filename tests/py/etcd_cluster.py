@@ -90,7 +90,13 @@ class EtcdCluster:
     loopback, or with `net` (a netns.Network with its root leg) member i in
     host hosts[i % len(hosts)], on that host's address."""
 
-    def __init__(self, n=1, net=None, hosts=(0,)):
+    def __init__(self, n=1, net=None, hosts=(0,), timings="tuned"):
+        """`timings`: "tuned" (elections in well under a second, what the
+        tests use) or "default" (etcd's own: heartbeat 100 ms, election
+        1 s, no pre-vote; what README's example starts)."""
+        if timings not in ("tuned", "default"):
+            raise ValueError("timings: tuned or default, not %r" % timings)
+        self._timings = timings
         self._etcd = _find_etcd()
         self._net = net
         self._hosts = list(hosts)
@@ -204,18 +210,21 @@ class EtcdCluster:
             "--initial-cluster=" + initial,
             "--initial-cluster-state=" + ("existing" if existing else "new"),
             "--initial-cluster-token=" + self._token,
-            # Elections in well under a second (etcd wants the election
-            # timeout at least 5 heartbeats); 1 s is then the shortest lease.
-            "--heartbeat-interval=50",
-            "--election-timeout=500",
-            # A restarted member would otherwise force an election as it
-            # comes back (off by default in 3.4).
-            "--pre-vote=true",
             "--snapshot-count=10000",
             "--logger=zap",
             "--log-outputs=stderr",
             "--log-level=error",
         ]
+        if self._timings == "tuned":
+            args += [
+                # Elections in well under a second (etcd wants the election
+                # timeout at least 5 heartbeats); 1 s is then the shortest lease.
+                "--heartbeat-interval=50",
+                "--election-timeout=500",
+                # A restarted member would otherwise force an election as it
+                # comes back (off by default in 3.4).
+                "--pre-vote=true",
+            ]
         with open(os.path.join(m.dir, "etcd.log"), "a") as log:
             if self._net is not None:
                 # `ip netns exec` and the rest exec in turn: the pid is etcd's.
