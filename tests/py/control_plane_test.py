@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cluster import ROOT_FLAGS, Cluster, synthetic_job  # noqa: E402
-from harness import BIN  # noqa: E402
+from harness import BIN, free_port  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
 
@@ -152,6 +152,41 @@ class HistoryTest(unittest.TestCase):
                                 ROOT_FLAGS + flags, capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("already ran", result.stderr)
+
+
+
+class TakeoverTest(unittest.TestCase):
+    def test_a_member_back_as_a_new_process_ends_the_adoption_at_once(self):
+        # A worker is killed, then the coordinator before it could re-form;
+        # the coordinator restarts, and so does the worker, as a new process.
+        # Its generation can't go on: the survivors re-form at once, not
+        # after --adopt_grace.
+        state = tempfile.mkdtemp(prefix="ddp-state-")
+        port = free_port()
+        flags = ["--state_dir=" + state, "--listen=127.0.0.1:%d" % port, "--adopt_grace=30s"]
+        job = synthetic_job("adopt", 2, epochs=200)
+        c = Cluster(job=job, extra_flags=flags)
+        again = None
+        try:
+            workers = [c.start_worker(i) for i in range(2)]
+            c.wait_for(lambda: int(c.status().get("global_step", 0)) > 20, 120, "the job to train")
+            c.coordinator.send_signal(signal.SIGSTOP)  # it sees nothing of what follows
+            workers[1].send_signal(signal.SIGKILL)
+            workers[1].wait(timeout=10)
+            kill_hard(c)
+            again = Cluster(job=job, extra_flags=flags)
+            restarted = time.time()
+            again.start_worker(1)  # a new process, holding nothing
+            again.wait_for(lambda: int(again.status().get("generation", 0)) > 1, 20,
+                           "a new generation")
+            took = time.time() - restarted
+            self.assertLess(took, 10, "the adoption waited for a member that came back")
+            status = again.status()
+            self.assertIn("came back without it", json.dumps(status["generation_changes"]))
+        finally:
+            c.stop()
+            if again is not None:
+                again.stop()
 
 
 if __name__ == "__main__":
