@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 6: {
         const std::string job = in.ConsumeRandomLengthString(64);
-        (void)core.CancelJob(job, in.ConsumeRandomLengthString(64));
+        core.CancelJob(job, in.ConsumeRandomLengthString(64), [](absl::Status) {});
         break;
       }
       case 7:
