@@ -35,8 +35,10 @@
 
 ABSL_FLAG(double, shard_mb, 256, "about this many megabytes per shard");
 ABSL_FLAG(bool, keep_undecodable, false,
-          "pack images that do not decode as JPEG or PNG anyway (named on stderr); by default "
-          "ddp-pack refuses them, naming the first");
+          "pack images that do not decode as JPEG or PNG anyway (named on stderr), and images of "
+          "other formats torchvision reads (.webp, .bmp, .tif, ...) in their place: a job with "
+          "dataset.skipBadSamples replaces them; by default ddp-pack refuses them, naming the "
+          "first");
 
 namespace {
 
@@ -71,8 +73,14 @@ uint64_t ShardBytes() {
   return static_cast<uint64_t>((mb > 0 ? std::min(mb, 1048576.0) : 0.0) * (1 << 20));
 }
 
+// --keep_undecodable keeps images of other formats in their place too.
+ddp::OtherFormats Others() {
+  return absl::GetFlag(FLAGS_keep_undecodable) ? ddp::OtherFormats::kKeep
+                                               : ddp::OtherFormats::kRefuse;
+}
+
 absl::StatusOr<uint64_t> PackImages(const std::string& root, const std::string& out) {
-  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root);
+  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root, 0, Others());
   if (!folder.ok()) return folder.status();
   if (absl::Status s = MakeFolder(out); !s.ok()) return s;
   ddp::PackWriter writer(out, ddp::kPayloadImage, {}, folder->classes(), ShardBytes());
@@ -133,7 +141,7 @@ absl::StatusOr<uint64_t> PackTensors(const std::string& file, const std::string&
 }
 
 absl::StatusOr<uint64_t> WriteManifest(const std::string& root, const std::string& out) {
-  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root);
+  absl::StatusOr<ddp::ImageFolder> folder = ddp::ImageFolder::Scan(root, 0, Others());
   if (!folder.ok()) return folder.status();
   absl::StatusOr<ddp::v1::PackIndex> manifest = ddp::MakeImageManifest(*folder, root);
   if (!manifest.ok()) return manifest.status();

@@ -177,6 +177,28 @@ class ShardsJobTest(unittest.TestCase):
         self.assertIn("CRC-32", named)
         self.assertIn("vanished", named)
 
+    def test_an_image_of_another_format_is_refused_or_skipped_in_its_place(self):
+        """A .bmp torchvision would read and this loader can't: refused at
+        submission, naming it and what to set; with skipBadSamples replaced
+        in its place (every other image keeps its torchvision index)."""
+        from PIL import Image
+        folder = os.path.join(self.dir, "with-bmp")
+        shutil.copytree(self.train, folder)
+        bmp = os.path.join(folder, sorted(os.listdir(folder))[0], "photo.bmp")
+        Image.new("L", (28, 28)).save(bmp)
+        data = {"kind": "image-folder", "path": folder}
+        cluster = self.cluster()
+        with self.assertRaises(grpc.RpcError) as refused:
+            self.run_job(cluster, job("bmp-strict", data, evaluate=False))
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("photo.bmp", refused.exception.details())
+        self.assertIn("dataset.skipBadSamples", refused.exception.details())
+        skipping = self.run_job(cluster, job("bmp-skipping", dict(data, skipBadSamples=True),
+                                             evaluate=False))
+        self.assertEqual(skipping["state"], "JOB_STATE_SUCCEEDED", skipping.get("message"))
+        self.assertGreaterEqual(int(skipping["samples_skipped"]), 2)  # once an epoch
+        self.assertIn("photo.bmp", "\n".join(skipping["bad_samples"]))
+
     def test_a_folder_changed_after_submission_fails_the_job(self):
         """A folder without a manifest is pinned by its listing (each image's
         name, size and label): an image resized after the job was accepted

@@ -51,13 +51,11 @@ ImagePipeline PipelineOf(const google::protobuf::RepeatedPtrField<v1::ImageTrans
 namespace {
 
 // An image folder walked, pinned by its listing where `inputs` pins.
-absl::StatusOr<std::shared_ptr<const SampleSource>> OpenWalkedFolder(absl::string_view field,
-                                                                     const std::string& path,
-                                                                     ImagePipeline pipeline,
-                                                                     uint64_t seed, uint64_t limit,
-                                                                     const DiskInputs& inputs) {
+absl::StatusOr<std::shared_ptr<const SampleSource>> OpenWalkedFolder(
+    absl::string_view field, const std::string& path, ImagePipeline pipeline, uint64_t seed,
+    uint64_t limit, OtherFormats others, const DiskInputs& inputs) {
   absl::StatusOr<std::shared_ptr<const ImageFolderSource>> folder =
-      ImageFolderSource::Open(path, std::move(pipeline), seed, limit);
+      ImageFolderSource::Open(path, std::move(pipeline), seed, limit, others);
   if (!folder.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", folder.status().message()));
   }
@@ -109,7 +107,11 @@ absl::StatusOr<std::shared_ptr<const SampleSource>> OpenDiskPart(
     const DiskInputs& inputs) {
   const bool walked = DatasetKindOf(spec) == v1::DATASET_KIND_IMAGE_FOLDER && manifest.empty();
   absl::StatusOr<std::shared_ptr<const SampleSource>> source =
-      walked ? OpenWalkedFolder(field, path, std::move(pipeline), seed, limit, inputs)
+      walked ? OpenWalkedFolder(
+                   field, path, std::move(pipeline), seed, limit,
+                   // Images it can't decode are bad samples, replaced, when the
+                   // job skips bad ones.
+                   spec.skip_bad_samples() ? OtherFormats::kKeep : OtherFormats::kRefuse, inputs)
              : OpenPacked(field, path, manifest, std::move(pipeline), seed, limit, inputs);
   if (!source.ok()) return source.status();  // each names its field
   if (spec.skip_bad_samples()) return std::make_shared<const SkippingSource>(*std::move(source));

@@ -117,7 +117,8 @@ std::string ImageFolder::ListingDigest(const std::string& root) const {
 
 bool IsDecodableImageName(const std::string& name) { return EndsWithAny(Lower(name), kDecodable); }
 
-absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t limit) {
+absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t limit,
+                                              OtherFormats others) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     return absl::InvalidArgumentError(
@@ -150,11 +151,13 @@ absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t 
         const std::string lower = Lower(name);
         if (!EndsWithAny(lower, kTorchvisionExtensions)) continue;
         const std::string path = Join(dir.dir, name);
-        if (!EndsWithAny(lower, kDecodable)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("image folder: ", path,
-                           " is an image torchvision's ImageFolder would read, but this loader "
-                           "decodes JPEG and PNG only: convert it, or move it out of the folder"));
+        if (!EndsWithAny(lower, kDecodable) && others == OtherFormats::kRefuse) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "image folder: ", path,
+              " is an image torchvision's ImageFolder would read, but this loader decodes JPEG "
+              "and PNG only: convert it, move it out of the folder, or set "
+              "dataset.skipBadSamples to have such images replaced like bad ones (every other "
+              "image keeps its torchvision index)"));
         }
         if (folder.samples_.size() == kMaxSamples) {
           return absl::InvalidArgumentError(

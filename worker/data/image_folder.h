@@ -36,6 +36,13 @@ struct ImageSample {
   uint64_t size = 0;
 };
 
+// Images torchvision reads that this loader does not decode (.webp, .bmp,
+// .tif, ...): refused, naming the first (a job that would fail on them), or
+// kept in their place (each then fails as a bad sample, which
+// dataset.skipBadSamples replaces): every other image keeps torchvision's
+// index either way.
+enum class OtherFormats { kRefuse, kKeep };
+
 class ImageFolder {
  public:
   // At most this many samples (a bound on what a folder can make a worker
@@ -46,7 +53,8 @@ class ImageFolder {
   // a folder, no class folder, a class with no image, a file this loader
   // can't decode where torchvision would read one, more than kMaxSamples.
   // `limit`: the first `limit` samples only (all when 0).
-  static absl::StatusOr<ImageFolder> Scan(const std::string& root, uint64_t limit = 0);
+  static absl::StatusOr<ImageFolder> Scan(const std::string& root, uint64_t limit = 0,
+                                          OtherFormats others = OtherFormats::kRefuse);
 
   // SHA-256 (hex) of what the scan found, in index order: each sample's
   // path below the root, size and label. Equal digests: the same files of

@@ -22,13 +22,13 @@ namespace ddp {
 
 class ImageFolderSource : public SampleSource {
  public:
-  // Scans `root` (the first `limit` samples when non-zero) and runs the
-  // pipeline on its first image to learn the samples' shape.
-  // INVALID_ARGUMENT naming the folder or file.
-  static absl::StatusOr<std::shared_ptr<const ImageFolderSource>> Open(const std::string& root,
-                                                                       ImagePipeline pipeline,
-                                                                       uint64_t seed,
-                                                                       uint64_t limit = 0);
+  // Scans `root` (the first `limit` samples when non-zero; `others`: what
+  // of images it can't decode) and runs the pipeline on its first image
+  // that decodes to learn the samples' shape. INVALID_ARGUMENT naming the
+  // folder or file.
+  static absl::StatusOr<std::shared_ptr<const ImageFolderSource>> Open(
+      const std::string& root, ImagePipeline pipeline, uint64_t seed, uint64_t limit = 0,
+      OtherFormats others = OtherFormats::kRefuse);
 
   size_t size() const override { return folder_.size(); }
   const std::vector<std::string>& classes() const override { return folder_.classes(); }
