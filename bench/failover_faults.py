@@ -538,14 +538,7 @@ class Driver:
         self._seen(inj, inj.t_back)
 
     def _raft_leader(self):
-        """The index of etcd's raft leader, or None."""
-        ids, leader = {}, None
-        for k, ep in enumerate(self.etcd.endpoints):
-            st = etcd_status(ep)
-            if st:
-                ids[st["header"]["member_id"]] = k
-                leader = st.get("leader", leader)
-        return ids.get(leader)
+        return raft_leader(self.etcd.endpoints)
 
     def _etcd_member(self, inj):
         raft = self._raft_leader()
@@ -626,6 +619,17 @@ class Driver:
             self._wait(lambda s: self._ended(s) or self._whole(s), "a whole world after repair")
         except TimeoutError as e:
             self.log("  repair: %s" % e)
+
+
+def raft_leader(endpoints):
+    """The index in `endpoints` of etcd's raft leader, or None."""
+    ids, leader = {}, None
+    for k, ep in enumerate(endpoints):
+        st = etcd_status(ep)
+        if st:
+            ids[st["header"]["member_id"]] = k
+            leader = st.get("leader", leader)
+    return ids.get(leader)
 
 
 def etcd_status(endpoint):

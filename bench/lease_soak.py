@@ -29,18 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "py"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "chaos"))
 sys.path.insert(0, HERE)
 from etcd_cluster import EtcdCluster  # noqa: E402
-from failover_faults import etcd_status  # noqa: E402
+from failover_faults import raft_leader  # noqa: E402
 from harness import BIN, free_port, thread_env, wait_for  # noqa: E402
-
-
-def raft_leader(etcd):
-    ids, leader = {}, None
-    for k, ep in enumerate(etcd.endpoints):
-        st = etcd_status(ep)
-        if st:
-            ids[st["header"]["member_id"]] = k
-            leader = st.get("leader", leader)
-    return ids.get(leader)
 
 
 def count(logs, text):
@@ -99,7 +89,7 @@ def main():
         else:
             killed = 0
             for _ in range(args.kills):
-                m = raft_leader(etcd)
+                m = raft_leader(etcd.endpoints)
                 if m is None:
                     time.sleep(2)
                     continue
