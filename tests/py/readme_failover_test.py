@@ -24,6 +24,23 @@ README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 PORTS = (29400, 29401)
 
 
+def coordinator_pid(port):
+    """The ddp-coordinator listening on `port`, by its command line (/proc)."""
+    wanted = ["--listen", "127.0.0.1:%d" % port]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if args and args[0].endswith("ddp-coordinator") and any(
+                args[i:i + 2] == wanted for i in range(len(args))):
+            return int(entry)
+    raise AssertionError("no ddp-coordinator listens on port %d" % port)
+
+
 def failover_block():
     with open(README) as f:
         text = f.read()
@@ -89,8 +106,7 @@ class ReadmeFailoverTest(unittest.TestCase):
                                           self.status()), 180, "the README's job to train")
         leader = training["leadership"]["leader"]
         port = int(leader.rsplit(":", 1)[1])
-        pid = int(subprocess.run(["pgrep", "-f", "--", "--listen 127.0.0.1:%d" % port],
-                                 capture_output=True, text=True).stdout.split()[0])
+        pid = coordinator_pid(port)
         step = int(training["global_step"])
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
