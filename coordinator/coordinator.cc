@@ -242,8 +242,11 @@ absl::Status Coordinator::CheckMemberLocked(const JobRun& run, const WorkerRecor
 
 bool Coordinator::HoldWhilePaused(const Session& session, const v1::WorkerMessage* message,
                                   const std::string& closed_reason) {
+  // A coordinator that never pauses (no leadership) never holds anything:
+  // no lock on the stream handlers' path.
+  if (!options_.may_act) return false;
   absl::MutexLock lock(&held_mu_);
-  if (held_.empty() && (!options_.may_act || options_.may_act())) return false;
+  if (held_.empty() && options_.may_act()) return false;
   // Heartbeats and reports come again, newer: not held. What happened to a
   // worker (its state, a checkpoint, an epoch's result, its stream closing)
   // is, in order, up to a bound.

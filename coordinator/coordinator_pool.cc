@@ -231,7 +231,7 @@ uint32_t Coordinator::GiveWorkersLocked(JobRun& run, uint32_t want, Effects* fx)
   for (int pass = 0; pass < 2 && given.size() < want; ++pass) {
     for (const WorkerRecord* w : pool) {
       if (given.size() == want) break;
-      if (!InPoolLocked(*w) || !CanGive(*w, run.spec())) continue;
+      if (!CanGive(*w, run.spec())) continue;
       // Let go for a queued job: kept for it.
       if (!w->promised_to.empty() && w->promised_to != run.id() &&
           queue_.Find(w->promised_to) != nullptr) {

@@ -1,7 +1,7 @@
 // The Coordinator's jobs as operators list them (ListJobs, GetJob): those
 // that started (running, ended, or ended and kept only in the history), in
-// start order, then the queued ones in the order they will start. When a queued job starts is the
-// pool's business (coordinator_pool.cc).
+// start order, then the queued ones in the order they will start. When a
+// queued job starts is the pool's business (coordinator_pool.cc).
 #include <algorithm>
 #include <string>
 #include <utility>

@@ -141,16 +141,17 @@ bool LeaderElection::AwaitLoss(absl::Duration timeout) {
   }
 }
 
+bool LeaderElection::GaveUpLocked() const {
+  return won_ && clock_->Now() >= renewed_at_ + kGiveUpTtls * options_.lease_ttl;
+}
+
 void LeaderElection::CheckGiveUpLocked() {
-  if (won_ && lost_.empty() && clock_->Now() >= renewed_at_ + kGiveUpTtls * options_.lease_ttl) {
-    LoseLocked(NotRenewed());
-  }
+  if (lost_.empty() && GaveUpLocked()) LoseLocked(NotRenewed());
 }
 
 bool LeaderElection::Deposed() const {
   absl::MutexLock lock(&mu_);
-  return won_ &&
-         (!lost_.empty() || clock_->Now() >= renewed_at_ + kGiveUpTtls * options_.lease_ttl);
+  return (won_ && !lost_.empty()) || GaveUpLocked();
 }
 
 bool LeaderElection::LeadingLocked() const {
@@ -252,9 +253,7 @@ void LeaderElection::RenewLoop() {
     // Every renew_every, whether or not the last ones came back: a sender
     // that is free takes it (none free: they are all stuck, and the next
     // goes out as one comes back).
-    if (renewals_due_.empty() && renewals_in_flight_ < kRenewalsInFlight) {
-      renewals_due_.push_back(clock_->Now());
-    }
+    if (renewals_in_flight_ < kRenewalsInFlight) renewal_due_ = true;
     next = clock_->Now() + renew_every_;
   }
 }
@@ -277,13 +276,13 @@ void LeaderElection::NotePauseLocked() {
 
 void LeaderElection::RenewSender() {
   auto wake = +[](LeaderElection* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
-    return e->stopping_ || !e->renewals_due_.empty();
+    return e->stopping_ || e->renewal_due_;
   };
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(wake, this));
     if (stopping_) return;
-    renewals_due_.pop_back();
+    renewal_due_ = false;
     ++renewals_in_flight_;
     const int64_t lease = lease_;
     const absl::Time sent = clock_->Now();

@@ -110,6 +110,7 @@ class LeaderElection final : public Leadership {
   void OnRenewed(int64_t lease, absl::Time sent, const absl::StatusOr<absl::Duration>& renewed,
                  const absl::StatusOr<Candidate>& again) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A leader with no renewal confirmed for twice the TTL gives up.
+  bool GaveUpLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckGiveUpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs a leader's pause (its lease unconfirmed past the margin) as it
   // begins and ends.
@@ -154,9 +155,9 @@ class LeaderElection final : public Leadership {
   uint64_t leader_changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<EtcdWatch> watch_ ABSL_GUARDED_BY(mu_);
   bool watch_failed_ ABSL_GUARDED_BY(mu_) = false;
-  // Renewals RenewLoop asked for (their send times), not yet taken by a
-  // sender; senders busy with one; a standby standing again now.
-  std::vector<absl::Time> renewals_due_ ABSL_GUARDED_BY(mu_);
+  // A renewal RenewLoop asked for that no sender took yet; senders busy
+  // with one; a standby standing again now.
+  bool renewal_due_ ABSL_GUARDED_BY(mu_) = false;
   int renewals_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool entering_ ABSL_GUARDED_BY(mu_) = false;
   // Since when a leader has not been able to act (its lease unconfirmed).

@@ -136,9 +136,8 @@ absl::StatusOr<WorkerRecord*> WorkerRegistry::Register(const v1::RegisterRequest
   WorkerRecord* raw = record.get();
   by_id_[id] = std::move(record);
   by_slot_[slot] = id;
-  ordered_.insert(std::lower_bound(ordered_.begin(), ordered_.end(), raw, SlotBefore), raw);
-  std::vector<const WorkerRecord*>& unreserved = by_job_[""];
-  unreserved.insert(std::lower_bound(unreserved.begin(), unreserved.end(), raw, SlotBefore), raw);
+  InsertInOrder(&ordered_, raw);
+  InsertInOrder(&by_job_[raw->job], raw);
   ++num_attached_;
   return raw;
 }
@@ -165,29 +164,32 @@ void WorkerRegistry::Erase(const std::string& id) {
   if (!w.lost_) --num_attached_;
   auto slot = by_slot_.find(absl::StrCat(w.host, "/", w.device.ToString()));
   if (slot != by_slot_.end() && slot->second == id) by_slot_.erase(slot);
-  const auto [first, last] = std::equal_range(ordered_.begin(), ordered_.end(), &w, SlotBefore);
-  ordered_.erase(std::find(first, last, &w));
-  MoveToJob(it->second.get(), "");
-  auto unreserved = by_job_.find("");
-  unreserved->second.erase(
-      std::find(unreserved->second.begin(), unreserved->second.end(), it->second.get()));
-  if (unreserved->second.empty()) by_job_.erase(unreserved);
+  RemoveInOrder(&ordered_, &w);
+  UnindexJob(&w);
   by_id_.erase(it);
+}
+
+void WorkerRegistry::InsertInOrder(std::vector<const WorkerRecord*>* v, const WorkerRecord* w) {
+  v->insert(std::lower_bound(v->begin(), v->end(), w, SlotBefore), w);
+}
+
+void WorkerRegistry::RemoveInOrder(std::vector<const WorkerRecord*>* v, const WorkerRecord* w) {
+  const auto [first, last] = std::equal_range(v->begin(), v->end(), w, SlotBefore);
+  if (auto at = std::find(first, last, w); at != last) v->erase(at);
+}
+
+void WorkerRegistry::UnindexJob(const WorkerRecord* w) {
+  auto of = by_job_.find(w->job);
+  if (of == by_job_.end()) return;
+  RemoveInOrder(&of->second, w);
+  if (of->second.empty()) by_job_.erase(of);
 }
 
 void WorkerRegistry::MoveToJob(WorkerRecord* worker, const std::string& job_id) {
   if (worker->job == job_id) return;
-  auto from = by_job_.find(worker->job);
-  if (from != by_job_.end()) {
-    const auto [first, last] =
-        std::equal_range(from->second.begin(), from->second.end(), worker, SlotBefore);
-    auto at = std::find(first, last, worker);
-    if (at != last) from->second.erase(at);
-    if (from->second.empty()) by_job_.erase(from);
-  }
-  std::vector<const WorkerRecord*>& to = by_job_[job_id];
-  to.insert(std::lower_bound(to.begin(), to.end(), worker, SlotBefore), worker);
+  UnindexJob(worker);
   worker->job = job_id;
+  InsertInOrder(&by_job_[job_id], worker);
 }
 
 const std::vector<const WorkerRecord*>& WorkerRegistry::OfJob(absl::string_view job_id) const {

@@ -195,10 +195,8 @@ class WorkerRegistry {
   bool MarkLost(const std::string& id, uint64_t session, const std::string& reason);
   // Marks an attached worker lost whatever its stream (evicted as hung).
   void Evict(WorkerRecord* worker, const std::string& reason) { MarkLostRecord(worker, reason); }
-  // A lost program on the library that had said DONE exited after its job
-  // ended, as told: gone, but DONE in the status, not LOST.
   // It exited once its work was over (its job ended, or the coordinator
-  // told it to stop): DONE with `detail`, not LOST.
+  // told it to stop): gone, but DONE with `detail` in the status, not LOST.
   void MarkExited(WorkerRecord* worker, const std::string& detail);
 
   // ---- What the worker reports (its state does not change, except that a
@@ -296,10 +294,14 @@ class WorkerRegistry {
   // "host/device" -> worker id, so registration stays O(log n) with
   // thousands attached.
   std::map<std::string, std::string> by_slot_;
-  // by_id_'s records in All()'s order (SlotOrder).
+  // by_id_'s records in All()'s order (SlotBefore).
   std::vector<const WorkerRecord*> ordered_;
   // The same by the job each is in (WorkerRecord::job), each in that order.
   std::map<std::string, std::vector<const WorkerRecord*>, std::less<>> by_job_;
+  static void InsertInOrder(std::vector<const WorkerRecord*>* v, const WorkerRecord* w);
+  static void RemoveInOrder(std::vector<const WorkerRecord*>* v, const WorkerRecord* w);
+  // Takes `w` out of by_job_ (before its job changes, or it goes).
+  void UnindexJob(const WorkerRecord* w);
   void MoveToJob(WorkerRecord* worker, const std::string& job_id);
   size_t num_attached_ = 0;
 };

@@ -154,7 +154,7 @@ class FailoverRun(chaos.ChaosRun):
                 break
         return out
 
-    def wait_refusal_naming(self, i, leader, timeout=5):
+    def wait_refusal_naming(self, i, leader, timeout=15):
         """Until c<i> refuses a mutation naming `leader` in its trailer."""
         wait_for(lambda: (lambda r: r[0] == grpc.StatusCode.UNAVAILABLE and r[2] == leader)(
             self.refusal(i)), timeout, "c%d to refuse naming %s" % (i, leader), interval=0.05)
@@ -166,6 +166,12 @@ class FailoverRun(chaos.ChaosRun):
                                    json.dumps({"job_id": "no-such-job"}), timeout=2)
         except grpc.RpcError as e:
             trailer = dict(e.trailing_metadata() or ()).get("ddp-leader")
+            if trailer is None:
+                # Not an answer from c<i> (it is not up yet): a fresh
+                # channel next time, not one backing off for seconds.
+                stale = self.clients.pop(i, None)
+                if stale is not None:
+                    stale.close()
             return e.code(), e.details(), trailer
         return grpc.StatusCode.OK, "", None
 
