@@ -174,9 +174,13 @@ class Session {
   // epoch's last batch the sampler's next batch is the next epoch's first,
   // so that the code between epochs runs in the generation that trained the
   // epoch, unless that epoch's last step was dropped: the pass then goes on
-  // with it. A step left open across an epoch's end (no_sync() micro-batches
-  // at the end of one pass) goes on at the start of the pass the program's
-  // loop is in: the earlier pass's open micro-batches are dropped with it.
+  // with it; if that step completed on some ranks only (a fault between
+  // their last transfers), the others' next collective (the code between
+  // epochs) was cut short, and a rank that dropped it skips its own next
+  // one, keeping its values. A step left open across an epoch's end
+  // (no_sync() micro-batches at the end of one pass) goes on at the start
+  // of the pass the program's loop is in: the earlier pass's open
+  // micro-batches are dropped with it.
   // The step in flight is dropped (its backward returns with zero
   // gradients, and what the optimizer then does is undone), every rank
   // takes the state of the rank that completed the most steps, and the rest

@@ -8,7 +8,7 @@
 set -euo pipefail
 src=$(cd "$1" && pwd)
 out="$2/fuzz"
-seconds=${3:-30}
+seconds=${3:-20}
 cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -DNDEBUG -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" \

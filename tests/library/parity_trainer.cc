@@ -9,7 +9,8 @@
 //   RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P (environment)
 //   ddp_library_parity_trainer DIR [--accumulate|--torchscript|--mismatch|--nested_no_sync|
 //                                   --no_param_steps|--zero_loss_steps|--extra_barrier|
-//                                   --diverge|--epoch_end_loss|--next_epoch_loss]
+//                                   --diverge|--epoch_end_loss|--next_epoch_loss|
+//                                   --partial_last_step]
 // --accumulate: each batch in two halves, the first under no_sync().
 // --torchscript: DIR/net.pt (the network scripted in Python) instead of Net.
 // --no_param_steps: on every third step rank 1's loss reaches no parameter
@@ -28,6 +29,11 @@
 // the loss between collectives while rank 0 waits in the all-reduce.
 // --next_epoch_loss: the same loop, but rank 2 dies at its first batch of the
 // second pass, so the step the first pass left open fails in its backward.
+// --partial_last_step (with --elastic, two ranks, a coordinator): a step a
+// batch and an all-reduce of each pass's loss at its end; the first pass's
+// last synchronized backward completes on both ranks and reads as failed on
+// rank 1 (DDP_TEST_FAIL_STEP), so that rank 0 goes on to that all-reduce
+// while rank 1 drops the step.
 // Then, optionally: --elastic (the model, or the TorchScript module, and the
 // optimizer are the elastic state), --epochs=N (2 by default).
 // Each rank reports its steps (to a coordinator, if joined), finishes, and
@@ -203,10 +209,10 @@ void TrainAcrossPasses(ddp::Session& session, ddp::DistributedDataParallel& mode
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr
-        << "usage: ddp_library_parity_trainer DIR "
-           "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
-           "--zero_loss_steps|--extra_barrier|--diverge|--epoch_end_loss|--next_epoch_loss]\n";
+    std::cerr << "usage: ddp_library_parity_trainer DIR "
+                 "[--accumulate|--torchscript|--mismatch|--nested_no_sync|--no_param_steps|"
+                 "--zero_loss_steps|--extra_barrier|--diverge|--epoch_end_loss|--next_epoch_loss|"
+                 "--partial_last_step]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -286,6 +292,12 @@ int main(int argc, char** argv) {
     const torch::Tensor probe_y =
         torch::stack({dataset.get(0).target, dataset.get(1).target, dataset.get(2).target});
     const bool across_passes = flag == "--epoch_end_loss" || flag == "--next_epoch_loss";
+    const bool partial = flag == "--partial_last_step";
+    if (partial) {
+      // Every rank's pass has the same number of batches (padded).
+      const size_t steps = (sampler.size() + kBatch - 1) / kBatch;
+      setenv("DDP_TEST_FAIL_STEP", ("1:" + std::to_string(steps)).c_str(), 1);
+    }
     if (across_passes) {
       TrainAcrossPasses(*session, model, m, optimizer, sampler, *loader, epochs,
                         flag == "--next_epoch_loss");
@@ -293,6 +305,7 @@ int main(int argc, char** argv) {
     // Otherwise a step a batch.
     const int batch_step_epochs = across_passes ? 0 : epochs;
     for (int epoch = static_cast<int>(session->start_epoch()); epoch < batch_step_epochs; ++epoch) {
+      double pass_loss = 0;
       for (auto& batch : *loader) {
         {
           torch::NoGradGuard no_grad;
@@ -341,6 +354,12 @@ int main(int argc, char** argv) {
         std::snprintf(line, sizeof(line), "%.9g\n", step_loss);
         losses << line;
         session->report_step(step_loss, batch.target.size(0), epoch);
+        pass_loss += step_loss;
+      }
+      if (partial) {
+        torch::Tensor total = torch::tensor({static_cast<float>(pass_loss)});
+        session->all_reduce_sum(total);
+        std::cout << "epoch " << epoch << " summed loss " << total.item<float>() << std::endl;
       }
     }
     if (session->rank() == 0) {

@@ -19,6 +19,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../chaos"))
+import coverage  # noqa: E402
 from cluster import Cluster, rank_of_ddp_run  # noqa: E402
 from harness import BIN, PYTHON, free_port, read_text, thread_env, wait_for  # noqa: E402
 
@@ -413,6 +415,48 @@ class LibraryParityTest(unittest.TestCase):
         # each epoch of the program trained the sampler's previous one, and
         # a joiner started an epoch behind the others).
         self.check_lost_across_passes("gloo", "--next_epoch_loss")
+
+    def test_a_passs_last_step_completed_on_one_rank_only_goes_on_together(self):
+        # The first pass's last synchronized backward completes on both ranks
+        # and reads as failed on rank 1 (DDP_TEST_FAIL_STEP: a ring
+        # collective a fault cut between the ranks' last transfers). Rank 0
+        # committed the step and waits in the pass's closing all-reduce;
+        # rank 1 drops it and re-forms at its sampler into rank 0's state,
+        # whose pass is over. The all-reduce the re-formation cut short on
+        # rank 0 is the one rank 1 skips, and both go on at the second pass
+        # together. (Rank 1 used to run it in the new generation while rank 0
+        # trained: "collectives are misaligned", the job failed.)
+        cluster = Cluster(job={"name": "partial", "model": {"kind": "program"},
+                               "minWorkers": 2, "maxWorkers": 2, "settleSeconds": 0,
+                               "reformMinIntervalSeconds": 0})
+        index_log = os.path.join(cluster.dir, "partial.idx.jsonl")
+        try:
+            argv = [TRAINER, self.dir, "--partial_last_step", "--elastic", "--epochs=3"]
+            procs = [cluster.start_program(i, argv, DDP_INDEX_LOG=index_log) for i in range(2)]
+            for p in procs:
+                p.wait(timeout=120)
+            logs = [cluster.log("program-%d" % i) for i in range(2)]
+            self.assertEqual([p.returncode for p in procs], [0, 0], "\n".join(logs))
+            by_rank = {int(re.search(r"joined generation 1 of job partial as rank (\d)",
+                                     log).group(1)): log for log in logs}
+            # 64 steps a pass: step 64 committed on rank 0, dropped on rank 1.
+            self.assertIn("step 64 dropped", by_rank[1])
+            self.assertNotIn("step 64 dropped", by_rank[0])
+            self.assertIn("cut short by a re-formation", by_rank[0])
+            self.assertIn("a collective of the program's own skipped", by_rank[1])
+            for log in logs:
+                self.assertRegex(log, r"re-formed into generation 2 as rank \d of 2 at "
+                                      r"step 64 \(epoch 1, cursor 0\)")
+                self.assertIn("epoch 2 summed loss", log)
+            status = cluster.wait_state("JOB_STATE_SUCCEEDED", timeout=30)
+            self.assertEqual(int(status["global_step"]), 3 * 64)
+            digests = [re.search(r"parameter digest (\w+)", log).group(1) for log in logs]
+            self.assertEqual(digests[0], digests[1])
+            # Every sample of every epoch once: the dropped step was rank 0's
+            # to keep, and rank 1's copy of it is not trained again.
+            coverage.check(coverage.read_lines(index_log), N, 3)
+        finally:
+            cluster.stop()
 
     def check_lost_across_passes(self, backend, mode):
         cluster = Cluster(job={"name": "epoch-end", "model": {"kind": "program"},

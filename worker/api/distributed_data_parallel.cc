@@ -6,9 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -61,6 +65,26 @@ absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
   return absl::OkStatus();
 }
 
+// For tests: DDP_TEST_FAIL_STEP="R:K" makes step K's synchronized backward,
+// once it completed on every rank, read as failed on rank R (once a
+// process): a collective that completed on some ranks only, as a fault
+// between a ring's last transfers leaves it, forced rather than hoped for
+// (tests/py/library_parity_test.py).
+bool InjectedFailure(int rank, uint64_t step) {
+  static bool fired = false;
+  const char* plan = std::getenv("DDP_TEST_FAIL_STEP");
+  if (fired || plan == nullptr) return false;
+  std::vector<std::string> parts = absl::StrSplit(plan, ':');
+  int r = -1;
+  uint64_t k = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &r) || !absl::SimpleAtoi(parts[1], &k) ||
+      r != rank || k != step) {
+    return false;
+  }
+  fired = true;
+  return true;
+}
+
 }  // namespace
 
 struct DistributedDataParallel::Impl {
@@ -73,6 +97,9 @@ struct DistributedDataParallel::Impl {
       Record(*stats, s);
       if (broadcast_buffers) {
         buffers_copied = BroadcastPacked(*s.comm, buffers, root, scratch);
+      }
+      if (!s.driver && InjectedFailure(s.rank, s.committed.step + 1)) {
+        stats = absl::UnavailableError("DDP_TEST_FAIL_STEP: failed here after it completed");
       }
     }
     if (s.driver) {

@@ -20,7 +20,7 @@ struct DistributedSampler::State {
     return {sampler.epoch, start + sampler.world_size * position};
   }
   // Elastic: go on from (epoch, cursor) in a world of `world` ranks.
-  void Reposition(uint64_t epoch, uint64_t at, int rank, int world) {
+  bool Reposition(uint64_t epoch, uint64_t at, int rank, int world) {
     sampler.rank = static_cast<uint32_t>(rank);
     sampler.world_size = static_cast<uint32_t>(world);
     if (!started) {
@@ -28,7 +28,7 @@ struct DistributedSampler::State {
       // first reset() begins there.
       next_epoch = epoch;
       cursor = at;
-      return;
+      return false;
     }
     if (epoch > sampler.epoch) {
       // This epoch is over where the state came from: end it here too, so
@@ -37,7 +37,7 @@ struct DistributedSampler::State {
       position = 0;
       next_epoch = epoch;
       cursor = at;
-      return;
+      return true;
     }
     sampler.epoch = epoch;
     next_epoch = epoch + 1;
@@ -46,6 +46,7 @@ struct DistributedSampler::State {
     position = 0;
     cursor = 0;
     started = true;
+    return false;
   }
 
   SamplerOptions sampler;
@@ -87,8 +88,8 @@ DistributedSampler::DistributedSampler(size_t dataset_size, const Session& sessi
                             return state ? state->Position() : std::pair<uint64_t, uint64_t>{0, 0};
                           },
                           [weak](uint64_t epoch, uint64_t cursor, int rank, int world) {
-                            if (auto state = weak.lock())
-                              state->Reposition(epoch, cursor, rank, world);
+                            auto state = weak.lock();
+                            return state && state->Reposition(epoch, cursor, rank, world);
                           }};
 }
 
@@ -135,13 +136,13 @@ torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size)
   const bool more = s.position < s.indices.size();
   if (session &&
       ((more && session->SawEnd()) || (s.started && session->DroppedStepIn(s.sampler.epoch)))) {
-    session->AtStepBoundary();
+    session->AtSamplersStepBoundary();
   }
   if (s.position >= s.indices.size()) return torch::nullopt;
   const size_t n = std::min(batch_size, s.indices.size() - s.position);
   std::vector<size_t> batch(s.indices.begin() + s.position, s.indices.begin() + s.position + n);
   s.position += n;
-  if (session) session->LogBatch(batch, s.sampler.epoch);
+  if (session) session->OnBatch(batch, s.sampler.epoch);
   return batch;
 }
 

@@ -416,7 +416,7 @@ void Session::all_reduce_sum(torch::Tensor& tensor) {
   if (tensor.scalar_type() != torch::kFloat32 || !tensor.is_contiguous()) {
     throw Error("all_reduce_sum takes a contiguous float32 tensor");
   }
-  if (impl_->Joining()) return;
+  if (impl_->Joining() || impl_->SkipsCutShortCollective()) return;
   absl::Status s = impl_->check->Agree(
       Collective{CollectiveKind::kAllReduce, static_cast<uint64_t>(tensor.numel())});
   // A GPU's tensor is staged through host memory: the communicators take it.
@@ -435,7 +435,7 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
     throw Error(
         absl::StrCat("broadcast from rank ", root, ": not a rank of the ", impl_->world_size));
   }
-  if (impl_->Joining()) return;
+  if (impl_->Joining() || impl_->SkipsCutShortCollective()) return;
   absl::Status s = impl_->check->Agree(
       Collective{CollectiveKind::kBroadcast, static_cast<uint64_t>(tensor.nbytes()), 0, root});
   torch::Tensor host = tensor.is_cpu() ? tensor : tensor.to(torch::kCPU);
@@ -448,7 +448,7 @@ void Session::broadcast(torch::Tensor& tensor, int root) {
 }
 
 void Session::barrier() {
-  if (impl_->Joining()) return;
+  if (impl_->Joining() || impl_->SkipsCutShortCollective()) return;
   // The check is an all-reduce every rank makes: a barrier by itself.
   if (absl::Status s = impl_->check->Agree(Collective{CollectiveKind::kBarrier}); !s.ok()) {
     if (impl_->ReformedAfter(s)) return;

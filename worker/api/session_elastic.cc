@@ -102,6 +102,28 @@ void Session::Impl::AtStepBoundary() {
                 << committed.epoch << ", cursor " << committed.cursor << ") after: " << why;
 }
 
+void Session::Impl::AtSamplersStepBoundary() {
+  state_ended_pass = false;
+  AtStepBoundary();
+  if (!state_ended_pass) return;
+  skip_cut_short = true;
+  DDP_LOG(Info) << "the state taken up ends this pass: the program's next collective before the "
+                   "next batch is skipped (the other ranks' was cut short by the re-formation)";
+}
+
+bool Session::Impl::SkipsCutShortCollective() {
+  if (!skip_cut_short) return false;
+  skip_cut_short = false;
+  DDP_LOG(Warning) << "a collective of the program's own skipped: the other ranks had it cut short "
+                      "by the re-formation; it keeps this rank's values";
+  return true;
+}
+
+void Session::Impl::OnBatch(const std::vector<size_t>& batch, uint64_t epoch) {
+  skip_cut_short = false;
+  LogBatch(batch, epoch);
+}
+
 bool Session::Impl::OpenIndexLog() {
   if (!index_log_looked_up) {
     index_log_looked_up = true;
@@ -162,7 +184,9 @@ void Session::Impl::TakeUpState(int source) {
   committed = ProgressOf(*header);
   offered.reset();
   reported_steps = committed.step;
-  if (sampler) sampler->reposition(committed.epoch, committed.cursor, rank, world_size);
+  if (sampler) {
+    state_ended_pass = sampler->reposition(committed.epoch, committed.cursor, rank, world_size);
+  }
   joined->SetCommitted(committed.step, committed.epoch, committed.cursor);
   if (ddp) ddp->zero_grads();
 }

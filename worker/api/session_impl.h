@@ -33,8 +33,9 @@ namespace ddp {
 struct SamplerLink {
   // (epoch, cursor) once the batches handed out so far are trained.
   std::function<std::pair<uint64_t, uint64_t>()> position;
-  // Go on from (epoch, cursor), split among `world` as `rank`.
-  std::function<void(uint64_t epoch, uint64_t cursor, int rank, int world)> reposition;
+  // Go on from (epoch, cursor), split among `world` as `rank`; true when
+  // that is past the pass the sampler is in, which it ends.
+  std::function<bool(uint64_t epoch, uint64_t cursor, int rank, int world)> reposition;
 };
 
 // The DistributedDataParallel made last with a session.
@@ -96,6 +97,21 @@ struct Session::Impl {
   bool VoidStep(const absl::Status& failure);
   // Re-forms now if the generation ended (where a step boundary is known).
   void AtStepBoundary();
+  // The same at the sampler's step boundary (DistributedSampler::next).
+  // When the state taken up ends the pass this rank's loop is in, its
+  // source finished that pass's last step where this rank's backward failed
+  // (a collective completed on some ranks only) and went on to the program's
+  // end-of-epoch code, whose first collective the re-formation cut short:
+  // this rank skips its own first one (SkipsCutShortCollective), so that
+  // every rank's next collective is the same one.
+  void AtSamplersStepBoundary();
+  // A program collective (all_reduce_sum, broadcast, barrier) is to be
+  // skipped, keeping this rank's values: the first one after
+  // AtSamplersStepBoundary ended the pass; once, and not past the next
+  // batch.
+  bool SkipsCutShortCollective();
+  // The sampler handed out a batch (after the index log's line).
+  void OnBatch(const std::vector<size_t>& batch, uint64_t epoch);
   // Whether the sampler's next batch is a step boundary to re-form at: this
   // rank saw its generation end in a collective of its own (a dropped step,
   // or a leave vote after a finished one). Not merely the coordinator's
@@ -163,6 +179,10 @@ struct Session::Impl {
   std::optional<absl::StatusOr<std::string>> offered;
   // See SawEnd(); cleared once re-formed.
   bool saw_end = false;
+  // The last state taken up ended the sampler's pass; see
+  // AtSamplersStepBoundary.
+  bool state_ended_pass = false;
+  bool skip_cut_short = false;
 
   // DDP_INDEX_LOG (a path): one JSON line per batch the sampler hands out,
   // written before the batch trains, as ddp-worker --index_log writes them
