@@ -22,7 +22,9 @@ run of the same job and seed.
 
 Coordinators that fail over through etcd have kinds of their own
 (bench/failover_faults.py: leader_kill9, leader_stop, leader_partition,
-etcd_member, etcd_down; and etcd_load, etcd's writes at 1,000 simulated
+etcd_member, etcd_down, and leader_kill9, leader_stop and etcd_member again
+with etcd at README's settings (etcd's default timings) as *_readme_etcd;
+and etcd_load, etcd's writes at 1,000 simulated
 workers), in a section of their own. A run that names only those keeps
 everything else docs/resilience.json holds: `--kinds etcd_down` measures
 that row again and leaves every other row as it was measured. A run that
