@@ -108,6 +108,31 @@ absl::Status WriteLocalTokens(int port, const std::vector<TokenEntry>& tokens) {
   return absl::OkStatus();
 }
 
+std::string LocalSecretPath(const std::string& name) {
+  return absl::StrCat(LocalTokenDir(), "/", name);
+}
+
+absl::StatusOr<std::string> LocalSecret(const std::string& name, size_t bytes) {
+  if (absl::Status s = PrivateDir(LocalTokenDir()); !s.ok()) return s;
+  const std::string path = LocalSecretPath(name);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (std::string secret = ReadToken(path); !secret.empty()) return secret;
+    // Written whole under another name, then linked into place: link()
+    // never replaces, so a process that lost the race reads the winner's.
+    const std::string temp = absl::StrCat(path, ".", ::getpid(), ".new");
+    if (absl::Status s = WriteToken(temp, RandomToken(bytes)); !s.ok()) return s;
+    const bool linked = ::link(temp.c_str(), path.c_str()) == 0;
+    const int error = errno;
+    ::unlink(temp.c_str());
+    if (!linked && error != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("can't make ", path, ": ", std::strerror(error)));
+    }
+  }
+  if (std::string secret = ReadToken(path); !secret.empty()) return secret;
+  return absl::FailedPreconditionError(absl::StrCat(path, " holds no secret: remove it"));
+}
+
 std::string FindLocalTokenFile(absl::string_view target, Role role) {
   if (!IsLocalAddress(target) || absl::StartsWith(target, "unix:")) return "";
   absl::StatusOr<HostPort> parsed = ParseHostPort(target);

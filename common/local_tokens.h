@@ -47,6 +47,12 @@ absl::Status WriteLocalTokens(int port, const std::vector<TokenEntry>& tokens);
 // system picked, which no restart will serve on again.
 void RemoveLocalTokens(int port);
 
+// A secret of this user's on this machine (`name` in the private folder):
+// read, or made once (`bytes` random bytes, hex; 0600) when there is none.
+// Two processes making it at once end with the same one.
+absl::StatusOr<std::string> LocalSecret(const std::string& name, size_t bytes);
+std::string LocalSecretPath(const std::string& name);
+
 // For a client of `target` ("127.0.0.1:PORT", "localhost:PORT") given no
 // token: the path of `role`'s local token file, or "" when the target is not
 // local or there is none.

@@ -53,8 +53,9 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& flag, const std::s
     if (refuse_readable) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, who, " may read it (mode ", mode,
-          "), and anyone who reads it holds every role's token: chmod 600 it (or 640 owned by "
-          "root with the daemon's group), or pass --allow_readable_tokens"));
+          "), and anyone who reads it holds its secrets: chmod 600 it (or 640 owned by root "
+          "with the daemon's group)",
+          absl::EndsWith(flag, "tokens_file") ? ", or pass --allow_readable_tokens" : ""));
     }
     DDP_LOG(Warning) << where << who << " may read it (mode " << mode << "); chmod 600 it";
   }
@@ -179,7 +180,16 @@ absl::StatusOr<TokensFile> LoadTokensFile(const std::string& flag, const std::st
 }
 
 absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSecretFile(flag, path, /*refuse_readable=*/false);
+  return LoadOneSecret(flag, path, /*refuse_readable=*/false);
+}
+
+absl::StatusOr<std::string> LoadSecretFile(const std::string& flag, const std::string& path) {
+  return LoadOneSecret(flag, path, /*refuse_readable=*/true);
+}
+
+absl::StatusOr<std::string> LoadOneSecret(const std::string& flag, const std::string& path,
+                                          bool refuse_readable) {
+  absl::StatusOr<std::string> text = ReadSecretFile(flag, path, refuse_readable);
   if (!text.ok()) return text.status();
   std::string token;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {

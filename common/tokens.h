@@ -76,6 +76,11 @@ absl::StatusOr<TokensFile> LoadTokensFile(const std::string& flag, const std::st
 // '#' comment lines ignored. Errors start with "<flag>=<path>: ". One that
 // others may read draws a warning: it holds one client's token.
 absl::StatusOr<std::string> LoadTokenFile(const std::string& flag, const std::string& path);
+// The same for a secret the coordinators share (--state_key_file, etcd's
+// password): refused when others may read it.
+absl::StatusOr<std::string> LoadSecretFile(const std::string& flag, const std::string& path);
+absl::StatusOr<std::string> LoadOneSecret(const std::string& flag, const std::string& path,
+                                          bool refuse_readable);
 
 // `bytes` random bytes from the operating system's generator, as lowercase
 // hex (2 * bytes characters).

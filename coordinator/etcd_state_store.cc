@@ -52,15 +52,19 @@ absl::Status EtcdStateStore::ClaimPrefix(EtcdClient* etcd, const std::string& pr
   return absl::OkStatus();
 }
 
-EtcdStateStore::EtcdStateStore(EtcdClient* etcd, std::string prefix, const LeaderElection* election)
-    : etcd_(etcd), prefix_(std::move(prefix)), election_(election) {}
+EtcdStateStore::EtcdStateStore(EtcdClient* etcd, std::string prefix, const LeaderElection* election,
+                               StateSeal seal)
+    : etcd_(etcd), prefix_(std::move(prefix)), election_(election), seal_(std::move(seal)) {}
 
 absl::StatusOr<std::optional<v1::DurableState>> EtcdStateStore::Load() const {
   absl::StatusOr<EtcdRangeResult> read = etcd_->Range(StateKey(prefix_));
   if (!read.ok()) return read.status();
   if (read->kvs.empty()) return std::optional<v1::DurableState>();
+  const std::string where = absl::StrCat("etcd key ", StateKey(prefix_));
+  absl::StatusOr<std::string> payload = seal_.Open(read->kvs.front().value, where);
+  if (!payload.ok()) return payload.status();
   v1::DurableState state;
-  if (!state.ParseFromString(read->kvs.front().value)) {
+  if (!state.ParseFromString(*payload)) {
     return absl::DataLossError(absl::StrCat("etcd key ", StateKey(prefix_),
                                             " does not parse as a coordinator's state; delete it "
                                             "(etcdctl del) to start fresh"));
@@ -73,7 +77,7 @@ absl::Status EtcdStateStore::Save(const v1::DurableState& state, uint64_t sequen
   if (sequence < saved_sequence_) return absl::OkStatus();
   const int64_t lease = election_->lease();
   std::vector<EtcdOp> writes = {
-      PutOp(StateKey(prefix_), state.SerializeAsString()),
+      PutOp(StateKey(prefix_), seal_.Seal(state.SerializeAsString())),
       PutOp(WriterKey(prefix_), absl::StrFormat("%016x", static_cast<uint64_t>(lease)))};
   absl::StatusOr<EtcdTxnResult> txn = etcd_->Txn(election_->Guard(), writes);
   if (!txn.ok()) return txn.status();

@@ -3,7 +3,8 @@
 // the leader, and only while it leads. Every save is one transaction
 // guarded by the election (its leader key still holds), which also records
 // the writer's lease under PREFIX/writer, so etcd's revision history shows
-// which term made each write.
+// which term made each write. The state is sealed (common/state_seal.h):
+// what someone without the coordinators' key wrote there is refused.
 //
 // Thread-safe.
 #ifndef DDP_COORDINATOR_ETCD_STATE_STORE_H_
@@ -17,13 +18,15 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/etcd_client.h"
+#include "common/state_seal.h"
 #include "coordinator/leader_election.h"
 #include "coordinator/state_store.h"
 
 namespace ddp {
 
 // The value of PREFIX/format: a coordinator refuses a prefix holding another.
-inline constexpr char kEtcdStateFormat[] = "ddp-coordinator-state 1";
+// (2: the state is sealed.)
+inline constexpr char kEtcdStateFormat[] = "ddp-coordinator-state 2";
 
 class EtcdStateStore final : public StateStore {
  public:
@@ -34,8 +37,11 @@ class EtcdStateStore final : public StateStore {
   static absl::Status ClaimPrefix(EtcdClient* etcd, const std::string& prefix);
 
   // `etcd` and `election` outlive the store.
-  EtcdStateStore(EtcdClient* etcd, std::string prefix, const LeaderElection* election);
+  EtcdStateStore(EtcdClient* etcd, std::string prefix, const LeaderElection* election,
+                 StateSeal seal);
 
+  // PERMISSION_DENIED when the state is not sealed with this key (someone
+  // else wrote it); DATA_LOSS when it does not parse. Both name the key.
   absl::StatusOr<std::optional<v1::DurableState>> Load() const override;
   // FAILED_PRECONDITION when this coordinator no longer leads (etcd refused
   // the guarded write).
@@ -46,6 +52,7 @@ class EtcdStateStore final : public StateStore {
   EtcdClient* const etcd_;
   const std::string prefix_;
   const LeaderElection* const election_;
+  const StateSeal seal_;
   absl::Mutex mu_;
   uint64_t saved_sequence_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -10,6 +10,7 @@
 #include "common/net_address.h"
 #include "common/port_holder.h"
 #include "common/process.h"
+#include "common/state_seal.h"
 #include "coordinator/etcd_state_store.h"
 #include "coordinator/health_service.h"
 #include "coordinator/leader_election.h"
@@ -81,6 +82,18 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
     DDP_LOG(Error) << "--etcd_endpoints: " << etcd.status().message();
     return 2;
   }
+  absl::StatusOr<StateSeal> seal = failover.state_key_file.empty()
+                                       ? StateSeal::LocalDefault()
+                                       : StateSeal::FromFile(failover.state_key_file);
+  if (!seal.ok()) {
+    DDP_LOG(Error) << seal.status().message();
+    return 2;
+  }
+  if (failover.state_key_file.empty()) {
+    DDP_LOG(Info) << "the state in etcd is sealed with " << seal->source()
+                  << " (this user's on this machine): give coordinators on other machines a copy "
+                     "(--state_key_file)";
+  }
   absl::StatusOr<ClientSecurity> to_leader = ToLeaderSecurity(options.security.http);
   if (!to_leader.ok()) {
     DDP_LOG(Error) << to_leader.status().message();
@@ -149,7 +162,24 @@ int RunWithFailover(CoordinatorServer::Options options, const FailoverOptions& f
     }
   }
   DDP_LOG(Info) << "leading: loading the state from etcd and taking over";
-  options.state_store = std::make_unique<EtcdStateStore>(etcd->get(), failover.prefix, &election);
+  auto store = std::make_unique<EtcdStateStore>(etcd->get(), failover.prefix, &election, *seal);
+  if (absl::Status trusted = store->Load().status();
+      absl::IsPermissionDenied(trusted) || absl::IsDataLoss(trusted)) {
+    // State that this coordinator can't trust or read is not run, and not
+    // overwritten either (an operator decides): it stays up as a standby,
+    // says why, and stands again in a while.
+    DDP_LOG(Error)
+        << "refusing to lead: " << trusted.message()
+        << ". Restore it, or remove it to start fresh (etcdctl del " << failover.prefix
+        << "/state), or give the coordinators' key (--state_key_file); standing again in "
+        << absl::FormatDuration(failover.refused_retry);
+    election.Stop(/*resign=*/true);
+    if (WaitForTermination(failover.refused_retry) != 0) return 0;
+    (*listener)->HandDown();
+    start_over(port);
+    return 1;
+  }
+  options.state_store = std::move(store);
   options.leadership = &election;
   // The leader's server takes the port's connections over once it serves
   // (the port never closes meanwhile), and only then does the standby's go.

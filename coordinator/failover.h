@@ -25,6 +25,12 @@ struct FailoverOptions {
   // The address clients dial this coordinator at (--advertise_address);
   // empty: --listen's, with the port it got.
   std::string advertise;
+  // The state's seal key (--state_key_file); empty: this user's on this
+  // machine (common/state_seal.h).
+  std::string state_key_file;
+  // How long a coordinator that refused to lead (state it can't trust)
+  // waits before it stands again.
+  absl::Duration refused_retry = absl::Seconds(5);
 };
 
 // Returns the exit code: CoordinatorServer::Wait's, 1 when --listen can't

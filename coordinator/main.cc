@@ -149,6 +149,11 @@ ABSL_FLAG(std::string, etcd_prefix, "/ddp/default",
 ABSL_FLAG(std::string, etcd_tls_ca, "", "PEM CA that etcd's certificate must chain to (TLS)");
 ABSL_FLAG(std::string, etcd_tls_cert, "", "PEM client certificate for etcd (mutual TLS)");
 ABSL_FLAG(std::string, etcd_tls_key, "", "PEM private key of --etcd_tls_cert");
+ABSL_FLAG(std::string, state_key_file, "",
+          "the secret that seals the state in etcd (at least 32 characters, readable by this "
+          "user only; the same file on every coordinator of the cluster): state not sealed with "
+          "it is refused. Empty: one made for this user on this machine, next to the local "
+          "tokens");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(2),
           "the leader's etcd lease: a standby takes over this long after the leader is lost "
           "(whole seconds, etcd's unit)");
@@ -381,13 +386,24 @@ absl::StatusOr<std::optional<FailoverOptions>> FailoverFromFlags() {
         "--state_dir and --etcd_endpoints: the state is kept in one place; give one of them");
   }
   FailoverOptions failover;
+  const bool etcd_tls = !absl::GetFlag(FLAGS_etcd_tls_ca).empty();
   for (absl::string_view endpoint : absl::StrSplit(endpoints, ',', absl::SkipWhitespace())) {
     if (auto parsed = ParseHostPort(endpoint); !parsed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--etcd_endpoints: ", endpoint, ": ", parsed.status().message()));
     }
+    // etcd holds what every worker runs: off loopback, in the clear, anyone
+    // on the path reads and rewrites it, as the listeners refuse to be.
+    if (!etcd_tls && !IsLocalAddress(endpoint) && !absl::GetFlag(FLAGS_insecure)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--etcd_endpoints: ", endpoint,
+          " is off loopback and etcd would be reached in plaintext: give --etcd_tls_ca (and "
+          "--etcd_tls_cert/--etcd_tls_key for etcd's client-certificate auth; docs/SECURITY.md, "
+          "\"etcd\"), or pass --insecure on a network you trust"));
+    }
     failover.etcd.endpoints.emplace_back(endpoint);
   }
+  failover.state_key_file = absl::GetFlag(FLAGS_state_key_file);
   failover.etcd.ca_file = absl::GetFlag(FLAGS_etcd_tls_ca);
   failover.etcd.cert_file = absl::GetFlag(FLAGS_etcd_tls_cert);
   failover.etcd.key_file = absl::GetFlag(FLAGS_etcd_tls_key);

@@ -171,6 +171,58 @@ class FailoverStartTest(unittest.TestCase):
                 p.wait(timeout=10)
 
 
+    def test_state_someone_else_wrote_is_refused_and_the_coordinator_stays_up(self):
+        # A local user with etcd's auth off writes a job into the state: the
+        # coordinator elected refuses to lead on it (it is not sealed with
+        # the coordinators' key), says so naming the key, stays up as a
+        # standby and stands again; once the key is removed it leads.
+        with EtcdCluster(1) as etcd:
+            def etcdctl(*args):
+                subprocess.run(["etcdctl", "--endpoints=" + etcd.endpoints[0]] + list(args),
+                               check=True, capture_output=True, timeout=10,
+                               env=dict(os.environ, ETCDCTL_API="3"))
+            etcdctl("put", "/ddp/forged/format", "ddp-coordinator-state 2")
+            etcdctl("put", "/ddp/forged/state", '{"job": {"name": "injected"}}')
+            folder = tempfile.mkdtemp(prefix="ddp-failover-forged-")
+            port = free_port()
+            log_path = os.path.join(folder, "c0.log")
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(
+                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
+                     "--etcd_endpoints=" + etcd.endpoints[0], "--etcd_prefix=/ddp/forged",
+                     "--metrics_listen=", "--http_listen=", "--allow_anonymous_loopback"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                wait_for(lambda: (read_text(log_path) or "").count("refusing to lead") >= 2, 30,
+                         "the coordinator to refuse to lead, twice")
+                text = read_text(log_path)
+                self.assertIn("etcd key /ddp/forged/state is not sealed by a coordinator", text)
+                self.assertIn("etcdctl del /ddp/forged/state", text)
+                self.assertNotIn("leading: restored", text)
+                self.assertIsNone(p.poll(), text[-2000:])
+                client = ReflectionClient("127.0.0.1:%d" % port)
+                health = client.call("grpc.health.v1.Health/Check",
+                                     '{"service": "ddp.v1.Coordinator"}', timeout=5)
+                self.assertEqual(health.get("status"), "NOT_SERVING")
+                client.close()
+                etcdctl("del", "/ddp/forged/state")
+                def serving():
+                    c = ReflectionClient("127.0.0.1:%d" % port)
+                    try:
+                        return c.call("grpc.health.v1.Health/Check",
+                                      '{"service": "ddp.v1.Coordinator"}',
+                                      timeout=2).get("status") == "SERVING"
+                    except grpc.RpcError:
+                        return False
+                    finally:
+                        c.close()
+                wait_for(serving, 30, "the coordinator to lead once the forged state is gone")
+                self.assertIsNone(p.poll())
+            finally:
+                p.terminate()
+                p.wait(timeout=10)
+
+
 class FailoverFlagsTest(unittest.TestCase):
     def test_settings_that_cannot_work_exit_2_naming_the_flag(self):
         coordinator = os.path.join(BIN, "ddp-coordinator")
@@ -185,6 +237,10 @@ class FailoverFlagsTest(unittest.TestCase):
              "--advertise_address"),
             (["--etcd_endpoints=127.0.0.1:2379", "--listen=0.0.0.0:0", "--insecure"],
              "--advertise_address"),
+            # etcd off loopback in plaintext: refused as the listeners are.
+            (["--etcd_endpoints=10.0.0.7:2379"], "--etcd_tls_ca"),
+            (["--etcd_endpoints=127.0.0.1:2379", "--state_key_file=/nonexistent/key"],
+             "--state_key_file"),
         ]
         for flags, named in cases:
             out = subprocess.run([coordinator, "--metrics_listen=", "--http_listen=",

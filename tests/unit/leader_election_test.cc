@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/etcd_client.h"
+#include "common/state_seal.h"
 #include "coordinator/etcd_state_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,6 +19,8 @@
 
 namespace ddp {
 namespace {
+
+const StateSeal kSeal = StateSeal::WithKey(std::string(64, 'k'));
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -153,12 +156,12 @@ TEST_F(LeaderElectionTest, DeposedLeaderThatBelievesItLeads_WritesRefusedByEtcd)
   FakeClock frozen;
   auto a = Candidate("a:1", &frozen);
   ASSERT_TRUE(a->AwaitLeadership(absl::Seconds(5)));
-  EtcdStateStore a_store(etcd_.get(), prefix_, a.get());
+  EtcdStateStore a_store(etcd_.get(), prefix_, a.get(), kSeal);
   ASSERT_THAT(a_store.Save(StateWithJob("from-a"), 1), IsOk());
 
   auto b = Candidate("b:1");
   ASSERT_TRUE(b->AwaitLeadership(kTtl + absl::Seconds(3)));
-  EtcdStateStore b_store(etcd_.get(), prefix_, b.get());
+  EtcdStateStore b_store(etcd_.get(), prefix_, b.get(), kSeal);
   ASSERT_THAT(b_store.Save(StateWithJob("from-b"), 1), IsOk());
 
   EXPECT_THAT(a_store.Save(StateWithJob("from-a-again"), 2),
@@ -221,7 +224,7 @@ TEST_F(LeaderElectionTest, RenewalConfirmedLate_ActsAgainWithTheSameLease) {
 TEST_F(LeaderElectionTest, StateStore_RoundTripThroughEtcd_OlderSequenceSkipped) {
   auto a = Candidate("a:1");
   ASSERT_TRUE(a->AwaitLeadership(absl::Seconds(5)));
-  EtcdStateStore store(etcd_.get(), prefix_, a.get());
+  EtcdStateStore store(etcd_.get(), prefix_, a.get(), kSeal);
   auto empty = store.Load();
   ASSERT_THAT(empty, IsOk());
   EXPECT_FALSE(empty->has_value());
@@ -233,6 +236,33 @@ TEST_F(LeaderElectionTest, StateStore_RoundTripThroughEtcd_OlderSequenceSkipped)
   EXPECT_THAT(store.Describe(), HasSubstr(prefix_ + "/state"));
 }
 
+// What someone without the key put under the prefix is refused, naming the
+// key: a job written there in the clear, the leader's own state changed by
+// a byte, and state sealed with another key.
+TEST_F(LeaderElectionTest, StateStore_WrittenByOthers_RefusedNamingTheKey) {
+  auto a = Candidate("a:1");
+  ASSERT_TRUE(a->AwaitLeadership(absl::Seconds(5)));
+  EtcdStateStore store(etcd_.get(), prefix_, a.get(), kSeal);
+  ASSERT_THAT(etcd_->Put(prefix_ + "/state", StateWithJob("injected").SerializeAsString()), IsOk());
+  EXPECT_THAT(store.Load(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       AllOf(HasSubstr(prefix_ + "/state"), HasSubstr("not sealed"))));
+  ASSERT_THAT(store.Save(StateWithJob("mine"), 1), IsOk());
+  auto sealed = etcd_->Range(prefix_ + "/state");
+  ASSERT_THAT(sealed, IsOk());
+  std::string changed = sealed->kvs[0].value;
+  changed.back() ^= 1;
+  ASSERT_THAT(etcd_->Put(prefix_ + "/state", changed), IsOk());
+  EXPECT_THAT(store.Load(),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("MAC does not match")));
+  EtcdStateStore other(etcd_.get(), prefix_, a.get(), StateSeal::WithKey(std::string(64, 'o')));
+  ASSERT_THAT(other.Save(StateWithJob("theirs"), 1), IsOk());
+  EXPECT_THAT(store.Load(), StatusIs(absl::StatusCode::kPermissionDenied));
+  // Sealed with the key but not a state: it does not parse.
+  ASSERT_THAT(etcd_->Put(prefix_ + "/state", kSeal.Seal("garbage")), IsOk());
+  EXPECT_THAT(store.Load(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not parse")));
+}
+
 TEST_F(LeaderElectionTest, ClaimPrefix_EmptyClaimed_OursKept_OthersRefused) {
   ASSERT_THAT(EtcdStateStore::ClaimPrefix(etcd_.get(), prefix_), IsOk());
   EXPECT_THAT(EtcdStateStore::ClaimPrefix(etcd_.get(), prefix_), IsOk());
@@ -241,10 +271,10 @@ TEST_F(LeaderElectionTest, ClaimPrefix_EmptyClaimed_OursKept_OthersRefused) {
   EXPECT_EQ(format->kvs.at(0).value, kEtcdStateFormat);
 
   const std::string newer = prefix_ + "-newer";
-  ASSERT_THAT(etcd_->Put(newer + "/format", "ddp-coordinator-state 2"), IsOk());
+  ASSERT_THAT(etcd_->Put(newer + "/format", "ddp-coordinator-state 3"), IsOk());
   EXPECT_THAT(
       EtcdStateStore::ClaimPrefix(etcd_.get(), newer),
-      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ddp-coordinator-state 2")));
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ddp-coordinator-state 3")));
 
   const std::string foreign = prefix_ + "-foreign";
   ASSERT_THAT(etcd_->Put(foreign + "/registry/pods", "x"), IsOk());

@@ -89,5 +89,17 @@ TEST_F(LocalTokensTest, AFolderThatIsALink_Refused) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a link")));
 }
 
+TEST_F(LocalTokensTest, LocalSecret_MadeOncePrivateAndKept) {
+  absl::StatusOr<std::string> first = LocalSecret("state.key", 32);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->size(), 64u);
+  struct stat st;
+  ASSERT_EQ(::stat(LocalSecretPath("state.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  absl::StatusOr<std::string> again = LocalSecret("state.key", 32);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first);
+}
+
 }  // namespace
 }  // namespace ddp
