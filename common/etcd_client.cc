@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/etcd_auth.h"
 #include "etcd/etcd.grpc.pb.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/create_channel.h"
@@ -235,7 +236,7 @@ class GrpcEtcdWatch final : public EtcdWatch {
   GrpcEtcdWatch(std::string endpoint, size_t index, std::shared_ptr<grpc::Channel> channel,
                 std::shared_ptr<Rotation> rotation, pb::WatchCreateRequest request,
                 std::function<void(const std::vector<EtcdEvent>&)> on_events,
-                std::function<void(const absl::Status&)> on_error)
+                std::function<void(const absl::Status&)> on_error, const std::string& token)
       : endpoint_(std::move(endpoint)),
         index_(index),
         stub_(pb::Watch::NewStub(std::move(channel))),
@@ -243,6 +244,7 @@ class GrpcEtcdWatch final : public EtcdWatch {
         request_(std::move(request)),
         on_events_(std::move(on_events)),
         on_error_(std::move(on_error)) {
+    if (!token.empty()) context_.AddMetadata("token", token);
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -354,10 +356,12 @@ class Poller {
 class GrpcEtcdClient final : public EtcdClient {
  public:
   GrpcEtcdClient(std::vector<Endpoint> endpoints, absl::Duration timeout,
-                 std::function<void(const char*, absl::Duration, bool)> on_call)
+                 std::function<void(const char*, absl::Duration, bool)> on_call,
+                 std::unique_ptr<EtcdAuth> auth)
       : endpoints_(std::move(endpoints)),
         timeout_(timeout),
         on_call_(std::move(on_call)),
+        auth_(std::move(auth)),
         rotation_(std::make_shared<Rotation>(endpoints_.size())) {}
 
   absl::StatusOr<EtcdRangeResult> Range(const std::string& key, const std::string& range_end,
@@ -484,9 +488,13 @@ class GrpcEtcdClient final : public EtcdClient {
     request.set_range_end(range_end);
     request.set_start_revision(start_revision);
     const size_t i = rotation_->current();
+    // Without a token (etcd unreachable, say) the watch fails as it starts,
+    // and says why through on_error.
+    std::string token;
+    if (auth_) token = auth_->Token(endpoints_[i].channel, timeout_).value_or("");
     return std::make_unique<GrpcEtcdWatch>(endpoints_[i].address, i, endpoints_[i].channel,
                                            rotation_, std::move(request), std::move(on_events),
-                                           std::move(on_error));
+                                           std::move(on_error), token);
   }
 
   std::string endpoint() const override { return endpoints_[rotation_->current()].address; }
@@ -509,9 +517,22 @@ class GrpcEtcdClient final : public EtcdClient {
     grpc::Status last;
     for (size_t n = 0; n < endpoints_.size(); ++n) {
       const size_t i = (first + n) % endpoints_.size();
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-      last = attempt(endpoints_[i], &context);
+      // A token etcd no longer takes: authenticate again, once.
+      for (int tries = 0; tries < 2; ++tries) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+        if (auth_) {
+          absl::StatusOr<std::string> token = auth_->Token(endpoints_[i].channel, timeout_);
+          if (!token.ok()) {
+            last = grpc::Status(static_cast<grpc::StatusCode>(token.status().code()),
+                                std::string(token.status().message()));
+            break;
+          }
+          context.AddMetadata("token", *token);
+        }
+        last = attempt(endpoints_[i], &context);
+        if (!auth_ || !auth_->Refused(last)) break;
+      }
       if (MovesOn(last.error_code())) continue;
       rotation_->Answered(i);
       if (last.ok()) return absl::OkStatus();
@@ -527,6 +548,7 @@ class GrpcEtcdClient final : public EtcdClient {
   std::vector<Endpoint> endpoints_;
   const absl::Duration timeout_;
   const std::function<void(const char*, absl::Duration, bool)> on_call_;
+  const std::unique_ptr<EtcdAuth> auth_;
   const std::shared_ptr<Rotation> rotation_;
   Poller poller_;
 };
@@ -556,8 +578,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(Options options) 
     e.lease = pb::Lease::NewStub(e.channel);
     endpoints.push_back(std::move(e));
   }
-  return std::unique_ptr<EtcdClient>(
-      new GrpcEtcdClient(std::move(endpoints), options.timeout, std::move(options.on_call)));
+  std::unique_ptr<EtcdAuth> auth;
+  if (!options.user.empty()) auth = std::make_unique<EtcdAuth>(options.user, options.password);
+  return std::unique_ptr<EtcdClient>(new GrpcEtcdClient(
+      std::move(endpoints), options.timeout, std::move(options.on_call), std::move(auth)));
 }
 
 std::string RangeEndForPrefix(const std::string& prefix) {

@@ -118,6 +118,9 @@ class EtcdClient {
     // TLS to etcd: all empty means plaintext. ca alone: server TLS;
     // cert and key too: mutual TLS.
     std::string ca_file, cert_file, key_file;
+    // etcd's user authentication: a user and its password (empty user: none;
+    // with client certificates, etcd takes the user from the certificate).
+    std::string user, password;
     absl::Duration timeout = absl::Seconds(1);  // each unary call's deadline
     // Told of every unary call once it is done (its name, e.g. "Txn", how
     // long it took over every member tried, whether it succeeded): for

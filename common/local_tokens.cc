@@ -82,7 +82,8 @@ std::string LocalTokenPath(int port, Role role) {
 std::vector<TokenEntry> NewLocalTokens() {
   std::vector<TokenEntry> tokens;
   for (Role role : kLocalRoles)
-    tokens.push_back({role, RandomToken(), std::string(RoleName(role))});
+    // One user: its tokens act on all its jobs.
+    tokens.push_back({role, RandomToken(), std::string(RoleName(role)), /*scope_all=*/true});
   return tokens;
 }
 
@@ -95,7 +96,7 @@ std::vector<TokenEntry> ReadLocalTokens(int port) {
   for (Role role : kLocalRoles) {
     std::string token = ReadToken(LocalTokenPath(port, role));
     if (token.empty()) return {};
-    tokens.push_back({role, std::move(token), std::string(RoleName(role))});
+    tokens.push_back({role, std::move(token), std::string(RoleName(role)), /*scope_all=*/true});
   }
   return tokens;
 }

@@ -89,9 +89,14 @@ std::optional<Role> ParseRole(absl::string_view name) {
 
 namespace {
 
-// Takes one "key=value" of a line into `entry` (owner) or `*max_workers`.
-absl::Status ParseOption(absl::string_view field, TokenEntry* entry,
-                         std::optional<uint32_t>* max_workers) {
+// What one line gives its owner.
+struct LineLimits {
+  std::optional<uint32_t> max_workers;
+  OwnerLimits limits;
+};
+
+// Takes one "key=value" of a line into `entry` (owner, scope) or `*line`.
+absl::Status ParseOption(absl::string_view field, TokenEntry* entry, LineLimits* line) {
   const size_t eq = field.find('=');
   const absl::string_view key = field.substr(0, eq);
   const absl::string_view value = eq == absl::string_view::npos ? "" : field.substr(eq + 1);
@@ -99,14 +104,44 @@ absl::Status ParseOption(absl::string_view field, TokenEntry* entry,
     entry->owner = std::string(value);
     return absl::OkStatus();
   }
+  if (key == "scope" && value == "all") {
+    entry->scope_all = true;
+    return absl::OkStatus();
+  }
   uint32_t n = 0;
+  int32_t priority = 0;
   if (key == "max_workers" && absl::SimpleAtoi(value, &n) && n > 0) {
-    *max_workers = n;
+    line->max_workers = n;
+    return absl::OkStatus();
+  }
+  if (key == "max_queued" && absl::SimpleAtoi(value, &n) && n > 0) {
+    line->limits.max_queued = n;
+    return absl::OkStatus();
+  }
+  if (key == "max_priority" && absl::SimpleAtoi(value, &priority)) {
+    line->limits.max_priority = priority;
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "\"", absl::CHexEscape(field.substr(0, 40)),
-      "\" is not owner=NAME (1 to 64 characters) or max_workers=N (a positive number)"));
+      "\" is not owner=NAME (1 to 64 characters), max_workers=N or max_queued=N (a positive "
+      "number), max_priority=N (a number) or scope=all"));
+}
+
+// Adds `value` as the owner's `what` unless an earlier line gave another.
+template <typename T>
+absl::Status OneValue(const std::string& owner, const char* what, std::optional<T>* have,
+                      const std::optional<T>& value) {
+  if (!value) return absl::OkStatus();
+  if (*have && **have != *value) {
+    return absl::InvalidArgumentError(absl::StrCat("owner \"", owner, "\" was given ", what, "=",
+                                                   **have,
+                                                   " on an earlier line; give an owner "
+                                                   "one ",
+                                                   what));
+  }
+  *have = value;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -146,19 +181,30 @@ absl::StatusOr<TokensFile> ParseTokens(absl::string_view text) {
       }
     }
     TokenEntry entry{*role, std::string(fields[1]), std::string(RoleName(*role))};
-    std::optional<uint32_t> max_workers;
+    LineLimits line_limits;
     for (size_t i = 2; i < fields.size(); ++i) {
-      if (absl::Status s = ParseOption(fields[i], &entry, &max_workers); !s.ok()) {
+      if (absl::Status s = ParseOption(fields[i], &entry, &line_limits); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
       }
     }
-    if (max_workers) {
+    if (const std::optional<uint32_t>& max_workers = line_limits.max_workers) {
       auto [it, added] = file.quotas.emplace(entry.owner, *max_workers);
       if (!added && it->second != *max_workers) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, "owner \"", entry.owner, "\" was given max_workers=", it->second,
                          " on an earlier line; give an owner one quota"));
       }
+    }
+    // Workers own no jobs: their lines name no owner of jobs.
+    if (entry.role != Role::kWorker) {
+      OwnerLimits& limits = file.limits[entry.owner];
+      absl::Status s =
+          OneValue(entry.owner, "max_queued", &limits.max_queued, line_limits.limits.max_queued);
+      if (s.ok()) {
+        s = OneValue(entry.owner, "max_priority", &limits.max_priority,
+                     line_limits.limits.max_priority);
+      }
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
     }
     file.tokens.push_back(std::move(entry));
   }

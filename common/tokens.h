@@ -3,17 +3,22 @@
 // how much of a guess was right. No gRPC here: the coordinator's core uses
 // it for the store's per-generation tokens.
 //
-// A tokens file has one "<role> <token> [owner=NAME] [max_workers=N]" per
-// line; roles are worker, operator and admin; '#' starts a comment; blank
-// lines are skipped. The owner is who the jobs a token submits belong to
-// (default: the role's name), and max_workers the most workers that
-// owner's jobs may hold together (default: no limit; given on any one of
-// the owner's lines):
+// A tokens file has one "<role> <token> [owner=NAME] [max_workers=N]
+// [max_queued=N] [max_priority=N] [scope=all]" per line; roles are worker,
+// operator and admin; '#' starts a comment; blank lines are skipped. The
+// owner is who the jobs a token submits belong to (default: the role's
+// name). An owner's limits, given on any one of its lines: max_workers, the
+// most workers its jobs may hold together (default: no limit); max_queued,
+// the most of its jobs waiting in the queue (default: a fair share of the
+// queue among the owners the file names); max_priority, the highest
+// priority its jobs may have (default: 0, the default priority, so that an
+// owner can't preempt another's jobs unless allowed to). scope=all: the
+// token may act on every owner's jobs (cancel them), not only its owner's:
 //
-//   # role     token                             owner and quota
+//   # role     token                             owner and limits
 //   worker     3f9c0d7e6b1a4c2f8e5d9a0b7c6e1f2a
-//   operator   5e4f30211f2e3d4c5b6a79809b8a7c6d  owner=alice max_workers=8
-//   admin      9b8a7c6d5e4f30211f2e3d4c5b6a7980
+//   admin      5e4f30211f2e3d4c5b6a79809b8a7c6d  owner=alice max_workers=8 max_queued=10
+//   admin      9b8a7c6d5e4f30211f2e3d4c5b6a7980  owner=ops scope=all max_priority=100
 //
 // Thread-safe: everything here is a pure function.
 #ifndef DDP_COMMON_TOKENS_H_
@@ -43,15 +48,25 @@ struct TokenEntry {
   std::string token;
   // Who the jobs this token submits belong to ("": nobody named).
   std::string owner = {};
+  // scope=all: acts on every owner's jobs, not only its owner's.
+  bool scope_all = false;
 };
 
 // The most workers each owner's jobs may hold together: the owners a tokens
 // file gives a max_workers.
 using OwnerQuotas = std::map<std::string, uint32_t>;
 
+// An owner's other limits, where the tokens file gives them.
+struct OwnerLimits {
+  std::optional<uint32_t> max_queued;
+  std::optional<int32_t> max_priority;
+};
+
 struct TokensFile {
   std::vector<TokenEntry> tokens;
   OwnerQuotas quotas;
+  // Every owner the file names (a line of its), with the limits it gives.
+  std::map<std::string, OwnerLimits> limits;
 };
 
 // Shortest token a tokens file may hold: anything shorter is guessable.

@@ -91,14 +91,23 @@ absl::Status Authorizer::Check(absl::string_view method,
   return Check(method, absl::string_view(it->second.data(), it->second.size()));
 }
 
-std::string Authorizer::OwnerOf(const grpc::ServerContextBase& context) const {
-  if (!enabled_) return "";
+const TokenEntry* Authorizer::EntryOf(const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorizationMetadata);
-  if (it == metadata.end() || it->second.size() < 7) return "";
-  const TokenEntry* entry =
-      FindToken(tokens_, absl::string_view(it->second.data() + 7, it->second.size() - 7));
+  if (it == metadata.end() || it->second.size() < 7) return nullptr;
+  return FindToken(tokens_, absl::string_view(it->second.data() + 7, it->second.size() - 7));
+}
+
+std::string Authorizer::OwnerOf(const grpc::ServerContextBase& context) const {
+  if (!enabled_) return "";
+  const TokenEntry* entry = EntryOf(context);
   return entry ? entry->owner : "";
+}
+
+bool Authorizer::ActsForAll(const grpc::ServerContextBase& context) const {
+  if (!enabled_) return true;
+  const TokenEntry* entry = EntryOf(context);
+  return entry != nullptr && entry->scope_all;
 }
 
 }  // namespace ddp

@@ -64,8 +64,13 @@ class Authorizer {
   // Who the call's token names as owner (--tokens_file owner=); empty
   // without one, or with no tokens required. Ask after Check passed.
   std::string OwnerOf(const grpc::ServerContextBase& context) const;
+  // Whether the call's token may act on every owner's jobs (scope=all; and
+  // every call when no tokens are required).
+  bool ActsForAll(const grpc::ServerContextBase& context) const;
 
  private:
+  const TokenEntry* EntryOf(const grpc::ServerContextBase& context) const;
+
   bool enabled_ = false;
   std::vector<TokenEntry> tokens_;
 };

@@ -35,7 +35,15 @@ Coordinator::Coordinator(const Clock* clock, Options options)
 }
 
 void Coordinator::Restore(const v1::DurableState& state) {
-  absl::MutexLock lock(&mu_);
+  Effects fx;
+  {
+    absl::MutexLock lock(&mu_);
+    RestoreLocked(state, &fx);
+  }
+  Apply(fx);
+}
+
+void Coordinator::RestoreLocked(const v1::DurableState& state, Effects* fx) {
   // The jobs that ended, before those that run: ListJobs lists them first.
   history_.Restore(state, &next_run_sequence_);
   // The job saved in the state's own fields, then those beside it.
@@ -50,8 +58,33 @@ void Coordinator::Restore(const v1::DurableState& state) {
   }
   latest_generation_ = std::max(latest_generation_, state.latest_generation());
   queue_.Restore(state);
+  RecheckRestoredLocked(fx);
   dirty_ = true;
   PublishLocked();
+}
+
+void Coordinator::RecheckRestoredLocked(Effects* fx) {
+  if (!options_.recheck_restored) return;
+  const std::string why = "restored from the saved state, it failed the submission's checks: ";
+  for (const auto& run : runs_) {
+    if (!run->active()) continue;
+    if (absl::Status s = options_.recheck_restored(run->spec()); !s.ok()) {
+      DDP_LOG(Error) << "job " << run->id() << " " << why << s.message();
+      FailJobLocked(*run, absl::StrCat(why, s.message()), fx);
+    }
+  }
+  std::vector<std::string> refused;
+  for (const QueuedJob& queued : queue_.jobs()) {
+    if (absl::Status s = options_.recheck_restored(queued.spec); !s.ok()) {
+      DDP_LOG(Error) << "queued job " << queued.spec.name() << " " << why << s.message();
+      history_.Record(JobHistory::FailedWhileQueued(queued.spec, queued.owner, queued.submitted_at,
+                                                    absl::StrCat(why, s.message()), clock_->Now()),
+                      next_run_sequence_++);
+      refused.push_back(queued.spec.name());
+    }
+  }
+  for (const std::string& id : refused) queue_.Take(id);
+  if (!refused.empty()) PersistLocked(fx);
 }
 
 void Coordinator::PersistLocked(Effects* fx) {

@@ -101,6 +101,17 @@ class Coordinator {
     // runs elsewhere. May be null.
     std::function<void(const v1::JobSpec&, std::function<void(absl::StatusOr<v1::JobSpec>)> done)>
         validate_job;
+    // Per owner beside owner_quotas: the most of its jobs queued, the
+    // highest priority it may submit (common/tokens.h). An owner named here
+    // without a max_queued gets a fair share of the queue among them, and
+    // without a max_priority 0. Owners not named here: no limit.
+    std::map<std::string, OwnerLimits> owner_limits;
+    // The checks a job restored from the state must pass again before any
+    // worker takes it up (its paths under the roots, its pinned inputs where
+    // they were): the state is input too, and the roots may have changed
+    // since the job was accepted. One that fails is failed, with the reason.
+    // Quick (stats only): called under the lock. May be null.
+    std::function<absl::Status(const v1::JobSpec&)> recheck_restored;
     // Store calls must carry the store token of a member of the generation
     // they name (Assignment.store_token); set when callers authenticate
     // (--tokens_file), so that a worker token alone reaches no store.
@@ -183,7 +194,21 @@ class Coordinator {
   // changed, when it fails), NOT_FOUND for a job that is neither running
   // nor queued, FAILED_PRECONDITION if it already ended. Threads as
   // SubmitJob's `done`. Never blocks.
-  void CancelJob(const std::string& job_id, const std::string& reason, CancelDone done);
+  // Who makes a call: the owner its token names, and whether it may act on
+  // every owner's jobs (scope=all, local tokens, no tokens at all).
+  struct Caller {
+    std::string owner;
+    bool all = true;
+  };
+  // PERMISSION_DENIED for a caller that may not act on the job's owner's
+  // jobs (a job of no owner, --job's, any admin may cancel). The caller and
+  // the reason are in the job's message, its history and the log.
+  void CancelJob(const std::string& job_id, const std::string& reason, CancelDone done,
+                 const Caller& caller);
+  // As any caller may (an operator's own, a test's).
+  void CancelJob(const std::string& job_id, const std::string& reason, CancelDone done) {
+    CancelJob(job_id, reason, std::move(done), Caller());
+  }
   // A job that started (running, or ended lately) or a queued one, with its
   // spec; NOT_FOUND otherwise.
   absl::StatusOr<v1::JobSummary> GetJob(const std::string& job_id) const;
@@ -402,6 +427,15 @@ class Coordinator {
   void PruneEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records every job that ended in the history, once.
   void RecordEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MayActOnLocked(const std::string& job_id, const Caller& caller) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The owner's limits on a job it submits: its priority class, its share
+  // of the queue.
+  absl::Status CheckOwnerLimitsLocked(const v1::JobSpec& spec, const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RestoreLocked(const v1::DurableState& state, Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Options::recheck_restored over the jobs Restore took up.
+  void RecheckRestoredLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(Effects& fx);
   void SendLocked(const std::string& worker_id, v1::CoordinatorMessage message, Effects* fx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -101,6 +101,9 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
     // Refuse early, before the (slow) check.
     absl::MutexLock lock(&mu_);
     answer = AnswerWithoutCheckLocked(spec);
+    if (!answer) {
+      if (absl::Status s = CheckOwnerLimitsLocked(spec, owner); !s.ok()) answer = s;
+    }
     // The same job submitted again while its first submission is saved: one
     // write answers both.
     if (!answer && JoinAdmissionLocked(spec, done)) return;
@@ -129,6 +132,9 @@ void Coordinator::AcceptJob(const v1::JobSpec& spec, const std::string& owner, S
           " worker(s) the jobs of ", Quote(owner),
           " may hold (max_workers in the coordinator's tokens file): lower minWorkers, or ask "
           "an admin for a larger quota"));
+    }
+    if (!answer) {
+      if (absl::Status s = CheckOwnerLimitsLocked(spec, owner); !s.ok()) answer = s;
     }
     if (!answer) {
       // Saved as queued first; it takes effect (and the caller hears) once
@@ -231,14 +237,17 @@ absl::Status Coordinator::StartJobLocked(const v1::JobSpec& spec, const std::str
 }
 
 void Coordinator::CancelJob(const std::string& job_id, const std::string& given_reason,
-                            CancelDone done) {
-  // Kept in the job's message and the change log.
-  const std::string reason = Truncated(given_reason, kMaxReportedTextBytes);
+                            CancelDone done, const Caller& caller) {
+  // Kept in the job's message, its history and the change log, with who.
+  const std::string who = caller.owner.empty() ? "" : absl::StrCat("by ", caller.owner);
+  const std::string reason = absl::StrCat(who, !who.empty() && !given_reason.empty() ? ": " : "",
+                                          Truncated(given_reason, kMaxReportedTextBytes));
   Effects fx;
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     refused = CanCancelLocked(job_id);
+    if (refused.ok()) refused = MayActOnLocked(job_id, caller);
     if (refused.ok()) {
       if (PendingChanges::Cancellation* pending = pending_.FindCancellation(job_id)) {
         pending->answers.push_back(std::move(done));  // one write answers both
@@ -275,6 +284,44 @@ absl::Status Coordinator::CanCancelLocked(const std::string& job_id) const {
                                                       ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckOwnerLimitsLocked(const v1::JobSpec& spec,
+                                                 const std::string& owner) const {
+  const auto limits = options_.owner_limits.find(owner);
+  if (limits == options_.owner_limits.end()) return absl::OkStatus();
+  const int32_t max_priority = limits->second.max_priority.value_or(0);
+  if (spec.priority() > max_priority) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "priority ", spec.priority(), " is above the ", max_priority, " the jobs of ", Quote(owner),
+        " may have (max_priority in the coordinator's tokens file): a higher priority preempts "
+        "other owners' jobs; lower it, or ask an admin for a higher class"));
+  }
+  const size_t share = limits->second.max_queued.value_or(
+      std::max<size_t>(1, kMaxQueuedJobs / options_.owner_limits.size()));
+  size_t queued = pending_.AdmissionsOf(owner);
+  for (const QueuedJob& q : queue_.jobs()) queued += q.owner == owner ? 1 : 0;
+  if (queued >= share) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        Quote(owner), " has ", queued, " job(s) queued, its share of the queue (",
+        limits->second.max_queued ? "max_queued in the coordinator's tokens file"
+                                  : absl::StrCat("the ", kMaxQueuedJobs, " places shared among ",
+                                                 options_.owner_limits.size(), " owners"),
+        "): wait for one to start, or cancel one"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::MayActOnLocked(const std::string& job_id, const Caller& caller) const {
+  if (caller.all) return absl::OkStatus();
+  const QueuedJob* queued = queue_.Find(job_id);
+  const JobRun* run = FindRunLocked(job_id);
+  const std::string owner = queued ? queued->owner : run ? run->owner() : "";
+  if (owner.empty() || owner == caller.owner) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "job ", Quote(job_id), " belongs to ", Quote(owner), ", not to ", Quote(caller.owner),
+      ": only its owner's tokens, or one with scope=all in the coordinator's tokens file, may "
+      "act on it"));
 }
 
 void Coordinator::OnCancellationSaved(const std::string& id, const absl::Status& saved) {

@@ -113,6 +113,13 @@ absl::Status CoordinatorServer::InitValidation() {
       done(*checked);
     });
   };
+  // A job restored from the state (a restart, a takeover): its paths and
+  // pinned inputs again, as at submission (the roots may differ now).
+  options_.core.recheck_restored = [roots](const v1::JobSpec& spec) {
+    if (IsProgramJob(spec)) return absl::OkStatus();
+    if (absl::Status s = CheckJobPaths(spec, *roots); !s.ok()) return s;
+    return CheckPinnedInputs(spec, *roots);
+  };
   return absl::OkStatus();
 }
 

@@ -54,6 +54,7 @@ struct CoordinatorSecurity {
   std::string transport;
   // The tokens file's max_workers per owner.
   OwnerQuotas owner_quotas;
+  std::map<std::string, OwnerLimits> owner_limits;
 };
 
 class CoordinatorServer {

@@ -78,6 +78,15 @@ v1::JobRecord JobHistory::CancelledWhileQueued(const v1::JobSpec& spec, const st
   return r;
 }
 
+v1::JobRecord JobHistory::FailedWhileQueued(const v1::JobSpec& spec, const std::string& owner,
+                                            absl::Time submitted_at, absl::string_view message,
+                                            absl::Time now) {
+  v1::JobRecord r = CancelledWhileQueued(spec, owner, submitted_at, "", now);
+  r.set_state(v1::JOB_STATE_FAILED);
+  r.set_message(std::string(message));
+  return r;
+}
+
 v1::JobSummary JobHistory::Summary(const v1::JobRecord& r, absl::Time now) {
   v1::JobSummary s;
   s.set_job_id(r.job_id());

@@ -53,6 +53,10 @@ class JobHistory {
   static v1::JobRecord CancelledWhileQueued(const v1::JobSpec& spec, const std::string& owner,
                                             absl::Time submitted_at, absl::string_view reason,
                                             absl::Time now);
+  // The record of a job that failed before it started, with `message`.
+  static v1::JobRecord FailedWhileQueued(const v1::JobSpec& spec, const std::string& owner,
+                                         absl::Time submitted_at, absl::string_view message,
+                                         absl::Time now);
 
   // What operators read of an ended job.
   static v1::JobSummary Summary(const v1::JobRecord& record, absl::Time now);

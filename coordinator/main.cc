@@ -29,6 +29,7 @@
 #include "coordinator/coordinator_server.h"
 #include "coordinator/failover.h"
 #include "coordinator/helper_process.h"
+#include "coordinator/job_queue.h"
 #include "coordinator/path_policy.h"
 #include "coordinator/status_summary.h"
 
@@ -149,6 +150,12 @@ ABSL_FLAG(std::string, etcd_prefix, "/ddp/default",
 ABSL_FLAG(std::string, etcd_tls_ca, "", "PEM CA that etcd's certificate must chain to (TLS)");
 ABSL_FLAG(std::string, etcd_tls_cert, "", "PEM client certificate for etcd (mutual TLS)");
 ABSL_FLAG(std::string, etcd_tls_key, "", "PEM private key of --etcd_tls_cert");
+ABSL_FLAG(std::string, etcd_user, "",
+          "authenticate to etcd as this user (etcd's RBAC; its password in "
+          "--etcd_password_file). With --etcd_tls_cert etcd can take the user from the "
+          "certificate instead");
+ABSL_FLAG(std::string, etcd_password_file, "",
+          "a file holding --etcd_user's password (one line; readable by this user only)");
 ABSL_FLAG(std::string, state_key_file, "",
           "the secret that seals the state in etcd (at least 32 characters, readable by this "
           "user only; the same file on every coordinator of the cluster): state not sealed with "
@@ -234,6 +241,15 @@ absl::StatusOr<CoordinatorSecurity> LoadSecurity() {
                     << " worker(s) together";
     }
     security.owner_quotas = std::move(tokens->quotas);
+    for (const auto& [owner, limits] : tokens->limits) {
+      DDP_LOG(Info) << "the jobs of " << Quote(owner) << ": priority at most "
+                    << limits.max_priority.value_or(0) << ", "
+                    << (limits.max_queued ? absl::StrCat(*limits.max_queued)
+                                          : absl::StrCat("a fair share (", kMaxQueuedJobs, "/",
+                                                         tokens->limits.size(), ")"))
+                    << " queued at once";
+    }
+    security.owner_limits = std::move(tokens->limits);
     security.authorizer = std::make_unique<Authorizer>(std::move(tokens->tokens));
   } else if (IsLocalAddress(listen) && !absl::StartsWith(listen, "unix:") &&
              !absl::GetFlag(FLAGS_allow_anonymous_loopback)) {
@@ -303,6 +319,7 @@ absl::Status CoreOptionsFromFlags(const CoordinatorSecurity& security,
   options.registry.name_version_in_refusals = security.authorizer != nullptr;
   options.build = ThisBuild();
   options.owner_quotas = security.owner_quotas;
+  options.owner_limits = security.owner_limits;
   options.registry.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.status_workers = absl::GetFlag(FLAGS_status_workers);
@@ -404,6 +421,18 @@ absl::StatusOr<std::optional<FailoverOptions>> FailoverFromFlags() {
     failover.etcd.endpoints.emplace_back(endpoint);
   }
   failover.state_key_file = absl::GetFlag(FLAGS_state_key_file);
+  failover.etcd.user = absl::GetFlag(FLAGS_etcd_user);
+  const std::string password_file = absl::GetFlag(FLAGS_etcd_password_file);
+  if (failover.etcd.user.empty() != password_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--etcd_user and --etcd_password_file: give both (etcd's user and a file with its "
+        "password), or neither");
+  }
+  if (!password_file.empty()) {
+    absl::StatusOr<std::string> password = LoadSecretFile("--etcd_password_file", password_file);
+    if (!password.ok()) return password.status();
+    failover.etcd.password = *std::move(password);
+  }
   failover.etcd.ca_file = absl::GetFlag(FLAGS_etcd_tls_ca);
   failover.etcd.cert_file = absl::GetFlag(FLAGS_etcd_tls_cert);
   failover.etcd.key_file = absl::GetFlag(FLAGS_etcd_tls_key);

@@ -8,6 +8,12 @@
 
 namespace ddp {
 
+size_t PendingChanges::AdmissionsOf(absl::string_view owner) const {
+  size_t n = 0;
+  for (const Admission& a : admissions_) n += a.job.owner == owner ? 1 : 0;
+  return n;
+}
+
 PendingChanges::Admission* PendingChanges::FindAdmission(absl::string_view id) {
   for (Admission& a : admissions_) {
     if (a.job.spec.name() == id) return &a;

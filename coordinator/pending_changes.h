@@ -47,6 +47,8 @@ class PendingChanges {
 
   // The job submitted as `id` waiting for its write, or null.
   Admission* FindAdmission(absl::string_view id);
+  // How many of `owner`'s jobs wait to be saved as queued.
+  size_t AdmissionsOf(absl::string_view owner) const;
   void AddAdmission(QueuedJob job, SubmitAnswer answer);
   // Takes it out (its write came back, either way).
   std::optional<Admission> TakeAdmission(absl::string_view id);

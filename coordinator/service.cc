@@ -205,8 +205,11 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
   if (absl::Status s = Allow(context, method::kCancelJob); !s.ok()) return Reply(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered once the cancellation is saved; no thread waits for it here.
-  core_->CancelJob(request->job_id(), request->reason(),
-                   [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+  Coordinator::Caller caller;
+  if (authorizer_) caller = {authorizer_->OwnerOf(*context), authorizer_->ActsForAll(*context)};
+  core_->CancelJob(
+      request->job_id(), request->reason(),
+      [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); }, caller);
   return reactor;
 }
 

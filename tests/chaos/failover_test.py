@@ -27,6 +27,7 @@ from grpc_reflect import ReflectionClient  # noqa: E402
 from harness import BIN, free_port, read_text, wait_for  # noqa: E402
 
 TTL = 2  # seconds: the default --lease_ttl
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
 class FailoverTest(unittest.TestCase):
@@ -221,6 +222,117 @@ class FailoverStartTest(unittest.TestCase):
             finally:
                 p.terminate()
                 p.wait(timeout=10)
+
+
+    def test_etcd_with_its_users_and_roles_on_the_coordinator_authenticates(self):
+        # etcd's RBAC as docs/SECURITY.md sets it up: a user with a role on
+        # /ddp/ only, auth enabled. The coordinator leads with that user's
+        # password; a client without credentials (any local user) can no
+        # longer read or write the state; a wrong password is refused at
+        # start, naming the user.
+        with EtcdCluster(1) as etcd:
+            folder = tempfile.mkdtemp(prefix="ddp-etcd-auth-")
+            def etcdctl(*args, user=None):
+                creds = ["--user=" + user] if user else []
+                return subprocess.run(
+                    ["etcdctl", "--endpoints=" + etcd.endpoints[0]] + creds + list(args),
+                    capture_output=True, text=True, timeout=10,
+                    env=dict(os.environ, ETCDCTL_API="3"))
+            for args in (["user", "add", "root", "--new-user-password=root-secret-1"],
+                         ["user", "grant-role", "root", "root"],
+                         ["role", "add", "ddp"],
+                         ["role", "grant-permission", "ddp", "--prefix=true", "readwrite",
+                          "/ddp/"],
+                         ["user", "add", "ddp", "--new-user-password=ddp-secret-0123456789"],
+                         ["user", "grant-role", "ddp", "ddp"],
+                         ["auth", "enable"]):
+                done = etcdctl(*args)
+                self.assertTrue(done.returncode == 0 or "already" in done.stderr,
+                                (args, done.stderr))
+            password = os.path.join(folder, "etcd-password")
+            with open(password, "w") as f:
+                f.write("ddp-secret-0123456789\n")
+            os.chmod(password, 0o600)
+            port = free_port()
+            log_path = os.path.join(folder, "c0.log")
+            argv = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
+                    "--etcd_endpoints=" + etcd.endpoints[0], "--etcd_user=ddp",
+                    "--etcd_password_file=" + password, "--metrics_listen=", "--http_listen=",
+                    "--allow_anonymous_loopback"]
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+            try:
+                wait_for(lambda: "leading: " in (read_text(log_path) or ""), 20,
+                         "the coordinator to lead as etcd's user ddp")
+                anonymous = etcdctl("get", "--prefix", "/ddp/")
+                self.assertNotEqual(anonymous.returncode, 0, anonymous.stdout)
+                as_ddp = etcdctl("get", "--prefix", "--keys-only", "/ddp/",
+                                 user="ddp:ddp-secret-0123456789")
+                self.assertIn("/ddp/default/format", as_ddp.stdout, as_ddp.stderr)
+                self.assertIsNone(p.poll())
+            finally:
+                p.terminate()
+                p.wait(timeout=10)
+            with open(password, "w") as f:
+                f.write("not-the-password\n")
+            wrong = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual(wrong.returncode, 2, wrong.stdout + wrong.stderr)
+            self.assertIn("authenticating to etcd as ddp", wrong.stdout + wrong.stderr)
+            self.assertNotIn("not-the-password", wrong.stdout + wrong.stderr)
+            os.chmod(password, 0o644)
+            readable = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            self.assertEqual(readable.returncode, 2, readable.stdout + readable.stderr)
+            self.assertIn("--etcd_password_file", readable.stdout + readable.stderr)
+
+
+    def test_tls_etcd_made_as_deploy_shows_the_coordinator_leads_over_it(self):
+        # deploy/etcd/make-certs.sh's certificates, etcd started with them as
+        # docs/SECURITY.md says (TLS, client certificates required): the
+        # coordinator leads with its client certificate; a client without
+        # one is refused by etcd.
+        folder = tempfile.mkdtemp(prefix="ddp-etcd-tls-")
+        certs = os.path.join(folder, "certs")
+        subprocess.run([os.path.join(REPO, "deploy/etcd/make-certs.sh"), certs,
+                        "127.0.0.1,localhost"], check=True, capture_output=True, timeout=60)
+        client_port, peer_port, port = free_port(), free_port(), free_port()
+        peer = "http://127.0.0.1:%d" % peer_port
+        etcd = subprocess.Popen(
+            ["etcd", "--name=m0", "--data-dir=" + os.path.join(folder, "data"),
+             "--listen-client-urls=https://127.0.0.1:%d" % client_port,
+             "--advertise-client-urls=https://127.0.0.1:%d" % client_port,
+             "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+             "--initial-cluster=m0=" + peer,
+             "--cert-file=" + os.path.join(certs, "server.pem"),
+             "--key-file=" + os.path.join(certs, "server-key.pem"),
+             "--client-cert-auth", "--trusted-ca-file=" + os.path.join(certs, "ca.pem")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        log_path = os.path.join(folder, "c0.log")
+        p = None
+        try:
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(
+                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
+                     "--etcd_endpoints=127.0.0.1:%d" % client_port,
+                     "--etcd_tls_ca=" + os.path.join(certs, "ca.pem"),
+                     "--etcd_tls_cert=" + os.path.join(certs, "ddp.pem"),
+                     "--etcd_tls_key=" + os.path.join(certs, "ddp-key.pem"),
+                     "--metrics_listen=", "--http_listen=", "--allow_anonymous_loopback"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            wait_for(lambda: "leading: " in (read_text(log_path) or ""), 30,
+                     "the coordinator to lead over TLS etcd")
+            no_cert = subprocess.run(
+                ["etcdctl", "--endpoints=https://127.0.0.1:%d" % client_port,
+                 "--cacert=" + os.path.join(certs, "ca.pem"), "--dial-timeout=1s",
+                 "--command-timeout=2s", "get", "--prefix", "/ddp/"],
+                capture_output=True, text=True, timeout=20, env=dict(os.environ, ETCDCTL_API="3"))
+            self.assertNotEqual(no_cert.returncode, 0, no_cert.stdout)
+            self.assertIsNone(p.poll())
+        finally:
+            for proc in (p, etcd):
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(timeout=10)
 
 
 class FailoverFlagsTest(unittest.TestCase):

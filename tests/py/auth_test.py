@@ -27,7 +27,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(__file__))
 from certs import Pki  # noqa: E402
 from cluster import Cluster, synthetic_job  # noqa: E402
-from harness import BIN, wait_for, wait_port_file  # noqa: E402
+from harness import BIN, read_text, wait_for, wait_port_file  # noqa: E402
 from grpc_reflect import ReflectionClient, local_token_file  # noqa: E402
 
 C = "ddp.v1.Coordinator/"
@@ -581,6 +581,65 @@ class ListenPolicyTest(unittest.TestCase):
             self.assertEqual(result.returncode, 2, "%s: %s" % (flags, result.stderr))
             self.assertIn(message, result.stderr, flags)
             self.assertNotIn("0123456789abcdef0124", result.stderr)  # no token quoted
+
+
+class OwnersTest(unittest.TestCase):
+    """Owners isolated through real gRPC with a tokens file: each owner's
+    share of the queue and priority class, cancel of its own jobs only
+    (scope=all for every owner's), and who cancelled in the job's message."""
+
+    def test_owner_limits_and_cancel_scope(self):
+        folder = tempfile.mkdtemp(prefix="ddp-owners-")
+        tokens = {name: secrets.token_hex(16) for name in ("alice", "bob", "ops", "worker")}
+        path = os.path.join(folder, "tokens")
+        with open(path, "w") as f:
+            f.write("worker %s\n" % tokens["worker"])
+            f.write("admin %s owner=alice max_queued=2\n" % tokens["alice"])
+            f.write("admin %s owner=bob max_priority=5\n" % tokens["bob"])
+            f.write("admin %s owner=ops scope=all max_priority=100\n" % tokens["ops"])
+        os.chmod(path, 0o600)
+        cluster = Cluster(extra_flags=["--tokens_file=" + path],
+                          client_options={"token": tokens["ops"], "local_token": False})
+        self.addCleanup(cluster.stop)
+        clients = {}
+        for name in ("alice", "bob", "ops"):
+            clients[name] = ReflectionClient(cluster.target, token=tokens[name], local_token=False)
+            self.addCleanup(clients[name].close)
+
+        def submit(who, name, **overrides):
+            job = synthetic_job(name, 1, **overrides)
+            return code_of(lambda: clients[who].call(C + "SubmitJob",
+                                                     json.dumps({"spec": job}), timeout=30))
+
+        def cancel(who, name):
+            return code_of(lambda: clients[who].call(
+                C + "CancelJob", json.dumps({"job_id": name, "reason": "tidying up"}), timeout=30))
+
+        # No worker: the first job waits for one, the rest queue.
+        self.assertEqual(submit("bob", "b0")[0], grpc.StatusCode.OK)
+        self.assertEqual(submit("alice", "a1")[0], grpc.StatusCode.OK)
+        self.assertEqual(submit("alice", "a2")[0], grpc.StatusCode.OK)
+        code, details = submit("alice", "a3")
+        self.assertEqual(code, grpc.StatusCode.RESOURCE_EXHAUSTED, details)
+        self.assertIn('"alice" has 2 job(s) queued', details)
+        # Priority classes: alice's is 0 (the default), bob's 5.
+        code, details = submit("alice", "a-urgent", priority=2147483647)
+        self.assertEqual(code, grpc.StatusCode.PERMISSION_DENIED, details)
+        self.assertIn("max_priority", details)
+        self.assertEqual(submit("bob", "b5", priority=5)[0], grpc.StatusCode.OK)
+        self.assertEqual(submit("bob", "b6", priority=6)[0], grpc.StatusCode.PERMISSION_DENIED)
+        # Cancel: one's own jobs, or any with scope=all.
+        code, details = cancel("bob", "a1")
+        self.assertEqual(code, grpc.StatusCode.PERMISSION_DENIED, details)
+        self.assertIn('belongs to "alice"', details)
+        self.assertEqual(cancel("alice", "a1")[0], grpc.StatusCode.OK)
+        self.assertEqual(cancel("ops", "b5")[0], grpc.StatusCode.OK)
+        jobs = {j["job_id"]: j for j in cluster.client.call(C + "ListJobs").get("jobs", [])}
+        self.assertIn("by alice: tidying up", jobs["a1"]["message"])
+        self.assertIn("by ops: tidying up", jobs["b5"]["message"])
+        self.assertEqual(jobs["a2"]["state"], "JOB_STATE_QUEUED")
+        log = read_text(os.path.join(cluster.dir, "coordinator.log")) or ""
+        self.assertIn("by alice: tidying up", log)
 
 
 class LocalTokensTest(unittest.TestCase):

@@ -143,13 +143,17 @@ inline absl::StatusOr<v1::JobSpec> Submit(Coordinator& core, const v1::JobSpec& 
 }
 
 // Cancels job `id` and returns the answer (as Submit's, once saved).
-inline absl::Status Cancel(Coordinator& core, const std::string& id, const std::string& reason) {
+inline absl::Status Cancel(Coordinator& core, const std::string& id, const std::string& reason,
+                           const Coordinator::Caller& caller = Coordinator::Caller()) {
   auto answer = std::make_shared<absl::Status>(absl::InternalError("CancelJob did not answer"));
   auto answered = std::make_shared<absl::Notification>();
-  core.CancelJob(id, reason, [answer, answered](absl::Status s) {
-    *answer = std::move(s);
-    answered->Notify();
-  });
+  core.CancelJob(
+      id, reason,
+      [answer, answered](absl::Status s) {
+        *answer = std::move(s);
+        answered->Notify();
+      },
+      caller);
   EXPECT_TRUE(answered->WaitForNotificationWithTimeout(absl::Seconds(30)))
       << "CancelJob did not answer";
   return *answer;

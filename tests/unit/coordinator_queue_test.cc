@@ -200,5 +200,38 @@ TEST_F(QueuePersistTest, Restart_QueueKeptInOrderWithOwnersAndNewJobsQueueAfterI
   EXPECT_EQ(Saved().queue_size(), 2);
 }
 
+// Owners apart (the tokens file's limits): a priority above the owner's
+// class and a queue share used up are refused; one owner can't cancel
+// another's job, scope=all can, and the job's message says who did.
+TEST_F(CoordinatorTest, Owners_PriorityClassQueueShareAndCancelScope) {
+  Coordinator::Options options = TestOptions();
+  options.owner_limits["alice"].max_queued = 1;
+  options.owner_limits["bob"].max_priority = 5;
+  core_ = std::make_unique<Coordinator>(&clock_, options);
+  EXPECT_THAT(Submit(*core_, Job(1), "bob"), IsOk());  // waits for a worker
+  v1::JobSpec a1 = Job(1);
+  a1.set_name("a1");
+  EXPECT_THAT(Submit(*core_, a1, "alice"), IsOk());  // queued
+  v1::JobSpec a2 = Job(1);
+  a2.set_name("a2");
+  EXPECT_THAT(Submit(*core_, a2, "alice"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("1 job(s) queued")));
+  v1::JobSpec urgent = Job(1);
+  urgent.set_name("urgent");
+  urgent.set_priority(6);
+  EXPECT_THAT(Submit(*core_, urgent, "bob"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("above the 5")));
+  urgent.set_priority(1);
+  EXPECT_THAT(Submit(*core_, urgent, "alice"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("above the 0")));
+  EXPECT_THAT(Cancel(*core_, "a1", "mine now", {"bob", false}),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to \"alice\"")));
+  EXPECT_THAT(Cancel(*core_, "a1", "done with it", {"alice", false}), IsOk());
+  absl::StatusOr<v1::JobSummary> a1_now = core_->GetJob("a1");
+  ASSERT_THAT(a1_now, IsOk());
+  EXPECT_THAT(a1_now->message(), HasSubstr("by alice: done with it"));
+  EXPECT_THAT(Cancel(*core_, Job(1).name(), "maintenance", {"ops", true}), IsOk());
+}
+
 }  // namespace
 }  // namespace ddp

@@ -65,6 +65,47 @@ TEST_F(CoordinatorTest, Restore_SpecSavedWithoutNewerFields_DefaultsFilledIn) {
   EXPECT_THAT(Submit(*core_, Job(2, 3)), IsOk());  // the unit's --job again: a no-op
 }
 
+// The state is input: a restored job whose paths or pins no longer pass the
+// submission's checks is failed with the reason, and a queued one leaves
+// the queue as failed; neither reaches a worker.
+TEST_F(CoordinatorTest, Restore_JobsFailingTheRecheck_FailedWithTheReasonNeverAssigned) {
+  Coordinator::Options options = TestOptions();
+  options.recheck_restored = [](const v1::JobSpec& spec) {
+    return spec.name() == "fine" ? absl::OkStatus()
+                                 : absl::InvalidArgumentError("data.path: not under a data root");
+  };
+  core_ = std::make_unique<Coordinator>(&clock_, options);
+  v1::DurableState saved;
+  v1::JobSpec running = WithDefaults(Job(1));
+  running.set_name("moved");
+  *saved.mutable_job() = running;
+  saved.set_job_state(v1::JOB_STATE_RUNNING);
+  saved.set_latest_generation(3);
+  v1::JobSpec fine = WithDefaults(Job(1));
+  fine.set_name("fine");
+  v1::JobSpec refused = WithDefaults(Job(1));
+  refused.set_name("refused");
+  for (const v1::JobSpec& spec : {fine, refused}) {
+    v1::DurableQueuedJob* q = saved.add_queue();
+    *q->mutable_spec() = spec;
+    q->set_owner("admin");
+    q->set_sequence(saved.queue_size());
+  }
+  core_->Restore(saved);
+  absl::StatusOr<v1::JobSummary> moved = core_->GetJob("moved");
+  ASSERT_THAT(moved, IsOk());
+  EXPECT_EQ(moved->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(moved->message(), AllOf(HasSubstr("failed the submission's checks"),
+                                      HasSubstr("data.path: not under a data root")));
+  absl::StatusOr<v1::JobSummary> gone = core_->GetJob("refused");
+  ASSERT_THAT(gone, IsOk());
+  EXPECT_EQ(gone->state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(gone->message(), HasSubstr("data.path: not under a data root"));
+  // The job that passed is the one a worker gets.
+  auto w = Attach("h", "cpu:0");
+  EXPECT_EQ(w->assignment().job_id(), "fine");
+}
+
 // ---- Adoption --------------------------------------------------------------
 
 class AdoptionTest : public CoordinatorTest {

@@ -60,9 +60,29 @@ TEST(ParseTokens, OwnersAndQuotas_OneQuotaPerOwnerOnAnyOfItsLines) {
                        AllOf(HasSubstr("line 2"), HasSubstr("max_workers=8"))));
 }
 
+TEST(ParseTokens, OwnerLimitsAndScope_OnePerOwner) {
+  auto file = ParseTokens(
+      "worker   0123456789abcdef0120\n"
+      "admin    0123456789abcdef0123 owner=alice max_queued=10\n"
+      "operator 0123456789abcdef0124 owner=alice max_priority=3\n"
+      "admin    0123456789abcdef0125 owner=ops scope=all\n");
+  ASSERT_THAT(file, IsOk());
+  EXPECT_FALSE(file->tokens[1].scope_all);
+  EXPECT_TRUE(file->tokens[3].scope_all);
+  // Every owner a non-worker line names, with what the file gives it.
+  ASSERT_EQ(file->limits.size(), 2u);
+  EXPECT_EQ(file->limits.at("alice").max_queued, 10u);
+  EXPECT_EQ(file->limits.at("alice").max_priority, 3);
+  EXPECT_FALSE(file->limits.at("ops").max_queued.has_value());
+  EXPECT_THAT(ParseTokens("admin 0123456789abcdef0123 owner=a max_priority=1\n"
+                          "admin 0123456789abcdef0124 owner=a max_priority=2\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("line 2"), HasSubstr("max_priority=1"))));
+}
+
 TEST(ParseTokens, BadOption_InvalidArgumentNamingLineAndForm) {
-  for (const char* option :
-       {"owner=", "max_workers=0", "max_workers=-1", "max_workers=x", "quota=3", "extra"}) {
+  for (const char* option : {"owner=", "max_workers=0", "max_workers=-1", "max_workers=x",
+                             "quota=3", "extra", "max_queued=0", "max_priority=x", "scope=some"}) {
     SCOPED_TRACE(option);
     EXPECT_THAT(ParseTokens(absl::StrCat("worker 0123456789abcdef0123\n"
                                          "operator 0123456789abcdef0124 ",

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gloo/rendezvous/store.h"
+#include "worker/collective/shm_names.h"
 
 namespace ddp {
 namespace {
@@ -85,6 +87,27 @@ struct ShmCommunicator::Segment {
   Word counters[2][kMaxRanks];
 };
 
+namespace {
+
+// Whether process `pid` is gone: no such process, or a zombie (killed, not
+// yet reaped by its parent: it will never unlink anything).
+bool Gone(int pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  // "pid (comm) S ...": the state follows the last ')'.
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && close[1] == ' ' && close[2] == 'Z';
+}
+
+}  // namespace
+
 void ShmCommunicator::RemoveStaleSegments() {
   // Our segments are named /ddp-<creator pid>-<random>; one whose creator
   // is gone was left by a rank 0 killed between creating and unlinking it.
@@ -94,7 +117,7 @@ void ShmCommunicator::RemoveStaleSegments() {
     int pid = 0;
     char rest[64];
     if (std::sscanf(entry->d_name, "ddp-%d-%63s", &pid, rest) != 2 || pid <= 0) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (!Gone(pid)) continue;
     ::shm_unlink(absl::StrCat("/", entry->d_name).c_str());
   }
   ::closedir(dir);
@@ -159,13 +182,15 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
   }
   const size_t bytes = DataOffset() + (options.world_size + 1) * options.slot_bytes;
   Segment* segment = nullptr;
-  std::string created;  // rank 0: the name, until it is unlinked
+  std::string created;                    // rank 0: the name, until it is unlinked
+  std::optional<PendingShmName> pending;  // the same, for SIGTERM and SIGINT
   absl::Status status;
   try {
     if (options.rank == 0) {
       RemoveStaleSegments();
       std::random_device random;
       const std::string name = absl::StrFormat("/ddp-%d-%08x%08x", ::getpid(), random(), random());
+      pending.emplace(name);
       status = CreateSegment(name, bytes, options, &segment);
       if (status.ok()) created = name;
       Set(store, "shm/segment", status.ok() ? name : "error:" + std::string(status.message()));
@@ -197,6 +222,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
       // the last rank unmaps it, and nothing is left behind if ranks die.
       ::shm_unlink(created.c_str());
       created.clear();
+      pending.reset();
     }
   } catch (const std::exception& e) {
     status = absl::UnavailableError(absl::StrCat("shared-memory rendezvous failed: ", e.what()));

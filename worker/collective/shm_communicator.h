@@ -46,6 +46,10 @@ class ShmCommunicator final : public Communicator {
   // comes.
   static absl::StatusOr<std::unique_ptr<ShmCommunicator>> Create(gloo::rendezvous::Store& store,
                                                                  const Options& options);
+  // Unlinks segments whose creator process is gone (or a zombie): what a
+  // rank 0 killed in a rendezvous left. Each rank 0 does it before it makes
+  // its own.
+  static void RemoveStaleSegments();
   ~ShmCommunicator() override;
 
   int rank() const override { return options_.rank; }
@@ -66,8 +70,6 @@ class ShmCommunicator final : public Communicator {
   template <typename T, typename Add>
   absl::Status AllReduceWith(T* data, size_t count, Add add);
   absl::Status CheckNotAborted() const;
-  // Unlinks segments whose creator process is gone.
-  static void RemoveStaleSegments();
   // Rank 0 makes the segment `name` of `bytes` (unlinked again on failure);
   // the others map it, checking it is this generation's.
   static absl::Status CreateSegment(const std::string& name, size_t bytes, const Options& options,

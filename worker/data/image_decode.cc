@@ -6,6 +6,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csetjmp>
 #include <cstdio>
@@ -45,6 +46,23 @@ void StoredCmykToRgb(const uint8_t* stored, size_t count, uint8_t* rgb) {
   }
 }
 
+// A PNG's size from its IHDR chunk, which must come first: the budget is
+// held before libpng allocates anything (its longjmps skip destructors, so
+// nothing of ours lives in DecodePngInto's frame).
+absl::Status PngSize(absl::string_view bytes, absl::string_view name, int64_t* width,
+                     int64_t* height) {
+  if (bytes.size() < 24 || bytes.substr(12, 4) != "IHDR") {
+    return Bad(name, "a corrupt or truncated PNG: no IHDR chunk first");
+  }
+  auto be32 = [&](size_t at) {
+    const auto* b = reinterpret_cast<const unsigned char*>(bytes.data() + at);
+    return (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3];
+  };
+  *width = be32(16);
+  *height = be32(20);
+  return CheckSize(name, *width, *height);
+}
+
 absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
   std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
   if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
@@ -59,8 +77,9 @@ absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view n
   // CMYK (and YCCK) as PIL reads them (ImageNet has a few): decoded to the
   // values stored, then to RGB below.
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  std::vector<uint8_t> stored(cmyk ? count * 4 : 0);
   RgbImage image;
+  image.held = ImageDecodeBudget().Hold(count * (cmyk ? 7 : 3));
+  std::vector<uint8_t> stored(cmyk ? count * 4 : 0);
   image.width = width;
   image.height = height;
   image.pixels.resize(count * 3);
@@ -180,14 +199,49 @@ bool DecodePngInto(PngRead* read, int* width, int* height, std::vector<uint8_t>*
 }
 
 absl::StatusOr<RgbImage> DecodePng(absl::string_view bytes, absl::string_view name) {
+  int64_t width = 0, height = 0;
+  if (absl::Status s = PngSize(bytes, name, &width, &height); !s.ok()) return s;
   PngRead read{reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), 0, {0}};
   RgbImage image;
+  image.held = ImageDecodeBudget().Hold(static_cast<uint64_t>(width) * height * 3);
   if (!DecodePngInto(&read, &image.width, &image.height, &image.pixels))
     return Bad(name, absl::StrCat("a corrupt or truncated PNG: ", read.error));
   return image;
 }
 
 }  // namespace
+
+std::shared_ptr<const void> DecodeBudget::Hold(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Fits beside what is held, or, larger than the budget, goes alone.
+    auto fits = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return held_ + bytes <= budget_ || held_ == 0;
+    };
+    mu_.Await(absl::Condition(&fits));
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
+  }
+  return std::shared_ptr<const void>(static_cast<const void*>(this), [this, bytes](const void*) {
+    absl::MutexLock lock(&mu_);
+    held_ -= bytes;
+  });
+}
+
+uint64_t DecodeBudget::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
+uint64_t DecodeBudget::peak() const {
+  absl::MutexLock lock(&mu_);
+  return peak_;
+}
+
+DecodeBudget& ImageDecodeBudget() {
+  static DecodeBudget* budget = new DecodeBudget(kDecodeBudgetBytes);
+  return *budget;
+}
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
   static constexpr unsigned char kPng[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};

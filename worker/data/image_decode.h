@@ -11,11 +11,14 @@
 #define DDP_WORKER_DATA_IMAGE_DECODE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ddp {
 
@@ -24,16 +27,46 @@ struct RgbImage {
   int width = 0;
   int height = 0;
   std::vector<uint8_t> pixels;
+  // Its share of the decoding budget (DecodeBudget), given back when the
+  // last copy goes (once it is transformed).
+  std::shared_ptr<const void> held;
 };
 
-// Images larger than this many pixels are refused before they are decoded
-// (a small file can claim a huge image).
-inline constexpr int64_t kMaxImagePixels = 89'478'485;  // PIL's own bound
+// Images larger than this many pixels are refused, from their header,
+// before anything is allocated (a 79 KB PNG can claim 81 M pixels): PIL's
+// convention, which warns above 89,478,485 pixels and refuses above twice
+// that, so that what torchvision loads loads here too.
+inline constexpr int64_t kMaxImagePixels = 2 * int64_t{89'478'485};
+
+// The bytes of decoded images in flight in a process, whatever the number
+// of loader threads: a decode waits until its image fits (one larger than
+// the whole budget waits until nothing else is held, then goes alone).
+class DecodeBudget {
+ public:
+  explicit DecodeBudget(uint64_t bytes) : budget_(bytes) {}
+  // Holds `bytes` until the returned handle (and its copies) go.
+  std::shared_ptr<const void> Hold(uint64_t bytes);
+  uint64_t held() const;
+  // The most held at once so far.
+  uint64_t peak() const;
+
+ private:
+  const uint64_t budget_;
+  mutable absl::Mutex mu_;
+  uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The process's budget: 1 GiB (two of the largest images, or any number of
+// ordinary ones).
+inline constexpr uint64_t kDecodeBudgetBytes = uint64_t{1} << 30;
+DecodeBudget& ImageDecodeBudget();
 
 // Decodes `bytes` (a JPEG or a PNG, told by its first bytes) to the RGB
 // pixels PIL's convert("RGB") gives (CMYK JPEGs and 16-bit PNGs included);
 // `name` (the file's path) is in every error. INVALID_ARGUMENT for anything
-// else, a truncated or corrupt file, or an image over kMaxImagePixels.
+// else, a truncated or corrupt file, or an image over kMaxImagePixels. The
+// image holds its bytes of ImageDecodeBudget() from before it is decoded.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name);
 
 // Largest image file read.
