@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git clang-format clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgloo-dev libtorch-dev libopenblas0-pthread zlib1g-dev libseccomp-dev
+  libssl-dev openssl
   libgtest-dev libgmock-dev libturbojpeg0-dev libpng-dev python3-torchvision
   prometheus-cpp-dev libmicrohttpd-dev prometheus chromium
   python3 python3-torch python3-grpcio python3-protobuf
