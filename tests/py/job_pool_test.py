@@ -260,8 +260,11 @@ class JobPoolTest(unittest.TestCase):
             # joined the shrink's change.
             self.assertIn("; then ", change["reason"], change)
             self.assertEqual(int(change["world_size"]), 1, change)
-            # The two given away left at once: nothing waited for their eviction.
-            self.assertLess(change["pause_seconds"], 1.0, change)
+            # The two given away left at once: nothing waited for their 3 s
+            # eviction (3.9 s when it did). The pause counts from the shrink's
+            # decision, at b's submission, so it holds this test's own calls
+            # too (1.7 s once in a full run on 2 cores).
+            self.assertLess(change["pause_seconds"], 2.5, change)
             cluster.wait_for(lambda: jobs(cluster)["b"]["state"] in (
                 "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"), 60, "b to start on the two")
         finally:
