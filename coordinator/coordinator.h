@@ -375,10 +375,6 @@ class Coordinator {
   std::vector<const WorkerRecord*> PoolLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many live workers the job holds (members, joiners, preparing).
   uint32_t HeldCountLocked(const JobRun& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The queue's head starts if it fits (or if no job runs): true if it did.
-  // The head is the first job its owner's quota lets start: one over its
-  // quota waits without holding back the jobs behind it.
-  bool StartQueuedLocked(Effects* fx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many more workers `owner`'s jobs may take (no quota: no limit).
   uint32_t QuotaLeftLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a job of `owner` needing `spec.min_workers()` can't start now for

@@ -63,7 +63,6 @@ class WorkerRecord {
   // Why it is in its state, for operators: what it said, or why it was lost.
   const std::string& detail() const { return detail_; }
   bool lost() const { return lost_; }
-  absl::Time lost_at() const { return lost_at_; }
 
   std::string id;
   std::string host;

@@ -115,8 +115,6 @@ std::string ImageFolder::ListingDigest(const std::string& root) const {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), length));
 }
 
-bool IsDecodableImageName(const std::string& name) { return EndsWithAny(Lower(name), kDecodable); }
-
 absl::StatusOr<ImageFolder> ImageFolder::Scan(const std::string& root, uint64_t limit,
                                               OtherFormats others) {
   std::error_code ec;

@@ -71,8 +71,6 @@ class ImageFolder {
   std::vector<ImageSample> samples_;
 };
 
-// Whether `name` (a file name) ends, lower-cased, in .jpg, .jpeg or .png.
-bool IsDecodableImageName(const std::string& name);
 
 }  // namespace ddp
 
