@@ -71,7 +71,6 @@ class ImageFolder {
   std::vector<ImageSample> samples_;
 };
 
-
 }  // namespace ddp
 
 #endif  // DDP_WORKER_DATA_IMAGE_FOLDER_H_
