@@ -76,6 +76,10 @@ TEST(ImageDecode, ClaimsOverTwicePilsBound_RefusedFromTheHeaderNamingTheFile) {
       DecodeImage(BlackPng(20000, 10000, /*with_pixels=*/false), "bomb.png"),
       StatusIs(absl::StatusCode::kInvalidArgument,
                AllOf(HasSubstr("bomb.png"), HasSubstr("20000x10000"), HasSubstr("178956970"))));
+  // The largest a header can claim: no overflow on the way to the answer
+  // (the fuzzer found one).
+  EXPECT_THAT(DecodeImage(BlackPng(0xffffffff, 0xffffffff, /*with_pixels=*/false), "huge.png"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("huge.png")));
   EXPECT_EQ(ImageDecodeBudget().peak(), peak);  // nothing held for it
 }
 

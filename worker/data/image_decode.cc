@@ -25,7 +25,8 @@ absl::Status Bad(absl::string_view name, absl::string_view what) {
 
 absl::Status CheckSize(absl::string_view name, int64_t width, int64_t height) {
   if (width <= 0 || height <= 0) return Bad(name, "the image has no pixels");
-  if (width * height > kMaxImagePixels) {
+  // Divided, not multiplied: a header may claim 2^32 - 1 by 2^32 - 1.
+  if (width > kMaxImagePixels / height) {
     return Bad(name, absl::StrCat("the image is ", width, "x", height, ", over the ",
                                   kMaxImagePixels, " pixels an image may have"));
   }
