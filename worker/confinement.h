@@ -30,6 +30,11 @@ namespace ddp {
 struct Confinement {
   // Files or folders (with everything under them) the code may read.
   std::vector<std::string> read;
+  // The same, resolved when the job was checked (its pins' real paths: no
+  // symbolic link on them): opened now without following any link, so one
+  // put on the path since (a folder swapped for a link to /) is refused,
+  // not followed.
+  std::vector<std::string> read_checked;
   // Folders (with everything under them) the code may read, write, create
   // and remove files in; created (0750) if missing and possible (one that
   // can't be made stays out of reach, for its user to report).

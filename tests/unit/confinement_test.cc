@@ -141,6 +141,37 @@ TEST_F(ConfinementTest, AMissingInputIsAClearError) {
   EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
 }
 
+// The check resolved in/ (a pin's real path); since, someone with write
+// access beside it swapped it for a link to the folder holding the secret:
+// the rule is not built on where the link leads now.
+TEST_F(ConfinementTest, ACheckedInputNowBehindALink_RefusedNotFollowed) {
+  std::filesystem::rename(root_ / "in", root_ / "in-moved");
+  std::filesystem::create_directory_symlink(root_, root_ / "in");
+  Confinement c = Job();
+  c.read.clear();
+  c.read_checked = {(root_ / "in").string()};
+  absl::Status s;
+  std::thread([&] { s = ConfineThisThread(c); }).join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("a symbolic link lies on it now"), std::string::npos) << s;
+}
+
+// A path a pin stands for is confined to as the check resolved it, not as
+// submitted (which a re-pointed link would resolve elsewhere).
+TEST(ConfinementForJobTest, PinnedJob_OnlyTheCheckedRealPaths) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_path("/data/link-to-model.pt");
+  spec.mutable_dataset()->set_path("/data/link-to-images");
+  v1::InputFile* pin = spec.add_input_files();
+  pin->set_path("/data/link-to-model.pt");
+  pin->set_real_path("/data/models/model.pt");
+  const Confinement c = ConfinementForJob(spec, JobConfinementOptions());
+  EXPECT_EQ(c.read, std::vector<std::string>{"/data/link-to-images"});  // no pin stands for it
+  EXPECT_EQ(c.read_checked, std::vector<std::string>{"/data/models/model.pt"});
+  spec.clear_input_files();  // an older coordinator's job: its paths as given
+  EXPECT_EQ(ConfinementForJob(spec, JobConfinementOptions()).read.size(), 2u);
+}
+
 TEST(ExplainRefusalTest, SaysTheConfinementRefusedIt) {
   EXPECT_NE(ExplainRefusal("open(/etc/x): Permission denied").find("confinement"),
             std::string::npos);
