@@ -139,19 +139,34 @@ class FailoverTest(unittest.TestCase):
         self.finish(run, t)
 
 
+def etcdctl(endpoint, *args, user=None, check=False):
+    """etcdctl (v3) against `endpoint`, as `user` ("NAME:PASSWORD") if given."""
+    creds = ["--user=" + user] if user else []
+    return subprocess.run(["etcdctl", "--endpoints=" + endpoint] + creds + list(args),
+                          check=check, capture_output=True, text=True, timeout=20,
+                          env=dict(os.environ, ETCDCTL_API="3"))
+
+
+def start_coordinator(flags):
+    """A ddp-coordinator on a free loopback port with `flags` (its etcd
+    settings), its output in a log of its own: (process, log path, command
+    line, port). The caller stops it."""
+    folder = tempfile.mkdtemp(prefix="ddp-failover-start-")
+    port = free_port()
+    log_path = os.path.join(folder, "c0.log")
+    argv = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
+            "--metrics_listen=", "--http_listen=", "--allow_anonymous_loopback"] + list(flags)
+    with open(log_path, "w") as log:
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return p, log_path, argv, port
+
+
 class FailoverStartTest(unittest.TestCase):
     def test_etcd_unreachable_at_start_said_and_retried_then_leads(self):
         with EtcdCluster(1) as etcd:
             etcd.stop(0)
-            folder = tempfile.mkdtemp(prefix="ddp-failover-start-")
-            port = free_port()
-            log_path = os.path.join(folder, "c0.log")
-            with open(log_path, "w") as log:
-                p = subprocess.Popen(
-                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
-                     "--etcd_endpoints=" + ",".join(etcd.endpoints), "--metrics_listen=",
-                     "--http_listen=", "--allow_anonymous_loopback"],
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            p, log_path, _, port = start_coordinator(
+                ["--etcd_endpoints=" + ",".join(etcd.endpoints)])
             try:
                 wait_for(lambda: "unreachable" in (read_text(log_path) or ""), 10,
                          "the coordinator to say etcd is unreachable")
@@ -171,28 +186,18 @@ class FailoverStartTest(unittest.TestCase):
                 p.terminate()
                 p.wait(timeout=10)
 
-
     def test_state_someone_else_wrote_is_refused_and_the_coordinator_stays_up(self):
         # A local user with etcd's auth off writes a job into the state: the
         # coordinator elected refuses to lead on it (it is not sealed with
         # the coordinators' key), says so naming the key, stays up as a
         # standby and stands again; once the key is removed it leads.
         with EtcdCluster(1) as etcd:
-            def etcdctl(*args):
-                subprocess.run(["etcdctl", "--endpoints=" + etcd.endpoints[0]] + list(args),
-                               check=True, capture_output=True, timeout=10,
-                               env=dict(os.environ, ETCDCTL_API="3"))
-            etcdctl("put", "/ddp/forged/format", "ddp-coordinator-state 2")
-            etcdctl("put", "/ddp/forged/state", '{"job": {"name": "injected"}}')
-            folder = tempfile.mkdtemp(prefix="ddp-failover-forged-")
-            port = free_port()
-            log_path = os.path.join(folder, "c0.log")
-            with open(log_path, "w") as log:
-                p = subprocess.Popen(
-                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
-                     "--etcd_endpoints=" + etcd.endpoints[0], "--etcd_prefix=/ddp/forged",
-                     "--metrics_listen=", "--http_listen=", "--allow_anonymous_loopback"],
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            endpoint = etcd.endpoints[0]
+            etcdctl(endpoint, "put", "/ddp/forged/format", "ddp-coordinator-state 2", check=True)
+            etcdctl(endpoint, "put", "/ddp/forged/state", '{"job": {"name": "injected"}}',
+                    check=True)
+            p, log_path, _, port = start_coordinator(
+                ["--etcd_endpoints=" + endpoint, "--etcd_prefix=/ddp/forged"])
             try:
                 wait_for(lambda: (read_text(log_path) or "").count("refusing to lead") >= 2, 30,
                          "the coordinator to refuse to lead, twice")
@@ -206,7 +211,7 @@ class FailoverStartTest(unittest.TestCase):
                                      '{"service": "ddp.v1.Coordinator"}', timeout=5)
                 self.assertEqual(health.get("status"), "NOT_SERVING")
                 client.close()
-                etcdctl("del", "/ddp/forged/state")
+                etcdctl(endpoint, "del", "/ddp/forged/state", check=True)
                 def serving():
                     c = ReflectionClient("127.0.0.1:%d" % port)
                     try:
@@ -223,7 +228,6 @@ class FailoverStartTest(unittest.TestCase):
                 p.terminate()
                 p.wait(timeout=10)
 
-
     def test_etcd_with_its_users_and_roles_on_the_coordinator_authenticates(self):
         # etcd's RBAC as docs/SECURITY.md sets it up: a user with a role on
         # /ddp/ only, auth enabled. The coordinator leads with that user's
@@ -231,13 +235,8 @@ class FailoverStartTest(unittest.TestCase):
         # longer read or write the state; a wrong password is refused at
         # start, naming the user.
         with EtcdCluster(1) as etcd:
+            endpoint = etcd.endpoints[0]
             folder = tempfile.mkdtemp(prefix="ddp-etcd-auth-")
-            def etcdctl(*args, user=None):
-                creds = ["--user=" + user] if user else []
-                return subprocess.run(
-                    ["etcdctl", "--endpoints=" + etcd.endpoints[0]] + creds + list(args),
-                    capture_output=True, text=True, timeout=10,
-                    env=dict(os.environ, ETCDCTL_API="3"))
             for args in (["user", "add", "root", "--new-user-password=root-secret-1"],
                          ["user", "grant-role", "root", "root"],
                          ["role", "add", "ddp"],
@@ -246,28 +245,22 @@ class FailoverStartTest(unittest.TestCase):
                          ["user", "add", "ddp", "--new-user-password=ddp-secret-0123456789"],
                          ["user", "grant-role", "ddp", "ddp"],
                          ["auth", "enable"]):
-                done = etcdctl(*args)
+                done = etcdctl(endpoint, *args)
                 self.assertTrue(done.returncode == 0 or "already" in done.stderr,
                                 (args, done.stderr))
             password = os.path.join(folder, "etcd-password")
             with open(password, "w") as f:
                 f.write("ddp-secret-0123456789\n")
             os.chmod(password, 0o600)
-            port = free_port()
-            log_path = os.path.join(folder, "c0.log")
-            argv = [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
-                    "--etcd_endpoints=" + etcd.endpoints[0], "--etcd_user=ddp",
-                    "--etcd_password_file=" + password, "--metrics_listen=", "--http_listen=",
-                    "--allow_anonymous_loopback"]
-            with open(log_path, "w") as log:
-                p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+            p, log_path, argv, _ = start_coordinator(
+                ["--etcd_endpoints=" + endpoint, "--etcd_user=ddp",
+                 "--etcd_password_file=" + password])
             try:
                 wait_for(lambda: "leading: " in (read_text(log_path) or ""), 20,
                          "the coordinator to lead as etcd's user ddp")
-                anonymous = etcdctl("get", "--prefix", "/ddp/")
+                anonymous = etcdctl(endpoint, "get", "--prefix", "/ddp/")
                 self.assertNotEqual(anonymous.returncode, 0, anonymous.stdout)
-                as_ddp = etcdctl("get", "--prefix", "--keys-only", "/ddp/",
+                as_ddp = etcdctl(endpoint, "get", "--prefix", "--keys-only", "/ddp/",
                                  user="ddp:ddp-secret-0123456789")
                 self.assertIn("/ddp/default/format", as_ddp.stdout, as_ddp.stderr)
                 self.assertIsNone(p.poll())
@@ -285,7 +278,6 @@ class FailoverStartTest(unittest.TestCase):
             self.assertEqual(readable.returncode, 2, readable.stdout + readable.stderr)
             self.assertIn("--etcd_password_file", readable.stdout + readable.stderr)
 
-
     def test_tls_etcd_made_as_deploy_shows_the_coordinator_leads_over_it(self):
         # deploy/etcd/make-certs.sh's certificates, etcd started with them as
         # docs/SECURITY.md says (TLS, client certificates required): the
@@ -295,7 +287,7 @@ class FailoverStartTest(unittest.TestCase):
         certs = os.path.join(folder, "certs")
         subprocess.run([os.path.join(REPO, "deploy/etcd/make-certs.sh"), certs,
                         "127.0.0.1,localhost"], check=True, capture_output=True, timeout=60)
-        client_port, peer_port, port = free_port(), free_port(), free_port()
+        client_port, peer_port = free_port(), free_port()
         peer = "http://127.0.0.1:%d" % peer_port
         etcd = subprocess.Popen(
             ["etcd", "--name=m0", "--data-dir=" + os.path.join(folder, "data"),
@@ -307,25 +299,18 @@ class FailoverStartTest(unittest.TestCase):
              "--key-file=" + os.path.join(certs, "server-key.pem"),
              "--client-cert-auth", "--trusted-ca-file=" + os.path.join(certs, "ca.pem")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        log_path = os.path.join(folder, "c0.log")
         p = None
         try:
-            with open(log_path, "w") as log:
-                p = subprocess.Popen(
-                    [os.path.join(BIN, "ddp-coordinator"), "--listen=127.0.0.1:%d" % port,
-                     "--etcd_endpoints=127.0.0.1:%d" % client_port,
-                     "--etcd_tls_ca=" + os.path.join(certs, "ca.pem"),
-                     "--etcd_tls_cert=" + os.path.join(certs, "ddp.pem"),
-                     "--etcd_tls_key=" + os.path.join(certs, "ddp-key.pem"),
-                     "--metrics_listen=", "--http_listen=", "--allow_anonymous_loopback"],
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            p, log_path, _, _ = start_coordinator(
+                ["--etcd_endpoints=127.0.0.1:%d" % client_port,
+                 "--etcd_tls_ca=" + os.path.join(certs, "ca.pem"),
+                 "--etcd_tls_cert=" + os.path.join(certs, "ddp.pem"),
+                 "--etcd_tls_key=" + os.path.join(certs, "ddp-key.pem")])
             wait_for(lambda: "leading: " in (read_text(log_path) or ""), 30,
                      "the coordinator to lead over TLS etcd")
-            no_cert = subprocess.run(
-                ["etcdctl", "--endpoints=https://127.0.0.1:%d" % client_port,
-                 "--cacert=" + os.path.join(certs, "ca.pem"), "--dial-timeout=1s",
-                 "--command-timeout=2s", "get", "--prefix", "/ddp/"],
-                capture_output=True, text=True, timeout=20, env=dict(os.environ, ETCDCTL_API="3"))
+            no_cert = etcdctl("https://127.0.0.1:%d" % client_port,
+                              "--cacert=" + os.path.join(certs, "ca.pem"), "--dial-timeout=1s",
+                              "--command-timeout=2s", "get", "--prefix", "/ddp/")
             self.assertNotEqual(no_cert.returncode, 0, no_cert.stdout)
             self.assertIsNone(p.poll())
         finally:

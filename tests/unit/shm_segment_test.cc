@@ -32,8 +32,9 @@ std::vector<std::string> SegmentsOf(pid_t pid) {
   return out;
 }
 
-// Rank 0 of 2 in a child, waiting for rank 1 with its segment made.
-pid_t RankZeroWaiting() {
+// Rank 0 of 2 in a child, waiting for rank 1 with its segment made; -1
+// when it made none.
+pid_t RankZeroWithItsSegment() {
   const pid_t child = ::fork();
   if (child == 0) {
     // Rank 0 of 2: creates the segment, then waits for rank 1, which never
@@ -47,15 +48,18 @@ pid_t RankZeroWaiting() {
     (void)ShmCommunicator::Create(store, options);
     ::_exit(0);
   }
-  return child;
+  if (child < 0) return -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (SegmentsOf(child).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  if (!SegmentsOf(child).empty()) return child;
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  return -1;
 }
 
 void StoppedInTheRendezvous_NothingLeft(int sig) {
-  const pid_t child = RankZeroWaiting();
-  ASSERT_GE(child, 0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (SegmentsOf(child).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_FALSE(SegmentsOf(child).empty()) << "rank 0 made no segment";
+  const pid_t child = RankZeroWithItsSegment();
+  ASSERT_GT(child, 0) << "rank 0 made no segment";
   ASSERT_EQ(::kill(child, sig), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -76,11 +80,8 @@ TEST(ShmSegment, RankZeroInterruptedInTheRendezvous_NothingLeftInDevShm) {
 // kill -9 leaves the segment; the next rendezvous on the machine removes
 // it, even while the killed rank is a zombie its parent has not reaped.
 TEST(ShmSegment, RankZeroKilled_TheNextRendezvousRemovesItsSegmentEvenUnreaped) {
-  const pid_t child = RankZeroWaiting();
-  ASSERT_GE(child, 0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (SegmentsOf(child).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_FALSE(SegmentsOf(child).empty()) << "rank 0 made no segment";
+  const pid_t child = RankZeroWithItsSegment();
+  ASSERT_GT(child, 0) << "rank 0 made no segment";
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   siginfo_t info{};
   // Dead, not reaped: WNOWAIT leaves it a zombie.

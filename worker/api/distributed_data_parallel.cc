@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -70,19 +71,26 @@ absl::Status BroadcastPacked(Communicator& comm, Named& tensors, int root,
 // process): a collective that completed on some ranks only, as a fault
 // between a ring's last transfers leaves it, forced rather than hoped for
 // (tests/py/library_parity_test.py).
+// Read when the first synchronized backward ends (a test program sets it
+// before then), not at every step.
 bool InjectedFailure(int rank, uint64_t step) {
-  static bool fired = false;
-  const char* plan = std::getenv("DDP_TEST_FAIL_STEP");
-  if (fired || plan == nullptr) return false;
-  std::vector<std::string> parts = absl::StrSplit(plan, ':');
-  int r = -1;
-  uint64_t k = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &r) || !absl::SimpleAtoi(parts[1], &k) ||
-      r != rank || k != step) {
-    return false;
-  }
-  fired = true;
-  return true;
+  struct Plan {
+    int rank = -1;
+    uint64_t step = 0;
+  };
+  static const Plan plan = [] {
+    Plan p;
+    const char* text = std::getenv("DDP_TEST_FAIL_STEP");
+    std::vector<std::string> parts = absl::StrSplit(text == nullptr ? "" : text, ':');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &p.rank) ||
+        !absl::SimpleAtoi(parts[1], &p.step)) {
+      p.rank = -1;
+    }
+    return p;
+  }();
+  static std::atomic<bool> fired{false};
+  if (plan.rank != rank || plan.step != step) return false;
+  return !fired.exchange(true);
 }
 
 }  // namespace
