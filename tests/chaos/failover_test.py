@@ -256,7 +256,7 @@ class FailoverStartTest(unittest.TestCase):
                 ["--etcd_endpoints=" + endpoint, "--etcd_user=ddp",
                  "--etcd_password_file=" + password])
             try:
-                wait_for(lambda: "leading: " in (read_text(log_path) or ""), 20,
+                wait_for(lambda: "leading: " in (read_text(log_path) or ""), 30,
                          "the coordinator to lead as etcd's user ddp")
                 anonymous = etcdctl(endpoint, "get", "--prefix", "/ddp/")
                 self.assertNotEqual(anonymous.returncode, 0, anonymous.stdout)
