@@ -1,36 +1,110 @@
 #include "worker/agent.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/coordinator_targets.h"
 #include "common/job_spec.h"
+#include "common/local_tokens.h"
 #include "common/logging.h"
+#include "common/tokens.h"
+#include "worker/confinement.h"
+#include "worker/generation_run.h"
+#include "worker/in_process_jobs.h"
 #include "worker/link/worker_metrics.h"
-#include "worker/training_state.h"
+#include "worker/process/isolated_jobs.h"
 
 namespace ddp {
+namespace {
+
+std::unique_ptr<SharedBoard> BoardFor(const WorkerAgent::Options& options) {
+  if (options.job_process_binary.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<SharedBoard>> board = SharedBoard::Create();
+  if (board.ok()) return std::move(*board);
+  DDP_LOG(Warning) << "jobs will run in the daemon's own process: " << board.status().message();
+  return nullptr;
+}
+
+// Each coordinator address's worker token: the one given, or the one a
+// local coordinator made (looked up now: the job's process can't read it).
+std::map<std::string, std::string> TokensFor(const CoordinatorLink::Options& link) {
+  std::map<std::string, std::string> tokens;
+  absl::StatusOr<std::vector<std::string>> addresses = ParseCoordinatorList(link.coordinator);
+  if (!addresses.ok()) return tokens;
+  for (const std::string& address : *addresses) {
+    if (!link.security.token.empty()) {
+      tokens[address] = link.security.token;
+    } else if (link.find_local_token) {
+      const std::string file = FindLocalTokenFile(address, Role::kWorker);
+      if (file.empty()) continue;
+      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
+      if (token.ok()) tokens[address] = *token;
+    }
+  }
+  return tokens;
+}
+
+}  // namespace
 
 WorkerAgent::WorkerAgent(Options options)
     : options_(std::move(options)),
       outbox_(RealClock::Get(), Outbox::Options{}),
-      preparer_(&slot_, &outbox_, Confinement(), options_.device),
-      link_(RealClock::Get(), options_.link, this, &outbox_, &board_) {
+      shared_board_(BoardFor(options_)),
+      board_(shared_board_ ? shared_board_->board() : &own_board_),
+      link_(RealClock::Get(), options_.link, this, &outbox_, board_) {
   if (options_.metrics != nullptr) options_.metrics->WatchReports(&outbox_);
+  jobs_ = MakeJobs();
 }
 
-JobConfinementOptions WorkerAgent::Confinement() const {
-  JobConfinementOptions c;
-  c.gpu = options_.device.is_cuda();
-  c.allow_unconfined = options_.allow_unconfined;
-  c.files = {options_.metrics_file, options_.index_log};
-  return c;
+std::unique_ptr<JobRunner> WorkerAgent::MakeJobs() {
+  JobConfinementOptions confinement;
+  confinement.gpu = options_.device.is_cuda();
+  confinement.allow_unconfined = options_.allow_unconfined;
+  confinement.files = {options_.metrics_file, options_.index_log};
+  if (shared_board_ == nullptr) {
+    GenerationRun::Environment env;
+    env.leader_stubs = link_.stub_factory();
+    env.host = options_.host;
+    env.device = options_.device;
+    env.metrics_file = options_.metrics_file;
+    if (options_.metrics != nullptr) {
+      env.on_step = [metrics = options_.metrics](const v1::StepReport& report, uint32_t rank) {
+        metrics->OnStep(report, rank);
+      };
+    }
+    env.index_log = options_.index_log;
+    env.send_reports = options_.send_reports;
+    env.debug_hang_file = options_.debug_hang_file;
+    env.confinement = confinement;
+    return std::make_unique<InProcessJobs>(std::move(env), &outbox_, board_);
+  }
+  IsolatedJobs::Options o;
+  o.binary = options_.job_process_binary;
+  v1::JobProcessStart& s = o.settings;
+  s.set_host(options_.host);
+  s.set_device(options_.device.ToString());
+  s.set_threads(options_.threads);
+  s.set_deterministic(options_.deterministic);
+  s.set_metrics_file(options_.metrics_file);
+  s.set_index_log(options_.index_log);
+  s.set_debug_hang_file(options_.debug_hang_file);
+  s.set_send_reports(options_.send_reports);
+  s.set_allow_unconfined(options_.allow_unconfined);
+  s.set_log_identity(options_.name.empty() ? "worker" : "worker " + options_.name);
+  const ClientSecurity& security = options_.link.security;
+  s.set_tls(security.tls);
+  s.set_ca_pem(security.ca_pem);
+  s.set_cert_pem(security.cert_pem);
+  s.set_key_pem(security.key_pem);
+  o.tokens = [link = options_.link] { return TokensFor(link); };
+  o.send_reports = options_.send_reports;
+  o.metrics = options_.metrics;
+  return std::make_unique<IsolatedJobs>(std::move(o), &outbox_, shared_board_.get());
 }
 
 WorkerAgent::~WorkerAgent() {
-  {
-    absl::MutexLock lock(&mu_);
-    run_.reset();
-  }
+  jobs_.reset();
   // A scrape may still come; the outbox goes with the agent.
   if (options_.metrics != nullptr) options_.metrics->WatchReports(nullptr);
 }
@@ -38,8 +112,7 @@ WorkerAgent::~WorkerAgent() {
 void WorkerAgent::Shutdown() {
   stopping_ = true;
   link_.Shutdown();
-  absl::MutexLock lock(&mu_);
-  if (run_) run_->Abort("the worker is shutting down");
+  jobs_->AbortAny("the worker is shutting down");
 }
 
 int WorkerAgent::Run() { return link_.Run(); }
@@ -59,93 +132,41 @@ v1::RegisterRequest WorkerAgent::MakeRegister() {
   caps->set_cpu_threads(options_.threads);
   // What it trains in and holds, so that a restarted coordinator can adopt
   // its generation, or re-form from its state.
-  absl::MutexLock lock(&mu_);
-  // A run that finished the job still claims its generation, so that a
-  // coordinator that restarted meanwhile can count it done there.
-  if (run_ && (!run_->finished() || run_->done())) {
-    const v1::Assignment& a = run_->assignment();
-    r.set_generation(a.generation());
-    r.set_rank(a.rank());
-    v1::HeldState* held = r.mutable_held();
-    held->set_job_id(a.job_id());
-    held->set_spec_digest(SpecDigest(a.spec()));
-    held->set_step(board_.step);
-    held->set_epoch(board_.epoch);
-    held->set_cursor(board_.cursor);
-    held->set_generation(a.generation());
-    return r;
-  }
-  absl::MutexLock slot_lock(&slot_.mu);
-  if (slot_.state) *r.mutable_held() = slot_.state->Held();
+  jobs_->Claim(&r);
   return r;
 }
 
 void WorkerAgent::OnAssignment(const v1::Assignment& assignment,
                                std::shared_ptr<v1::Coordinator::StubInterface> stub) {
-  std::unique_ptr<GenerationRun> old;
-  {
-    absl::MutexLock lock(&mu_);
-    old = std::move(run_);
-  }
-  // Never in two generations at once: the old one ends first.
-  if (old) {
-    old->Abort(absl::StrCat("assigned to generation ", assignment.generation()));
-    old.reset();
-  }
-  GenerationRun::Environment env;
-  env.stub = std::move(stub);
-  env.leader_stubs = link_.stub_factory();
-  env.host = options_.host;
-  env.device = options_.device;
-  env.metrics_file = options_.metrics_file;
-  env.metrics = options_.metrics;
-  env.index_log = options_.index_log;
-  env.send_reports = options_.send_reports;
-  env.debug_hang_file = options_.debug_hang_file;
-  env.confinement = Confinement();
-  absl::MutexLock lock(&mu_);
   if (stopping_) return;
-  run_ = std::make_unique<GenerationRun>(assignment, std::move(env), &outbox_, &board_, &slot_);
-}
-
-void WorkerAgent::AbortGeneration(uint64_t generation, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  if (run_ && (generation == 0 || run_->generation() == generation)) run_->Abort(reason);
+  jobs_->Assign(assignment, link_.session_target(), std::move(stub));
 }
 
 void WorkerAgent::OnAbort(const v1::Abort& abort) {
   if (!abort.at_step_boundary()) {
     DDP_LOG(Warning) << "abort generation " << abort.generation() << ": " << abort.reason();
-    AbortGeneration(abort.generation(), abort.reason());
-    return;
-  }
-  DDP_LOG(Info) << "leaving generation " << abort.generation()
-                << " at the next step boundary: " << abort.reason();
-  absl::MutexLock lock(&mu_);
-  if (!run_ || run_->generation() != abort.generation()) return;
-  if (abort.checkpoint()) {
-    run_->LeaveAndCheckpoint(abort.reason());
   } else {
-    run_->LeaveAtStepBoundary(abort.reason());
+    DDP_LOG(Info) << "leaving generation " << abort.generation()
+                  << " at the next step boundary: " << abort.reason();
   }
+  jobs_->Abort(abort);
 }
 
 void WorkerAgent::OnPrepare(const v1::Prepare& prepare) {
   DDP_LOG(Info) << "preparing job " << prepare.job_id() << " (data, model, optimizer)";
-  preparer_.Prepare(prepare);
+  jobs_->Prepare(prepare);
 }
 
 void WorkerAgent::OnDropped(const std::string& why) {
   // Its generation goes on without it: leave (keeping the state) and attach
   // anew.
-  AbortGeneration(0, absl::StrCat("dropped by the coordinator: ", why));
+  jobs_->AbortAny(absl::StrCat("dropped by the coordinator: ", why));
 }
 
 void WorkerAgent::OnStopping(const std::string& /*reason*/) {
   stopping_ = true;
-  AbortGeneration(0, "the worker is stopping");
-  absl::MutexLock lock(&mu_);
-  run_.reset();
+  jobs_->AbortAny("the worker is stopping");
+  jobs_->Stop();
 }
 
 }  // namespace ddp

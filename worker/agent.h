@@ -1,9 +1,10 @@
 // The worker daemon's life: attached to the coordinator through a
 // CoordinatorLink (which reconnects, sends heartbeats and queued reports),
 // it runs each assignment it is given, one generation at a time, keeping the
-// job's training state between them. A lost stream does not end the
-// generation in flight; only the coordinator does (an Abort, or closing the
-// stream with ABORTED).
+// job's training state between them: in a process per job (IsolatedJobs),
+// or in its own (InProcessJobs). A lost stream does not end the generation
+// in flight; only the coordinator does (an Abort, or closing the stream
+// with ABORTED).
 #ifndef DDP_WORKER_AGENT_H_
 #define DDP_WORKER_AGENT_H_
 
@@ -11,17 +12,14 @@
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "common/device.h"
 #include "common/labels.h"
 #include "ddp/v1/coordinator.grpc.pb.h"
-#include "worker/generation_run.h"
 #include "worker/link/coordinator_link.h"
 #include "worker/link/outbox.h"
 #include "worker/link/progress_board.h"
-#include "worker/state_preparer.h"
+#include "worker/process/job_runner.h"
+#include "worker/process/shared_board.h"
 
 namespace ddp {
 
@@ -40,6 +38,8 @@ class WorkerAgent final : public CoordinatorLink::Handler {
     Labels labels;
     // Intra-op and BLAS threads (0: every core).
     int threads = 0;
+    // GPU arithmetic that repeats bit for bit (--deterministic).
+    bool deterministic = false;
     // When set, one JSON line per training step is appended here.
     std::string metrics_file;
     // When set, steps and the report queue feed these Prometheus series;
@@ -54,6 +54,9 @@ class WorkerAgent final : public CoordinatorLink::Handler {
     bool send_reports = true;
     // Runs job code where the kernel can't confine it (worker/confinement.h).
     bool allow_unconfined = false;
+    // When set, each job runs in a process of its own, started from this
+    // binary (the daemon's own); empty: in this process.
+    std::string job_process_binary;
   };
 
   explicit WorkerAgent(Options options);
@@ -66,8 +69,7 @@ class WorkerAgent final : public CoordinatorLink::Handler {
   void Shutdown();
 
  private:
-  // How this worker confines the threads that run a job's code.
-  JobConfinementOptions Confinement() const;
+  std::unique_ptr<JobRunner> MakeJobs();
   // CoordinatorLink::Handler
   v1::RegisterRequest MakeRegister() override;
   void OnAssignment(const v1::Assignment& assignment,
@@ -77,20 +79,18 @@ class WorkerAgent final : public CoordinatorLink::Handler {
   void OnDropped(const std::string& why) override;
   void OnStopping(const std::string& reason) override;
 
-  void AbortGeneration(uint64_t generation, const std::string& reason);
-
   const Options options_;
   Outbox outbox_;
-  ProgressBoard board_;
+  // Shared with the job's process (none in process, or if it can't be
+  // made: then jobs run in this process).
+  std::unique_ptr<SharedBoard> shared_board_;
+  ProgressBoard own_board_;
+  ProgressBoard* const board_;
+  CoordinatorLink link_;
+  // Made once the link is (in-process runs take its stub factory); ended
+  // before it.
+  std::unique_ptr<JobRunner> jobs_;
   std::atomic<bool> stopping_{false};
-  // Declared after the outbox: a checkpoint writer inside the state may
-  // still report to the outbox while it finishes.
-  StateSlot slot_;
-  StatePreparer preparer_;
-
-  absl::Mutex mu_;
-  std::unique_ptr<GenerationRun> run_ ABSL_GUARDED_BY(mu_);
-  CoordinatorLink link_;  // last: its handler is this agent
 };
 
 }  // namespace ddp

@@ -243,9 +243,19 @@ absl::Status ApplySeccomp() {
                    SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal)}) {
     f.Refuse(EPERM, call);
   }
+  // Signals, limits and priorities only for this process: not its daemon
+  // (a job's process's parent), not the coordinator, not another job's.
   const auto self = static_cast<scmp_datum_t>(::getpid());
   f.Refuse(EPERM, SCMP_SYS(kill), SCMP_A0(SCMP_CMP_NE, self));
   f.Refuse(EPERM, SCMP_SYS(tgkill), SCMP_A0(SCMP_CMP_NE, self));
+  f.Refuse(EPERM, SCMP_SYS(rt_sigqueueinfo), SCMP_A0(SCMP_CMP_NE, self));
+  f.Refuse(EPERM, SCMP_SYS(rt_tgsigqueueinfo), SCMP_A0(SCMP_CMP_NE, self));
+  // A thread id names no process; libc signals its threads with tgkill.
+  f.Refuse(EPERM, SCMP_SYS(tkill));
+  // 0 is the caller (what libc passes); any other pid, no.
+  f.Refuse(EPERM, SCMP_SYS(prlimit64), SCMP_A0(SCMP_CMP_NE, 0));
+  f.Refuse(EPERM, SCMP_SYS(setpriority), SCMP_A1(SCMP_CMP_NE, 0));
+  f.Refuse(EPERM, SCMP_SYS(ioprio_set), SCMP_A1(SCMP_CMP_NE, 0));
   // The kernel's larger surfaces, none of which training needs.
   for (int call : {SCMP_SYS(unshare), SCMP_SYS(setns), SCMP_SYS(bpf), SCMP_SYS(perf_event_open),
                    SCMP_SYS(io_uring_setup), SCMP_SYS(userfaultfd), SCMP_SYS(keyctl),

@@ -16,7 +16,6 @@
 #include "common/store_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/collective/connect.h"
-#include "worker/link/worker_metrics.h"
 #include "worker/trainer.h"
 #include "worker/training_state.h"
 
@@ -55,7 +54,7 @@ class OutboxObserver final : public TrainingObserver {
         outbox_(outbox),
         board_(board),
         send_reports_(env.send_reports),
-        prometheus_(env.metrics),
+        on_step_(env.on_step),
         hang_file_(env.debug_hang_file),
         abort_(abort),
         on_started_(std::move(on_started)) {
@@ -116,7 +115,7 @@ class OutboxObserver final : public TrainingObserver {
       sent.mutable_reduction()->clear_buckets();
       outbox_->PushReport(std::move(sent));
     }
-    if (prometheus_ != nullptr) prometheus_->OnStep(report, a_.rank());
+    if (on_step_) on_step_(report, a_.rank());
     if (metrics_) {
       // One whole line per step, written at once: a rank killed at any
       // point leaves whole records (a reader sees every step it finished).
@@ -141,7 +140,7 @@ class OutboxObserver final : public TrainingObserver {
   Outbox* outbox_;
   ProgressBoard* board_;
   const bool send_reports_;
-  WorkerMetrics* const prometheus_;
+  const std::function<void(const v1::StepReport&, uint32_t)> on_step_;
   const std::string hang_file_;
   const std::atomic<bool>* abort_;
   std::optional<LineFile> metrics_;

@@ -6,6 +6,7 @@
 #define DDP_WORKER_GENERATION_RUN_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,7 +24,6 @@
 namespace ddp {
 
 class TrainingState;
-class WorkerMetrics;
 
 // The worker's training state for its current job, between generations.
 struct StateSlot {
@@ -45,9 +45,9 @@ class GenerationRun {
     Device device;
     // When set, one JSON line per step is appended here.
     std::string metrics_file;
-    // When set, every committed step feeds its Prometheus series; outlives
-    // the run.
-    WorkerMetrics* metrics = nullptr;
+    // When set, called with every committed step and the rank (the
+    // daemon's Prometheus series).
+    std::function<void(const v1::StepReport&, uint32_t rank)> on_step;
     // When set, one JSON line per step with the step's dataset indices is
     // appended here (and flushed) before the step's forward.
     std::string index_log;

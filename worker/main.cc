@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -21,7 +24,9 @@
 #include "worker/agent.h"
 #include "worker/confinement.h"
 #include "worker/device_placement.h"
+#include "worker/job_host.h"
 #include "worker/link/worker_metrics.h"
+#include "worker/process/job_process.h"
 #include "worker/threads.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29400",
@@ -43,6 +48,10 @@ ABSL_FLAG(bool, send_reports, true,
 ABSL_FLAG(bool, allow_unconfined, false,
           "run job code even where the kernel can't confine it (no Landlock or seccomp); "
           "without it such a worker refuses every job");
+ABSL_FLAG(bool, in_process_jobs, false,
+          "run job code in this daemon's own process instead of a process of its own per job "
+          "(less isolation: native code in a model could reach the daemon's link and "
+          "credentials; to debug, or to measure what the process costs)");
 ABSL_FLAG(std::string, metrics_file, "",
           "append one line per training step here: a ddp.v1.StepRecord (loss, timings, "
           "reduction) as protobuf JSON");
@@ -95,6 +104,15 @@ std::string HostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "127.0.0.1";
   return name;
+}
+
+// This process's binary, by its name (so a job's process shows as
+// ddp-worker), or /proc/self/exe where the file has gone (replaced since).
+std::string ThisBinary() {
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec || !std::filesystem::exists(path, ec)) return "/proc/self/exe";
+  return path.string();
 }
 
 // The daemon's composition root: each Init reads its flags and builds one
@@ -180,6 +198,9 @@ class WorkerDaemon {
     options_.debug_hang_file = absl::GetFlag(FLAGS_debug_hang_file);
     options_.send_reports = absl::GetFlag(FLAGS_send_reports);
     options_.allow_unconfined = absl::GetFlag(FLAGS_allow_unconfined);
+    options_.deterministic = absl::GetFlag(FLAGS_deterministic);
+    // This binary again, as each job's process.
+    if (!absl::GetFlag(FLAGS_in_process_jobs)) options_.job_process_binary = ThisBinary();
     if (absl::StatusOr<int> abi = LandlockAbi(); !abi.ok()) {
       DDP_LOG(Warning) << abi.status().message()
                        << (options_.allow_unconfined
@@ -246,6 +267,13 @@ int Run() {
 }  // namespace ddp
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], ddp::kJobProcessFlag) == 0) {
+    const int code = ddp::RunJobProcess(argc, argv);
+    // Not through exit(): LibTorch's and gRPC's static teardown has nothing
+    // to do for a process that is done.
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
   ddp::CatchTerminationSignals();
   ddp::ParseFlagsOrExit(argc, argv, ddp::kUsage);
   return ddp::Run();

@@ -154,7 +154,12 @@ class ChaosRun(RunFiles):
     def signal(self, name, sig):
         self.events.append((time.time(), "%s %s" % (signal.Signals(sig).name, name)))
         self.sent.add((name, sig))
-        self.procs[name].send_signal(sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            # The whole process group: a worker daemon and its job's process
+            # stop together, as a frozen machine or container would.
+            os.killpg(self.procs[name].pid, sig)
+        else:
+            self.procs[name].send_signal(sig)
 
     def kill(self, name):
         self.signal(name, signal.SIGKILL)

@@ -243,7 +243,7 @@ class JobPoolTest(unittest.TestCase):
             # it holds every rank before the step boundary the shrink waits for.
             ranks = {int(w["rank"]): int(w["pid"]) for w in
                      client.call(C + "ListWorkers")["workers"] if w.get("job_id") == "a"}
-            os.kill(ranks[1], signal.SIGSTOP)
+            os.killpg(ranks[1], signal.SIGSTOP)  # the daemon and its job's process
             answer = client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
                 job("b", 2, 2, priority=10, epochs=1)))
             self.assertEqual(answer["state"], "JOB_STATE_QUEUED", answer)

@@ -9,8 +9,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +118,34 @@ TEST_F(ConfinementTest, StartsNoProcessAndOpensNoOtherSocket) {
     const int unix_socket = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     EXPECT_GE(unix_socket, 0);
     if (unix_socket >= 0) ::close(unix_socket);
+  });
+}
+
+// What a job's native code could do to its daemon (a job's process's
+// parent), the coordinator or another job's process: signal it, change its
+// limits or its priority. The test's parent stands for any of them: a
+// process of the same user, which the kernel alone would allow.
+TEST_F(ConfinementTest, NoSignalLimitOrPriorityReachesAnotherProcess) {
+  const pid_t other = ::getppid();
+  // Allowed by the kernel here, so a refusal below is the confinement's.
+  struct rlimit limit;
+  ASSERT_EQ(::prlimit(other, RLIMIT_NOFILE, nullptr, &limit), 0);
+  Confined([&] {
+    auto refused = [](long rc) { return rc == -1 && errno == EPERM; };
+    siginfo_t info = {};
+    info.si_code = SI_QUEUE;
+    EXPECT_TRUE(refused(::kill(other, 0))) << "kill";
+    EXPECT_TRUE(refused(::syscall(SYS_tgkill, other, other, 0))) << "tgkill";
+    EXPECT_TRUE(refused(::syscall(SYS_tkill, other, 0))) << "tkill";
+    EXPECT_TRUE(refused(::syscall(SYS_rt_sigqueueinfo, other, 0, &info))) << "rt_sigqueueinfo";
+    EXPECT_TRUE(refused(::syscall(SYS_rt_tgsigqueueinfo, other, other, 0, &info)))
+        << "rt_tgsigqueueinfo";
+    EXPECT_TRUE(refused(::prlimit(other, RLIMIT_NOFILE, nullptr, &limit))) << "prlimit64";
+    EXPECT_TRUE(refused(::setpriority(PRIO_PROCESS, other, 0))) << "setpriority";
+    EXPECT_TRUE(refused(::kill(0, 0))) << "its process group (the daemon's, in process)";
+    // Its own process stays its own.
+    EXPECT_EQ(::kill(::getpid(), 0), 0);
+    EXPECT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
   });
 }
 

@@ -66,9 +66,11 @@ class Watchdog {
 
 bool IsSet(std::atomic<bool>* flag) { return flag->load(); }
 
-std::shared_ptr<v1::Coordinator::StubInterface> NewStub(const std::string& target,
-                                                        ClientSecurity security,
-                                                        bool find_local_token) {
+}  // namespace
+
+std::shared_ptr<v1::Coordinator::StubInterface> NewCoordinatorStub(const std::string& target,
+                                                                   ClientSecurity security,
+                                                                   bool find_local_token) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -85,8 +87,6 @@ std::shared_ptr<v1::Coordinator::StubInterface> NewStub(const std::string& targe
   }
   return v1::Coordinator::NewStub(MakeChannel(target, security, args));
 }
-
-}  // namespace
 
 CoordinatorLink::CoordinatorLink(const Clock* clock, Options options, Handler* handler,
                                  Outbox* outbox, const ProgressBoard* board)
@@ -144,14 +144,17 @@ void CoordinatorLink::SendLoop(
 }
 
 StoreClient::StubFactory CoordinatorLink::stub_factory() const {
-  return [security = options_.security, find_local_token = options_.find_local_token](
-             const std::string& target) { return NewStub(target, security, find_local_token); };
+  return [security = options_.security,
+          find_local_token = options_.find_local_token](const std::string& target) {
+    return NewCoordinatorStub(target, security, find_local_token);
+  };
 }
 
 CoordinatorLink::SessionEnd CoordinatorLink::RunSession() {
   const std::string target = targets_.current();
+  session_target_ = target;
   std::shared_ptr<v1::Coordinator::StubInterface> stub =
-      NewStub(target, options_.security, options_.find_local_token);
+      NewCoordinatorStub(target, options_.security, options_.find_local_token);
   grpc::ClientContext context;
   {
     absl::MutexLock lock(&mu_);

@@ -43,6 +43,12 @@
 
 namespace ddp {
 
+// A stub to the coordinator at `target` with `security`; without a token
+// and with `find_local_token`, the worker token a local coordinator made.
+std::shared_ptr<v1::Coordinator::StubInterface> NewCoordinatorStub(const std::string& target,
+                                                                   ClientSecurity security,
+                                                                   bool find_local_token);
+
 class CoordinatorLink {
  public:
   struct Options {
@@ -108,6 +114,9 @@ class CoordinatorLink {
   // the leader. It holds copies of what it needs, so it may outlive the
   // link. Thread-safe.
   StoreClient::StubFactory stub_factory() const;
+  // The coordinator address of the session now serving: what a handler's
+  // call came from. Run's thread only (the handler's calls).
+  const std::string& session_target() const { return session_target_; }
 
  private:
   enum class SessionEnd { kRetry, kStopped, kFatal };
@@ -144,6 +153,7 @@ class CoordinatorLink {
   absl::Time unreachable_since_ = absl::InfiniteFuture();
   CoordinatorTargets::Next next_;
   bool attached_ = false;  // in the session now ending
+  std::string session_target_;
 
   mutable absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
