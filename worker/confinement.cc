@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/logging.h"
 
 namespace ddp {
@@ -318,7 +319,16 @@ Confinement ConfinementForJob(const v1::JobSpec& spec, const JobConfinementOptio
   return c;
 }
 
-absl::Status ConfineJobThread(const v1::JobSpec& spec, const JobConfinementOptions& options) {
+namespace {
+
+// The spec digest a job's process confined itself to, whole (set while it
+// was one thread; read by the threads it started after).
+std::string& ProcessConfinedTo() {
+  static auto* digest = new std::string;
+  return *digest;
+}
+
+absl::Status Confine(const v1::JobSpec& spec, const JobConfinementOptions& options) {
   absl::Status s = ConfineThisThread(ConfinementForJob(spec, options));
   if (s.ok() || s.code() != absl::StatusCode::kFailedPrecondition) return s;
   if (options.allow_unconfined) {
@@ -331,6 +341,25 @@ absl::Status ConfineJobThread(const v1::JobSpec& spec, const JobConfinementOptio
   return absl::FailedPreconditionError(
       absl::StrCat("this worker can't confine a job's code (", s.message(),
                    "), and runs none unconfined unless started with --allow_unconfined"));
+}
+
+}  // namespace
+
+absl::Status ConfineJobThread(const v1::JobSpec& spec, const JobConfinementOptions& options) {
+  // A second layer of the same rules would only slow every system call.
+  if (!ProcessConfinedTo().empty() && ProcessConfinedTo() == SpecDigest(spec)) {
+    return absl::OkStatus();
+  }
+  return Confine(spec, options);
+}
+
+absl::Status ConfineJobProcess(const v1::JobSpec& spec, const JobConfinementOptions& options) {
+  absl::Status s = ConfineThisThread(ConfinementForJob(spec, options));
+  if (s.ok()) {
+    ProcessConfinedTo() = SpecDigest(spec);
+    return s;
+  }
+  return Confine(spec, options);
 }
 
 absl::StatusOr<int> LandlockAbi() {

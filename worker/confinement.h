@@ -66,6 +66,11 @@ Confinement ConfinementForJob(const v1::JobSpec& spec, const JobConfinementOptio
 // warning and OK.
 absl::Status ConfineJobThread(const v1::JobSpec& spec, const JobConfinementOptions& options);
 
+// As ConfineJobThread, for a job's process while it is still one thread:
+// every thread it starts inherits the confinement, and ConfineJobThread for
+// the same spec then has nothing to add (it returns OK at once).
+absl::Status ConfineJobProcess(const v1::JobSpec& spec, const JobConfinementOptions& options);
+
 // The Landlock ABI version this kernel offers, or UNAVAILABLE saying why
 // there is none (kernel too old, or disabled at boot).
 absl::StatusOr<int> LandlockAbi();

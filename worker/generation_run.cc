@@ -54,6 +54,7 @@ class OutboxObserver final : public TrainingObserver {
         outbox_(outbox),
         board_(board),
         send_reports_(env.send_reports),
+        report_buckets_(env.report_buckets),
         on_step_(env.on_step),
         hang_file_(env.debug_hang_file),
         abort_(abort),
@@ -112,7 +113,7 @@ class OutboxObserver final : public TrainingObserver {
       // Per-bucket detail stays on the worker: the coordinator has no use
       // for it, and every report crosses the network.
       v1::StepReport sent = report;
-      sent.mutable_reduction()->clear_buckets();
+      if (!report_buckets_) sent.mutable_reduction()->clear_buckets();
       outbox_->PushReport(std::move(sent));
     }
     if (on_step_) on_step_(report, a_.rank());
@@ -140,6 +141,7 @@ class OutboxObserver final : public TrainingObserver {
   Outbox* outbox_;
   ProgressBoard* board_;
   const bool send_reports_;
+  const bool report_buckets_;
   const std::function<void(const v1::StepReport&, uint32_t)> on_step_;
   const std::string hang_file_;
   const std::atomic<bool>* abort_;

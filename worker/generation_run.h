@@ -53,6 +53,9 @@ class GenerationRun {
     std::string index_log;
     // Step reports to the coordinator (off only to measure what they cost).
     bool send_reports = true;
+    // Keep the per-bucket detail in them (for a job process's daemon, whose
+    // metrics read it; the coordinator has no use for it).
+    bool report_buckets = false;
     // Fault injection for tests: while this file exists, the training
     // thread stalls before its next step (heartbeats go on), as a rank stuck
     // in its data pipeline would.

@@ -46,8 +46,9 @@ void CloseInherited() {
 }
 
 // Test-only: DDP_TEST_JOB_PROCESS_CRASH=R:K makes rank R's job process die
-// of SIGSEGV once it has committed step K, as a model's native op that
-// crashes would.
+// of SIGSEGV once it has committed step K in generation 1, as a model's
+// native op that crashes would (once: a re-formed generation that trains
+// step K again, the survivors not having committed it, goes on).
 struct InjectedCrash {
   uint32_t rank = 0;
   uint64_t step = 0;
@@ -83,8 +84,10 @@ class JobHost {
 
   int Run() {
     Outbox::Options outbox_options;
-    // The daemon batches again: reports wait here only briefly.
-    outbox_options.batch_delay = absl::Milliseconds(20);
+    // The daemon batches again: reports wait here only briefly. Batched,
+    // not sent one a step: each message wakes the daemon, which shares the
+    // cores with training.
+    outbox_options.batch_delay = absl::Milliseconds(50);
     Outbox outbox(RealClock::Get(), outbox_options);
     InProcessJobs jobs(Environment(), &outbox, board_);
     std::thread pump([&] { Pump(&outbox, &jobs); });
@@ -136,23 +139,24 @@ class JobHost {
     env.device = device_;
     env.metrics_file = start_.metrics_file();
     env.index_log = start_.index_log();
-    env.send_reports = start_.send_reports();
+    // Every report goes to the daemon (its metrics read them), whole; the
+    // daemon decides what goes up.
+    env.send_reports = true;
+    env.report_buckets = true;
     env.debug_hang_file = start_.debug_hang_file();
     env.confinement = ConfinementFor(start_, device_);
-    env.on_step = [this](const v1::StepReport& report, uint32_t rank) { OnStep(report, rank); };
+    if (crash_.set) {
+      env.on_step = [this](const v1::StepReport& report, uint32_t rank) { OnStep(report, rank); };
+    }
     return env;
   }
 
   void OnStep(const v1::StepReport& report, uint32_t rank) {
-    if (crash_.set && rank == crash_.rank && report.step() == crash_.step) {
+    if (report.generation() == 1 && rank == crash_.rank && report.step() == crash_.step) {
       DDP_LOG(Warning) << "DDP_TEST_JOB_PROCESS_CRASH: dying of SIGSEGV after step "
                        << report.step();
       ::raise(SIGSEGV);
     }
-    v1::FromJobProcess message;
-    *message.mutable_step() = report;
-    message.set_rank(rank);
-    (void)channel_->Send(message);  // a daemon that is gone takes this process with it
   }
 
   // Sends what the outbox holds, and the claim whenever it changes, until
@@ -224,7 +228,7 @@ int RunJobProcess(int argc, char** argv) {
   // job's is opened: every thread started from here on inherits it. Where
   // it can't be, each generation fails saying why (or, with
   // --allow_unconfined, runs with a warning), as it would in process.
-  if (absl::Status s = ConfineJobThread(start.spec(), ConfinementFor(start, *device)); !s.ok()) {
+  if (absl::Status s = ConfineJobProcess(start.spec(), ConfinementFor(start, *device)); !s.ok()) {
     DDP_LOG(Warning) << "job process: " << s.message();
   }
   SetComputeThreads(start.threads());

@@ -93,13 +93,14 @@ class JobProcessTest(unittest.TestCase):
         cluster = Cluster(job=job("crash"))
         try:
             # Rank 1's job process dies of SIGSEGV once it has committed
-            # step 40 (whichever daemon holds rank 1).
+            # step 40 of generation 1 (whichever daemon holds rank 1).
             workers = start_workers(cluster, 2, DDP_TEST_JOB_PROCESS_CRASH="1:40")
             cluster.wait_state("JOB_STATE_SUCCEEDED", 300)
             for w in workers:
                 self.assertIsNone(w.poll(), "no daemon died with its job process")
-            crashed = [n for n in ("w0", "w1") if "killed by signal 11 (Segmentation fault)"
-                       in cluster.log(n)]
+            crashed = [n for n in ("w0", "w1") if re.search(
+                r"the process of job crash \(pid \d+\) killed by signal 11 \(Segmentation fault\)",
+                cluster.log(n))]
             self.assertEqual(len(crashed), 1, "one job process crashed")
             log = cluster.log(crashed[0])
             self.assertIn("this rank of generation 1 is lost; the job goes on without it", log)

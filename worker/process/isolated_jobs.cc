@@ -166,9 +166,6 @@ void IsolatedJobs::OnMessage(uint64_t serial, v1::FromJobProcess message) {
       if (serial == serial_ && !dead_) claim_ = std::move(*message.mutable_claim());
       return;
     }
-    case v1::FromJobProcess::kStep:
-      if (options_.metrics != nullptr) options_.metrics->OnStep(message.step(), message.rank());
-      return;
     case v1::FromJobProcess::kMessage:
       break;
     default:
@@ -176,12 +173,18 @@ void IsolatedJobs::OnMessage(uint64_t serial, v1::FromJobProcess message) {
   }
   v1::WorkerMessage& m = *message.mutable_message();
   switch (m.kind_case()) {
-    case v1::WorkerMessage::kReports:
-      if (!options_.send_reports) return;
+    case v1::WorkerMessage::kReports: {
+      const uint32_t rank = board_->board()->rank;
       for (v1::StepReport& report : *m.mutable_reports()->mutable_reports()) {
+        if (options_.metrics != nullptr) options_.metrics->OnStep(report, rank);
+        if (!options_.send_reports) continue;
+        // Per-bucket detail stays on the worker: the coordinator has no use
+        // for it, and every report crosses the network.
+        report.mutable_reduction()->clear_buckets();
         outbox_->PushReport(std::move(report));
       }
       return;
+    }
     case v1::WorkerMessage::kState: {
       absl::MutexLock lock(&mu_);
       if (serial == serial_ && EndsGeneration(m.state().state()) &&
