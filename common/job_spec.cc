@@ -636,6 +636,7 @@ std::string SpecDigest(const v1::JobSpec& spec) {
 std::string SubmissionDigest(const v1::JobSpec& spec) {
   v1::JobSpec submitted = WithDefaults(spec);
   submitted.clear_input_files();
+  submitted.clear_write_folders();
   return DigestOf(submitted);
 }
 

@@ -94,6 +94,11 @@ void Coordinator::SubmitJob(const v1::JobSpec& requested, SubmitDone done,
     return done(absl::InvalidArgumentError(
         "input_files: set by the coordinator from its check of the job's files; leave it out"));
   }
+  if (requested.write_folders_size() > 0) {
+    return done(absl::InvalidArgumentError(
+        "write_folders: set by the coordinator from its check of the job's folders; leave it "
+        "out"));
+  }
   v1::JobSpec spec = WithDefaults(requested);
   if (absl::Status s = ValidateJobSpec(spec, options_.build); !s.ok()) return done(s);
   std::optional<absl::StatusOr<v1::JobSpec>> answer;

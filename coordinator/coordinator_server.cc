@@ -109,6 +109,7 @@ absl::Status CoordinatorServer::InitValidation() {
     auto checked = std::make_shared<v1::JobSpec>(spec);
     validator->Validate(checked, [checked, roots, done = std::move(done)](absl::Status s) {
       if (s.ok()) s = CheckPinnedInputs(*checked, *roots);
+      if (s.ok()) s = PinWriteFolders(checked.get(), *roots);
       if (!s.ok()) return done(s);
       done(*checked);
     });

@@ -200,12 +200,11 @@ absl::Status CheckOutputFile(absl::string_view field, const std::string& path, b
   return absl::OkStatus();
 }
 
-// The checkpoint folder: under an output root, as the output is (it is
-// written and read back); it may not exist yet (the workers create it), so
-// its nearest existing ancestor is resolved and the rest appended.
-absl::Status CheckCheckpointFolder(absl::string_view field, const std::string& path,
-                                   const PathRoots& roots) {
-  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+// Where folder `path` leads, every link resolved; one that does not exist
+// yet is its nearest existing ancestor resolved with the rest appended
+// (`exists` says which).
+absl::StatusOr<std::string> ResolveFolder(absl::string_view field, const std::string& path,
+                                          bool* exists) {
   std::string existing = path;
   std::string rest;
   std::unique_ptr<char, decltype(&::free)> real(nullptr, &::free);
@@ -220,11 +219,25 @@ absl::Status CheckCheckpointFolder(absl::string_view field, const std::string& p
   if (!real) {
     return Refuse(field, path, absl::StrCat("can't be resolved: ", ::strerror(errno)));
   }
+  *exists = rest.empty();
   const std::string resolved = absl::StrCat(std::string(real.get()) == "/" ? "" : real.get(), rest);
-  if (!UnderARoot(resolved.empty() ? "/" : resolved, roots.output)) {
+  return resolved.empty() ? "/" : resolved;
+}
+
+// The checkpoint folder: under an output root, as the output is (it is
+// written and read back); it may not exist yet (the workers create it), so
+// its nearest existing ancestor is resolved and the rest appended.
+absl::Status CheckCheckpointFolder(absl::string_view field, const std::string& path,
+                                   const PathRoots& roots) {
+  if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
+  bool exists = false;
+  absl::StatusOr<std::string> real = ResolveFolder(field, path, &exists);
+  if (!real.ok()) return real.status();
+  const std::string& resolved = *real;
+  if (!UnderARoot(resolved, roots.output)) {
     return NotUnderRoots(field, path, resolved, "--output_root", roots.output);
   }
-  if (rest.empty()) {
+  if (exists) {
     absl::StatusOr<struct stat> st = Stat(field, resolved);
     if (!st.ok()) return st.status();
     if (!S_ISDIR(st->st_mode)) {
@@ -321,6 +334,35 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   if (!spec.checkpoint().dir().empty()) {
     if (absl::Status s = CheckCheckpointFolder("checkpoint.dir", spec.checkpoint().dir(), roots);
         !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PinWriteFolders(v1::JobSpec* spec, const PathRoots& roots) {
+  spec->clear_write_folders();
+  auto pin = [&](absl::string_view field, const std::string& folder) -> absl::Status {
+    bool exists = false;
+    absl::StatusOr<std::string> real = ResolveFolder(field, folder, &exists);
+    if (!real.ok()) return real.status();
+    // Checked by CheckJobPaths already; again, as it may have moved since.
+    if (!UnderARoot(*real, roots.output)) {
+      return NotUnderRoots(field, folder, *real, "--output_root", roots.output);
+    }
+    v1::WriteFolder* pinned = spec->add_write_folders();
+    pinned->set_field(std::string(field));
+    pinned->set_path(folder);
+    pinned->set_real_path(*real);
+    return absl::OkStatus();
+  };
+  if (!spec->checkpoint().dir().empty()) {
+    if (absl::Status s = pin("checkpoint.dir", spec->checkpoint().dir()); !s.ok()) return s;
+  }
+  if (!spec->output_path().empty()) {
+    const std::string& path = spec->output_path();
+    const size_t slash = path.rfind('/');
+    if (absl::Status s = pin("output_path", slash == 0 ? "/" : path.substr(0, slash)); !s.ok()) {
       return s;
     }
   }

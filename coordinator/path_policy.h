@@ -58,6 +58,12 @@ absl::Status CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots);
 // lay under a data root: INVALID_ARGUMENT naming it otherwise.
 absl::Status CheckPinnedInputs(const v1::JobSpec& spec, const PathRoots& roots);
 
+// Records in `spec` where its write folders (checkpoint.dir, output_path's
+// folder) lead now, every link resolved (JobSpec.write_folders): workers
+// confine the job's writes to those, following no link. After
+// CheckJobPaths; FAILED_PRECONDITION-like refusals as it gives.
+absl::Status PinWriteFolders(v1::JobSpec* spec, const PathRoots& roots);
+
 }  // namespace ddp
 
 #endif  // DDP_COORDINATOR_PATH_POLICY_H_

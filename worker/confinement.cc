@@ -170,16 +170,22 @@ absl::Status ApplyLandlock(const Confinement& c, int abi) {
       return s;
     }
   }
-  for (const std::string& path : c.write) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-      std::error_code ec;
-      std::filesystem::create_directories(path, ec);
-      if (!ec) ::chmod(path.c_str(), 0750);
+  for (const auto* folders : {&c.write, &c.write_checked}) {
+    const bool checked = folders == &c.write_checked;
+    for (const std::string& path : *folders) {
+      struct stat st;
+      if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+        std::error_code ec;
+        std::filesystem::create_directories(path, ec);
+        if (!ec) ::chmod(path.c_str(), 0750);
+      }
+      // One that can't be made stays out of reach; its user (the
+      // checkpoint writer) says why, and training goes on without it.
+      if (absl::Status s = Allow(ruleset, path, write, handled, false, /*no_links=*/checked);
+          !s.ok()) {
+        return s;
+      }
     }
-    // One that can't be made stays out of reach; its user (the checkpoint
-    // writer) says why, and training goes on without it.
-    if (absl::Status s = Allow(ruleset, path, write, handled, false); !s.ok()) return s;
   }
   for (const std::string& path : c.write_files) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
@@ -309,8 +315,20 @@ Confinement ConfinementForJob(const v1::JobSpec& spec, const JobConfinementOptio
   read(spec.dataset().test_path());
   read(spec.dataset().manifest());
   read(spec.dataset().test_manifest());
-  if (!spec.checkpoint().dir().empty()) c.write.push_back(spec.checkpoint().dir());
-  if (!spec.output_path().empty()) {
+  // The write folders likewise: where they led when checked, opened now
+  // without following a link (one put on the way since is refused, and a
+  // writer that follows it is refused by Landlock). A job of an older
+  // coordinator has none pinned: its folders as named.
+  std::set<std::string> pinned_fields;
+  for (const v1::WriteFolder& folder : spec.write_folders()) {
+    if (folder.real_path().empty()) continue;
+    c.write_checked.push_back(folder.real_path());
+    pinned_fields.insert(folder.field());
+  }
+  if (!spec.checkpoint().dir().empty() && pinned_fields.count("checkpoint.dir") == 0) {
+    c.write.push_back(spec.checkpoint().dir());
+  }
+  if (!spec.output_path().empty() && pinned_fields.count("output_path") == 0) {
     c.write.push_back(std::filesystem::path(spec.output_path()).parent_path().string());
   }
   for (const std::string& path : options.files) {

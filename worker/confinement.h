@@ -39,6 +39,9 @@ struct Confinement {
   // and remove files in; created (0750) if missing and possible (one that
   // can't be made stays out of reach, for its user to report).
   std::vector<std::string> write;
+  // The same, resolved when the job was checked: opened now without
+  // following any link.
+  std::vector<std::string> write_checked;
   // Files the code may read and append to; created (0640) if missing.
   std::vector<std::string> write_files;
   // Device files a GPU needs (/dev/nvidia*), opened read-write with ioctls.

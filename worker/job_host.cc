@@ -213,9 +213,10 @@ int RunJobProcess(int argc, char** argv) {
   MessageChannel channel(kJobProcessChannelFd, kMaxToJobProcessBytes);
   v1::JobProcessStart start;
   absl::StatusOr<bool> got = channel.Receive(&start);
-  if (!got.ok() || !*got) {
-    DDP_LOG(Error) << "job process: no start from the daemon"
-                   << (got.ok() ? std::string() : absl::StrCat(": ", got.status().message()));
+  // A process kept ready that the daemon ended before any job: nothing to do.
+  if (got.ok() && !*got) return 0;
+  if (!got.ok()) {
+    DDP_LOG(Error) << "job process: no start from the daemon: " << got.status().message();
     return 2;
   }
   SetLogIdentity(absl::StrCat(start.log_identity(), " (job ", start.job_id(), ")"));

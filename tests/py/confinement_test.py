@@ -140,10 +140,12 @@ class ConfinementTest(unittest.TestCase):
 
 
 class PinnedInputsTest(unittest.TestCase):
-    """Item 2: what the check read is what the workers train on. A job's
-    files are changed after SubmitJob answered OK, before any worker
-    attached: a re-pointed symbolic link still trains the checked file; a
-    file rewritten in place fails the job, naming it."""
+    """Item 2: what the check read is what the workers train on, and what it
+    allowed is where they write. A job's files are changed after SubmitJob
+    answered OK, before any worker attached: a re-pointed symbolic link
+    still trains the checked file; a file rewritten in place fails the job,
+    naming it; a checkpoint folder swapped for a link fails it, naming the
+    folder; a link to it re-pointed writes nothing where it now leads."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="ddp-pinned-", dir=TMP)
@@ -160,11 +162,12 @@ class PinnedInputsTest(unittest.TestCase):
         self.link = os.path.join(self.dir, "data.pt")
         os.symlink(self.good, self.link)
 
-    def submit_then(self, change):
+    def submit_then(self, change, **overrides):
         cluster = Cluster()
         self.addCleanup(cluster.stop)
         call, _, _ = cluster.client.stub("ddp.v1.Coordinator/SubmitJob")
-        spec = synthetic_job("pinned", 2, dataset={"kind": "tensors", "path": self.link})
+        spec = synthetic_job("pinned", 2, dataset={"kind": "tensors", "path": self.link},
+                             **overrides)
         call(cluster.client.message("ddp.v1.SubmitJobRequest", {"spec": spec}), timeout=60)
         change()
         cluster.start_worker(0)
@@ -177,6 +180,43 @@ class PinnedInputsTest(unittest.TestCase):
             os.symlink(self.swapped, self.link)
         status = self.submit_then(repoint)
         self.assertEqual(status["state"], "JOB_STATE_SUCCEEDED", status)
+
+    def test_a_checkpoint_folder_swapped_for_a_link_is_refused_and_nothing_written_there(self):
+        # Checked as a real folder under the output root; swapped, before
+        # any worker confined the job, for a link to a folder the job must
+        # not write (here another folder of the test's: anywhere else).
+        ckpt = os.path.join(self.dir, "ckpt")
+        os.mkdir(ckpt)
+        elsewhere = os.path.join(self.dir, "elsewhere")
+        os.mkdir(elsewhere)
+
+        def swap():
+            os.rmdir(ckpt)
+            os.symlink(elsewhere, ckpt)
+        status = self.submit_then(swap, checkpoint={"dir": ckpt, "everySteps": 4})
+        self.assertEqual(status["state"], "JOB_STATE_FAILED", status)
+        self.assertIn(ckpt, status["message"])
+        self.assertIn("symbolic link", status["message"])
+        self.assertEqual(os.listdir(elsewhere), [], "nothing written through the link")
+
+    def test_a_link_on_the_way_to_the_checkpoint_folder_repointed_writes_nothing_there(self):
+        # checkpoint.dir names a link, checked as leading to `real`; re-pointed
+        # to `elsewhere` after the check. The job trains; its checkpoints,
+        # written through the link, are refused (the confinement allows
+        # `real` only), and nothing lands in `elsewhere`.
+        real = os.path.join(self.dir, "real-ckpt")
+        elsewhere = os.path.join(self.dir, "elsewhere")
+        os.mkdir(real)
+        os.mkdir(elsewhere)
+        link = os.path.join(self.dir, "ckpt-link")
+        os.symlink(real, link)
+
+        def repoint():
+            os.remove(link)
+            os.symlink(elsewhere, link)
+        status = self.submit_then(repoint, checkpoint={"dir": link, "everySteps": 4})
+        self.assertIn(status["state"], ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"), status)
+        self.assertEqual(os.listdir(elsewhere), [], "nothing written through the re-pointed link")
 
     def test_a_file_rewritten_after_the_check_fails_the_job_naming_it(self):
         def rewrite():

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Job code in a process of its own: each ddp-worker runs its job in a child
-process (the worker binary again, `--job_process`), every thread of which
-is confined (seccomp, no_new_privs) while the daemon's own threads, which
+process (the worker binary again, `--job_process`; another waits, loaded,
+for the next job), every thread of which is confined (seccomp, no_new_privs) while the daemon's own threads, which
 hold the coordinator link, are not; and a job process that dies of a
 segfault (as a model's native op would) is one rank lost: the survivors
 re-form, the daemon lives on, starts a new process that joins again, and
@@ -67,14 +67,17 @@ class JobProcessTest(unittest.TestCase):
             workers = start_workers(cluster, 2)
             cluster.wait_for(lambda: steps(cluster) > 5, 120, "steps")
             for w in workers:
+                # The job's process, and one launched ahead for the next job
+                # (loaded, waiting for its job, running none).
                 kids = children_of(w.pid)
-                self.assertEqual(len(kids), 1, "one job process per worker: %s" % kids)
-                kid = kids[0]
+                self.assertEqual(len(kids), 2, "the job's process and a spare: %s" % kids)
+                status = {kid: thread_status(kid) for kid in kids}
+                jobs = [kid for kid in kids if len(status[kid]) > 1]
+                self.assertEqual(len(jobs), 1, status)
+                kid = jobs[0]
                 self.assertEqual(os.getpgid(kid), os.getpgid(w.pid),
                                  "in the daemon's group: a SIGSTOP of the group stops both")
-                confined = thread_status(kid)
-                self.assertGreater(len(confined), 1, "it trains on threads of its own")
-                for tid, fields in confined.items():
+                for tid, fields in status[kid].items():
                     self.assertEqual(fields, {"Seccomp": "2", "NoNewPrivs": "1"},
                                      "job process thread %d" % tid)
                 daemon = thread_status(w.pid)

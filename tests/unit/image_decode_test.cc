@@ -83,6 +83,28 @@ TEST(ImageDecode, ClaimsOverTwicePilsBound_RefusedFromTheHeaderNamingTheFile) {
   EXPECT_EQ(ImageDecodeBudget().peak(), peak);  // nothing held for it
 }
 
+// What a job's check reads of an image sample: the header. An image that
+// claims 48 M pixels (under the bound, so the loader would decode it)
+// passes without a byte of it decoded; one over the bound, or not an
+// image, is refused naming the file, as DecodeImage would.
+TEST(ImageDecode, TheChecksHeaderOnlyRead_DecodesNothingAndRefusesWhatDecodeWould) {
+  const uint64_t peak = ImageDecodeBudget().peak();
+  const std::string dir = testing::TempDir() + "/header-check-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/large.png", std::ios::binary) << BlackPng(8000, 6000);
+  std::ofstream(dir + "/bomb.png", std::ios::binary)
+      << BlackPng(20000, 10000, /*with_pixels=*/false);
+  std::ofstream(dir + "/text.png") << "not an image";
+  EXPECT_TRUE(CheckImageFile(dir + "/large.png").ok());
+  EXPECT_THAT(CheckImageFile(dir + "/bomb.png"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("bomb.png"), HasSubstr("20000x10000"))));
+  EXPECT_THAT(CheckImageFile(dir + "/text.png"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("text.png")));
+  EXPECT_EQ(ImageDecodeBudget().peak(), peak) << "nothing decoded";
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ImageDecode, ManyThreadsDecodingLargeImages_HeldBytesWithinTheBudget) {
   // In a child: its peak memory is its own.
   const std::string dir = testing::TempDir() + "/decode-budget-" + std::to_string(::getpid());

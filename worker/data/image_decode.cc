@@ -64,6 +64,17 @@ absl::Status PngSize(absl::string_view bytes, absl::string_view name, int64_t* w
   return CheckSize(name, *width, *height);
 }
 
+bool IsJpeg(absl::string_view bytes) {
+  return bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff &&
+         static_cast<unsigned char>(bytes[1]) == 0xd8 &&
+         static_cast<unsigned char>(bytes[2]) == 0xff;
+}
+
+bool IsPng(absl::string_view bytes) {
+  static constexpr unsigned char kPng[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  return bytes.size() >= sizeof(kPng) && std::memcmp(bytes.data(), kPng, sizeof(kPng)) == 0;
+}
+
 absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
   std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
   if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
@@ -244,21 +255,33 @@ DecodeBudget& ImageDecodeBudget() {
   return *budget;
 }
 
-absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
-  static constexpr unsigned char kPng[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff &&
-      static_cast<unsigned char>(bytes[1]) == 0xd8 &&
-      static_cast<unsigned char>(bytes[2]) == 0xff) {
-    return DecodeJpeg(bytes, name);
+absl::Status CheckImageHeader(absl::string_view bytes, absl::string_view name) {
+  int64_t width = 0, height = 0;
+  if (IsJpeg(bytes)) {
+    std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+    if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(tj.get(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                            bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
+      return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj.get())));
+    }
+    return CheckSize(name, w, h);
   }
-  if (bytes.size() >= sizeof(kPng) && std::memcmp(bytes.data(), kPng, sizeof(kPng)) == 0) {
-    return DecodePng(bytes, name);
-  }
+  if (IsPng(bytes)) return PngSize(bytes, name, &width, &height);
   return Bad(name, bytes.empty() ? "an empty file, not an image"
                                  : "neither a JPEG nor a PNG (by its first bytes)");
 }
 
-absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_size) {
+absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
+  if (IsJpeg(bytes)) return DecodeJpeg(bytes, name);
+  if (IsPng(bytes)) return DecodePng(bytes, name);
+  return Bad(name, bytes.empty() ? "an empty file, not an image"
+                                 : "neither a JPEG nor a PNG (by its first bytes)");
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadImageFile(const std::string& path, uint64_t expected_size) {
   constexpr uint64_t max_bytes = kMaxImageFileBytes;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Bad(path, absl::StrCat("can't open: ", std::strerror(errno)));
@@ -286,7 +309,21 @@ absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_si
     if (n == 0) return Bad(path, "the file shrank while it was read");
     got += static_cast<size_t>(n);
   }
-  return DecodeImage(bytes, path);
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_size) {
+  absl::StatusOr<std::string> bytes = ReadImageFile(path, expected_size);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeImage(*bytes, path);
+}
+
+absl::Status CheckImageFile(const std::string& path, uint64_t expected_size) {
+  absl::StatusOr<std::string> bytes = ReadImageFile(path, expected_size);
+  if (!bytes.ok()) return bytes.status();
+  return CheckImageHeader(*bytes, path);
 }
 
 }  // namespace ddp

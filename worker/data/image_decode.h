@@ -69,12 +69,20 @@ DecodeBudget& ImageDecodeBudget();
 // image holds its bytes of ImageDecodeBudget() from before it is decoded.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name);
 
+// What DecodeImage would refuse from the header alone: not a JPEG or a PNG,
+// a header that doesn't parse, or more than kMaxImagePixels. Decodes
+// nothing (a job's check reads its samples so, in milliseconds, whatever
+// they claim).
+absl::Status CheckImageHeader(absl::string_view bytes, absl::string_view name);
+
 // Largest image file read.
 inline constexpr uint64_t kMaxImageFileBytes = uint64_t{256} << 20;
 
 // Reads `path` (at most kMaxImageFileBytes; of `expected_size` bytes when
 // that is non-zero, else INVALID_ARGUMENT saying it changed) and decodes it.
 absl::StatusOr<RgbImage> ReadImage(const std::string& path, uint64_t expected_size = 0);
+// The same read, then only CheckImageHeader.
+absl::Status CheckImageFile(const std::string& path, uint64_t expected_size = 0);
 
 }  // namespace ddp
 

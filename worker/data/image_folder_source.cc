@@ -44,4 +44,9 @@ absl::StatusOr<int64_t> ImageFolderSource::Read(int64_t index, uint64_t epoch, f
   return sample.label;
 }
 
+absl::Status ImageFolderSource::Check(int64_t index) const {
+  const ImageSample& sample = folder_.samples().at(static_cast<size_t>(index));
+  return CheckImageFile(sample.path, sample.size);
+}
+
 }  // namespace ddp

@@ -36,6 +36,8 @@ class ImageFolderSource : public SampleSource {
   const ImageFolder& folder() const { return folder_; }
 
   absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const override;
+  // The file and its header only (CheckImageFile).
+  absl::Status Check(int64_t index) const override;
 
  private:
   ImageFolderSource(ImageFolder folder, ImagePipeline pipeline, uint64_t seed)

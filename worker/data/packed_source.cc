@@ -178,4 +178,13 @@ absl::StatusOr<int64_t> PackedSource::Read(int64_t index, uint64_t epoch, float*
   return label;
 }
 
+absl::Status PackedSource::Check(int64_t index) const {
+  if (index < 0 || index >= static_cast<int64_t>(size())) {
+    return absl::OutOfRangeError(absl::StrCat("sample ", index, " of ", size()));
+  }
+  absl::StatusOr<std::string> bytes = ReadRecord(index);
+  if (!bytes.ok()) return bytes.status();
+  return image_ ? CheckImageHeader(*bytes, RecordName(index)) : absl::OkStatus();
+}
+
 }  // namespace ddp

@@ -39,6 +39,8 @@ class PackedSource : public SampleSource {
   const std::vector<int64_t>& sample_shape() const override { return shape_; }
 
   absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const override;
+  // The record; an image's header only (CheckImageHeader).
+  absl::Status Check(int64_t index) const override;
 
  private:
   PackedSource(v1::PackIndex index, std::string folder, ImagePipeline pipeline, uint64_t seed);

@@ -36,6 +36,13 @@ class SampleSource {
   // read or decoded, changed since it was pinned, or comes out of another
   // shape than the others. Thread-safe.
   virtual absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const = 0;
+  // What a job's check reads of sample `index`: enough to refuse what Read
+  // would, without the cost a crafted sample could make it pay (an image
+  // source reads the file and its header, not its pixels). Thread-safe.
+  virtual absl::Status Check(int64_t index) const {
+    std::vector<float> sample(static_cast<size_t>(sample_floats()));
+    return Read(index, 0, sample.data()).status();
+  }
 };
 
 }  // namespace ddp

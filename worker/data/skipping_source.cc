@@ -54,6 +54,20 @@ absl::StatusOr<int64_t> SkippingSource::Read(int64_t index, uint64_t epoch, floa
       last.message()));
 }
 
+absl::Status SkippingSource::Check(int64_t index) const {
+  absl::Status last = inner_->Check(index);
+  for (int attempt = 1; !last.ok() && attempt <= kMaxReplacements; ++attempt) {
+    const absl::Status tried = inner_->Check(Replacement(index, attempt, size()));
+    if (tried.ok()) return tried;
+    last = tried;
+  }
+  if (last.ok()) return last;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "sample ", index, " and the ", kMaxReplacements,
+      " samples tried in its place are all bad (is most of the dataset unreadable?); the last: ",
+      last.message()));
+}
+
 SkippingSource::Skipped SkippingSource::Take(size_t max_named) const {
   absl::MutexLock lock(&mu_);
   Skipped taken;

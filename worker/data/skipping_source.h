@@ -36,6 +36,9 @@ class SkippingSource : public SampleSource {
   // The sample, or its replacement's tensor and label. Fails only when the
   // sample and its kMaxReplacements candidates are all bad.
   absl::StatusOr<int64_t> Read(int64_t index, uint64_t epoch, float* out) const override;
+  // As Read, with the inner source's Check: OK when the sample or one of
+  // its replacements passes.
+  absl::Status Check(int64_t index) const override;
 
   // The `attempt`-th (from 1) candidate to replace sample `index` of `size`.
   static int64_t Replacement(int64_t index, int attempt, size_t size);

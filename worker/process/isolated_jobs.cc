@@ -19,9 +19,32 @@ bool EndsGeneration(v1::WorkerState state) {
 }  // namespace
 
 IsolatedJobs::IsolatedJobs(Options options, Outbox* outbox, SharedBoard* board)
-    : options_(std::move(options)), outbox_(outbox), board_(board) {}
+    : options_(std::move(options)), outbox_(outbox), board_(board) {
+  absl::MutexLock lock(&mu_);
+  LaunchSpareLocked();
+}
 
-IsolatedJobs::~IsolatedJobs() { EndProcess(); }
+IsolatedJobs::~IsolatedJobs() { EndProcess(/*spare_too=*/true); }
+
+absl::StatusOr<std::shared_ptr<JobProcess>> IsolatedJobs::LaunchLocked(uint64_t* serial) {
+  *serial = ++launched_;
+  const uint64_t s = *serial;
+  absl::StatusOr<std::unique_ptr<JobProcess>> launched = JobProcess::Launch(
+      options_.binary, board_->fd(),
+      [this, s](v1::FromJobProcess m) { OnMessage(s, std::move(m)); },
+      [this, s](const std::string& how) { OnDeath(s, how); });
+  if (!launched.ok()) return launched.status();
+  return std::shared_ptr<JobProcess>(std::move(*launched));
+}
+
+void IsolatedJobs::LaunchSpareLocked() {
+  absl::StatusOr<std::shared_ptr<JobProcess>> spare = LaunchLocked(&spare_serial_);
+  if (spare.ok()) {
+    spare_ = std::move(*spare);
+  } else {
+    DDP_LOG(Warning) << "no job process kept ready: " << spare.status().message();
+  }
+}
 
 pid_t IsolatedJobs::process_id() const {
   absl::MutexLock lock(&mu_);
@@ -46,33 +69,48 @@ absl::Status IsolatedJobs::EnsureProcess(const std::string& job_id, const v1::Jo
   }
   board_->Reset();
   absl::MutexLock lock(&mu_);
-  const uint64_t serial = ++serial_;
-  absl::StatusOr<std::unique_ptr<JobProcess>> spawned = JobProcess::Spawn(
-      options_.binary, start, board_->fd(),
-      [this, serial](v1::FromJobProcess m) { OnMessage(serial, std::move(m)); },
-      [this, serial](const std::string& how) { OnDeath(serial, how); });
-  if (!spawned.ok()) return spawned.status();
-  process_ = std::move(*spawned);
+  std::shared_ptr<JobProcess> next;
+  uint64_t serial = 0;
+  if (spare_ != nullptr && !spare_->ended()) {
+    next = std::move(spare_);
+    serial = spare_serial_;
+  } else {
+    spare_.reset();  // a dead one goes (its reader reaped it)
+    absl::StatusOr<std::shared_ptr<JobProcess>> launched = LaunchLocked(&serial);
+    if (!launched.ok()) return launched.status();
+    next = std::move(*launched);
+  }
+  if (absl::Status s = next->Start(start); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the job's process (pid ", next->pid(), ") took no start: ", s.message()));
+  }
+  process_ = std::move(next);
+  serial_ = serial;
   pid_ = process_->pid();
   job_id_ = job_id;
   spec_digest_ = digest;
   dead_ = false;
   live_generation_ = 0;
   claim_.Clear();
+  // The next job's process loads while this one works.
+  LaunchSpareLocked();
   DDP_LOG(Info) << "job " << job_id << " runs in process " << pid_;
   return absl::OkStatus();
 }
 
-void IsolatedJobs::EndProcess() {
+void IsolatedJobs::EndProcess(bool spare_too) {
   std::shared_ptr<JobProcess> ending;
+  std::shared_ptr<JobProcess> spare;
   {
     absl::MutexLock lock(&mu_);
     ending = std::move(process_);
-    ++serial_;  // its claim and its end no longer count
+    serial_ = 0;  // its claim and its end no longer count
     claim_.Clear();
     live_generation_ = 0;
+    if (spare_too) spare = std::move(spare_);
   }
   ending.reset();  // waits for its last messages (or the last sender does)
+  spare.reset();
 }
 
 void IsolatedJobs::Send(const v1::ToJobProcess& message) {
@@ -138,7 +176,7 @@ void IsolatedJobs::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  EndProcess();
+  EndProcess(/*spare_too=*/true);
 }
 
 void IsolatedJobs::Claim(v1::RegisterRequest* request) {

@@ -48,7 +48,7 @@ class IsolatedJobs final : public JobRunner {
     WorkerMetrics* metrics = nullptr;
   };
 
-  // `outbox` and `board` outlive it.
+  // `outbox` and `board` outlive it. Launches a process for the first job.
   IsolatedJobs(Options options, Outbox* outbox, SharedBoard* board);
   // Ends the job's process (it leaves its generation first).
   ~IsolatedJobs() override;
@@ -65,11 +65,19 @@ class IsolatedJobs final : public JobRunner {
   pid_t process_id() const;
 
  private:
+  // A process launched (loading, then waiting for its job), or an error.
+  // On the thread that made the agent or the link's (PR_SET_PDEATHSIG
+  // follows the launching thread).
+  absl::StatusOr<std::shared_ptr<JobProcess>> LaunchLocked(uint64_t* serial)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a launched process ready for the next job (logged if it can't).
+  void LaunchSpareLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A live process for (job, spec): the one running, or a new one after
   // ending it. Called on the link's thread.
   absl::Status EnsureProcess(const std::string& job_id, const v1::JobSpec& spec);
-  // Ends the current process, if any, waiting for its last messages.
-  void EndProcess();
+  // Ends the current process, if any, waiting for its last messages (and
+  // the spare, with `spare_too`).
+  void EndProcess(bool spare_too = false);
   void Send(const v1::ToJobProcess& message);
   void OnMessage(uint64_t serial, v1::FromJobProcess message);
   void OnDeath(uint64_t serial, const std::string& how);
@@ -84,8 +92,12 @@ class IsolatedJobs final : public JobRunner {
   mutable absl::Mutex mu_;
   // Ended outside mu_ (its reader thread takes mu_ as it ends).
   std::shared_ptr<JobProcess> process_ ABSL_GUARDED_BY(mu_);
-  // Which process is current: the messages of an ended one still go up,
-  // its claim and death don't count.
+  // A process launched ahead, waiting for the next job, and its serial.
+  std::shared_ptr<JobProcess> spare_ ABSL_GUARDED_BY(mu_);
+  uint64_t spare_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t launched_ ABSL_GUARDED_BY(mu_) = 0;
+  // Which process is current (its launch serial; 0: none): the messages of
+  // an ended one still go up, its claim and death don't count.
   uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;
   pid_t pid_ ABSL_GUARDED_BY(mu_) = 0;
   std::string job_id_ ABSL_GUARDED_BY(mu_);

@@ -74,10 +74,9 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("ended with wait status ", status);
 }
 
-absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Spawn(const std::string& binary,
-                                                              const v1::JobProcessStart& start,
-                                                              int board_fd, OnMessage on_message,
-                                                              OnDeath on_death) {
+absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Launch(const std::string& binary,
+                                                               int board_fd, OnMessage on_message,
+                                                               OnDeath on_death) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
@@ -108,13 +107,11 @@ absl::StatusOr<std::unique_ptr<JobProcess>> JobProcess::Spawn(const std::string&
     ::close(pair[0]);
     return status;
   }
-  std::unique_ptr<JobProcess> process(
+  return std::unique_ptr<JobProcess>(
       new JobProcess(pid, pair[0], std::move(on_message), std::move(on_death)));
-  if (absl::Status s = process->channel_.Send(start); !s.ok()) {
-    DDP_LOG(Warning) << "the job's process (pid " << pid << ") took no start: " << s.message();
-  }
-  return process;
 }
+
+absl::Status JobProcess::Start(const v1::JobProcessStart& start) { return channel_.Send(start); }
 
 JobProcess::JobProcess(pid_t pid, int fd, OnMessage on_message, OnDeath on_death)
     : pid_(pid),

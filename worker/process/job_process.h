@@ -46,11 +46,13 @@ class JobProcess {
   // asked (crashed, killed, exited, or sent what doesn't parse): how.
   using OnDeath = std::function<void(const std::string& how)>;
 
-  // Starts `binary` as a job's process and sends it `start`.
-  static absl::StatusOr<std::unique_ptr<JobProcess>> Spawn(const std::string& binary,
-                                                           const v1::JobProcessStart& start,
-                                                           int board_fd, OnMessage on_message,
-                                                           OnDeath on_death);
+  // Starts `binary` as a job's process, which loads (LibTorch takes a
+  // second or more) and waits for Start: a daemon keeps one ready so that a
+  // new job waits for its data, not for a process.
+  static absl::StatusOr<std::unique_ptr<JobProcess>> Launch(const std::string& binary, int board_fd,
+                                                            OnMessage on_message, OnDeath on_death);
+  // Gives it its job. Once.
+  absl::Status Start(const v1::JobProcessStart& start);
   // Asks it to end (it leaves its generation and exits), waits up to
   // `end_grace` and kills it past that. Its last messages are still passed on.
   ~JobProcess();
