@@ -22,9 +22,11 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
   return Truncated(report.substr(0, report.find('\n')), 4 * kMaxQuotedBytes);
 }
 
-// The spec as submitted: without the pins its check added.
+// The spec as submitted: without the pins its check added (the inputs it
+// read, the folders it resolved).
 v1::JobSpec Unpinned(v1::JobSpec spec) {
   spec.clear_input_files();
+  spec.clear_write_folders();
   return spec;
 }
 
@@ -44,7 +46,7 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
     }
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", spec.name(), "\" already exists (", v1::JobState_Name(job.state()),
-                     ") with another spec (", FirstDifference(job.spec(), spec),
+                     ") with another spec (", FirstDifference(Unpinned(job.spec()), Unpinned(spec)),
                      "); give the new job another name",
                      job.active() ? ", or cancel this one first (CancelJob)" : ""));
   }
@@ -55,7 +57,7 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "job \"", spec.name(), "\" is already queued with another spec (",
-        FirstDifference(queued->spec, spec),
+        FirstDifference(Unpinned(queued->spec), Unpinned(spec)),
         "); give the new job another name, or cancel the queued one first (CancelJob)"));
   }
   if (const JobHistory::Entry* ended = history_.Find(spec.name())) {
@@ -73,7 +75,8 @@ std::optional<absl::StatusOr<v1::JobSpec>> Coordinator::AnswerWithoutCheckLocked
       pending != nullptr && !SameSubmission(pending->job.spec, spec)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job \"", spec.name(), "\" is being submitted already, with another spec (",
-                     FirstDifference(pending->job.spec, spec), "); give the new job another name"));
+                     FirstDifference(Unpinned(pending->job.spec), Unpinned(spec)),
+                     "); give the new job another name"));
   }
   if (AnyActiveLocked()) {
     if (absl::Status s = queue_.CheckRoom(pending_.admissions()); !s.ok()) return s;

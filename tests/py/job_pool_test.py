@@ -23,7 +23,9 @@ from cluster import Cluster, step_losses, synthetic_job  # noqa: E402
 C = "ddp.v1.Coordinator/"
 TRAIN = 60000  # Fashion-MNIST
 EPOCHS = 4  # still running at the third job and the kill, on a fast machine too
-A_EPOCHS = 3  # the job that shrinks and grows back
+# The job that shrinks and grows back: it must outlast b, whose start
+# includes loading its data in a process of its own (about 3.5 s here).
+A_EPOCHS = 5
 
 
 def job(name, min_workers, max_workers, **overrides):
@@ -194,7 +196,7 @@ class JobPoolTest(unittest.TestCase):
             start_pool(self, cluster, 4)
             client = cluster.client
             # a runs long enough that b (one epoch) ends first whatever the
-            # machine's speed: at two workers a still has over 1.5 epochs.
+            # machine's speed: at two workers a still has over 3.5 epochs.
             client.call(C + "SubmitJob", '{"spec": %s}' % json.dumps(
                 job("a", 2, 4, epochs=A_EPOCHS)))
             cluster.wait_for(lambda: (lambda a: a.get("world_size") == 4 and

@@ -146,6 +146,10 @@ struct DeferredChecks {
       v1::InputFile* pin = checked.add_input_files();
       pin->set_path("/data/model.pt");
       pin->set_sha256(std::string(64, 'a'));
+      v1::WriteFolder* folder = checked.add_write_folders();
+      folder->set_field("checkpoint.dir");
+      folder->set_path("/out/ckpt");
+      folder->set_real_path("/mnt/out/ckpt");
       done(checked);
     }
   };
@@ -186,6 +190,16 @@ TEST_F(CoordinatorTest, SubmitJob_WithInputFiles_RefusedUnchecked) {
   EXPECT_TRUE(checks.pending.empty());
 }
 
+TEST_F(CoordinatorTest, SubmitJob_WithWriteFolders_RefusedUnchecked) {
+  DeferredChecks checks;
+  Coordinator core(&clock_, checks.Options());
+  v1::JobSpec spec = Job(1);
+  spec.add_write_folders()->set_real_path("/");
+  EXPECT_THAT(Submit(core, spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("write_folders: set by the coordinator")));
+  EXPECT_TRUE(checks.pending.empty());
+}
+
 TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_QueuedBehindIt) {
   DeferredChecks checks;
   Coordinator core(&clock_, checks.Options());
@@ -206,6 +220,8 @@ TEST_F(CoordinatorTest, SubmitJob_AnotherJobTakenWhileChecking_QueuedBehindIt) {
   EXPECT_THAT(queued->message(), HasSubstr("\"second\""));
 }
 
+// As a coordinator restarted with the same --job finds it: the held spec
+// carries the check's pins (inputs, write folders), the submission none.
 TEST_F(CoordinatorTest, SubmitJob_JobAlreadyHeld_NotCheckedAgain) {
   DeferredChecks checks;
   Coordinator core(&clock_, checks.Options());
