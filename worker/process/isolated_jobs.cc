@@ -68,14 +68,17 @@ absl::Status IsolatedJobs::EnsureProcess(const std::string& job_id, const v1::Jo
     for (auto& [address, token] : options_.tokens()) (*start.mutable_tokens())[address] = token;
   }
   board_->Reset();
-  absl::MutexLock lock(&mu_);
+  // Declared before the lock, so that a process dropped here ends after it
+  // is released: its reader thread may be waiting for mu_ (OnDeath).
+  std::shared_ptr<JobProcess> dead_spare;
   std::shared_ptr<JobProcess> next;
+  absl::MutexLock lock(&mu_);
   uint64_t serial = 0;
   if (spare_ != nullptr && !spare_->ended()) {
     next = std::move(spare_);
     serial = spare_serial_;
   } else {
-    spare_.reset();  // a dead one goes (its reader reaped it)
+    dead_spare = std::move(spare_);
     absl::StatusOr<std::shared_ptr<JobProcess>> launched = LaunchLocked(&serial);
     if (!launched.ok()) return launched.status();
     next = std::move(*launched);

@@ -90,7 +90,8 @@ class IsolatedJobs final : public JobRunner {
   SharedBoard* const board_;
 
   mutable absl::Mutex mu_;
-  // Ended outside mu_ (its reader thread takes mu_ as it ends).
+  // Never ended under mu_: a process's reader thread takes mu_ (OnMessage,
+  // OnDeath), and ending a process joins its reader.
   std::shared_ptr<JobProcess> process_ ABSL_GUARDED_BY(mu_);
   // A process launched ahead, waiting for the next job, and its serial.
   std::shared_ptr<JobProcess> spare_ ABSL_GUARDED_BY(mu_);
