@@ -162,15 +162,21 @@ absl::Status CheckDataFolder(absl::string_view field, const std::string& path,
   return absl::OkStatus();
 }
 
+// The folder an absolute path (spelled as CheckSpelling allows) names a
+// file in.
+std::string FolderOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 // Where rank 0 writes the trained model: a new file (or, with
 // overwrite_output, a regular file) in an existing folder under an output
 // root.
 absl::Status CheckOutputFile(absl::string_view field, const std::string& path, bool overwrite,
                              const PathRoots& roots) {
   if (absl::Status s = CheckSpelling(field, path); !s.ok()) return s;
-  const size_t slash = path.rfind('/');
-  const std::string folder = slash == 0 ? "/" : path.substr(0, slash);
-  const std::string name = path.substr(slash + 1);
+  const std::string folder = FolderOf(path);
+  const std::string name = path.substr(path.rfind('/') + 1);
   if (name.empty() || name == ".") return Refuse(field, path, "names a folder; name a file in it");
   absl::StatusOr<std::string> real_folder = RealPath(field, folder);
   if (!real_folder.ok()) {
@@ -360,11 +366,7 @@ absl::Status PinWriteFolders(v1::JobSpec* spec, const PathRoots& roots) {
     if (absl::Status s = pin("checkpoint.dir", spec->checkpoint().dir()); !s.ok()) return s;
   }
   if (!spec->output_path().empty()) {
-    const std::string& path = spec->output_path();
-    const size_t slash = path.rfind('/');
-    if (absl::Status s = pin("output_path", slash == 0 ? "/" : path.substr(0, slash)); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = pin("output_path", FolderOf(spec->output_path())); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

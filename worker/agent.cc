@@ -6,9 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_targets.h"
 #include "common/job_spec.h"
-#include "common/local_tokens.h"
 #include "common/logging.h"
-#include "common/tokens.h"
 #include "worker/confinement.h"
 #include "worker/generation_run.h"
 #include "worker/in_process_jobs.h"
@@ -33,14 +31,8 @@ std::map<std::string, std::string> TokensFor(const CoordinatorLink::Options& lin
   absl::StatusOr<std::vector<std::string>> addresses = ParseCoordinatorList(link.coordinator);
   if (!addresses.ok()) return tokens;
   for (const std::string& address : *addresses) {
-    if (!link.security.token.empty()) {
-      tokens[address] = link.security.token;
-    } else if (link.find_local_token) {
-      const std::string file = FindLocalTokenFile(address, Role::kWorker);
-      if (file.empty()) continue;
-      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
-      if (token.ok()) tokens[address] = *token;
-    }
+    std::string token = WorkerTokenFor(address, link.security, link.find_local_token);
+    if (!token.empty()) tokens[address] = std::move(token);
   }
   return tokens;
 }

@@ -346,8 +346,11 @@ std::string& ProcessConfinedTo() {
   return *digest;
 }
 
-absl::Status Confine(const v1::JobSpec& spec, const JobConfinementOptions& options) {
+// Confines the calling thread to the job; where the kernel can't, the
+// worker's --allow_unconfined decides. `applied`: whether it is confined.
+absl::Status Confine(const v1::JobSpec& spec, const JobConfinementOptions& options, bool* applied) {
   absl::Status s = ConfineThisThread(ConfinementForJob(spec, options));
+  *applied = s.ok();
   if (s.ok() || s.code() != absl::StatusCode::kFailedPrecondition) return s;
   if (options.allow_unconfined) {
     static std::once_flag warned;
@@ -368,16 +371,15 @@ absl::Status ConfineJobThread(const v1::JobSpec& spec, const JobConfinementOptio
   if (!ProcessConfinedTo().empty() && ProcessConfinedTo() == SpecDigest(spec)) {
     return absl::OkStatus();
   }
-  return Confine(spec, options);
+  bool applied = false;
+  return Confine(spec, options, &applied);
 }
 
 absl::Status ConfineJobProcess(const v1::JobSpec& spec, const JobConfinementOptions& options) {
-  absl::Status s = ConfineThisThread(ConfinementForJob(spec, options));
-  if (s.ok()) {
-    ProcessConfinedTo() = SpecDigest(spec);
-    return s;
-  }
-  return Confine(spec, options);
+  bool applied = false;
+  absl::Status s = Confine(spec, options, &applied);
+  if (applied) ProcessConfinedTo() = SpecDigest(spec);
+  return s;
 }
 
 absl::StatusOr<int> LandlockAbi() {

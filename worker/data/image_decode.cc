@@ -75,16 +75,32 @@ bool IsPng(absl::string_view bytes) {
   return bytes.size() >= sizeof(kPng) && std::memcmp(bytes.data(), kPng, sizeof(kPng)) == 0;
 }
 
+using TurboJpeg = std::unique_ptr<void, int (*)(tjhandle)>;
+
+// A JPEG's size and colour space from its header, held to kMaxImagePixels.
+absl::Status JpegHeader(tjhandle tj, absl::string_view bytes, absl::string_view name, int* width,
+                        int* height, int* colorspace) {
+  int subsamp = 0;
+  if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                          width, height, &subsamp, colorspace) != 0) {
+    return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj)));
+  }
+  return CheckSize(name, *width, *height);
+}
+
+absl::Status NotAnImage(absl::string_view bytes, absl::string_view name) {
+  return Bad(name, bytes.empty() ? "an empty file, not an image"
+                                 : "neither a JPEG nor a PNG (by its first bytes)");
+}
+
 absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, absl::string_view name) {
-  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+  TurboJpeg tj(tjInitDecompress(), tjDestroy);
   if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
   auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  int width = 0, height = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj.get(), data, bytes.size(), &width, &height, &subsamp, &colorspace) !=
-      0) {
-    return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj.get())));
+  int width = 0, height = 0, colorspace = 0;
+  if (absl::Status s = JpegHeader(tj.get(), bytes, name, &width, &height, &colorspace); !s.ok()) {
+    return s;
   }
-  if (absl::Status s = CheckSize(name, width, height); !s.ok()) return s;
   const size_t count = static_cast<size_t>(width) * height;
   // CMYK (and YCCK) as PIL reads them (ImageNet has a few): decoded to the
   // values stored, then to RGB below.
@@ -256,27 +272,21 @@ DecodeBudget& ImageDecodeBudget() {
 }
 
 absl::Status CheckImageHeader(absl::string_view bytes, absl::string_view name) {
-  int64_t width = 0, height = 0;
   if (IsJpeg(bytes)) {
-    std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+    TurboJpeg tj(tjInitDecompress(), tjDestroy);
     if (tj == nullptr) return absl::InternalError("tjInitDecompress failed");
-    int w = 0, h = 0, subsamp = 0, colorspace = 0;
-    if (tjDecompressHeader3(tj.get(), reinterpret_cast<const unsigned char*>(bytes.data()),
-                            bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
-      return Bad(name, absl::StrCat("not a JPEG it can read: ", tjGetErrorStr2(tj.get())));
-    }
-    return CheckSize(name, w, h);
+    int width = 0, height = 0, colorspace = 0;
+    return JpegHeader(tj.get(), bytes, name, &width, &height, &colorspace);
   }
+  int64_t width = 0, height = 0;
   if (IsPng(bytes)) return PngSize(bytes, name, &width, &height);
-  return Bad(name, bytes.empty() ? "an empty file, not an image"
-                                 : "neither a JPEG nor a PNG (by its first bytes)");
+  return NotAnImage(bytes, name);
 }
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view bytes, absl::string_view name) {
   if (IsJpeg(bytes)) return DecodeJpeg(bytes, name);
   if (IsPng(bytes)) return DecodePng(bytes, name);
-  return Bad(name, bytes.empty() ? "an empty file, not an image"
-                                 : "neither a JPEG nor a PNG (by its first bytes)");
+  return NotAnImage(bytes, name);
 }
 
 namespace {

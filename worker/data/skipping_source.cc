@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 
 namespace ddp {
@@ -32,21 +33,15 @@ void SkippingSource::NoteBad(int64_t index, const absl::Status& error) const {
   }
 }
 
-absl::StatusOr<int64_t> SkippingSource::Read(int64_t index, uint64_t epoch, float* out) const {
-  absl::StatusOr<int64_t> label = inner_->Read(index, epoch, out);
-  if (label.ok()) return label;
-  NoteBad(index, label.status());
-  absl::Status last = label.status();
-  for (int attempt = 1; attempt <= kMaxReplacements; ++attempt) {
-    const int64_t candidate = Replacement(index, attempt, size());
-    label = inner_->Read(candidate, epoch, out);
-    if (label.ok()) {
-      absl::MutexLock lock(&mu_);
-      ++replaced_;
-      return label;
-    }
-    NoteBad(candidate, label.status());
-    last = label.status();
+absl::StatusOr<int> SkippingSource::FirstGood(int64_t index,
+                                              absl::FunctionRef<absl::Status(int64_t)> try_sample,
+                                              bool note_bad) const {
+  absl::Status last;
+  for (int attempt = 0; attempt <= kMaxReplacements; ++attempt) {
+    const int64_t candidate = attempt == 0 ? index : Replacement(index, attempt, size());
+    last = try_sample(candidate);
+    if (last.ok()) return attempt;
+    if (note_bad) NoteBad(candidate, last);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "sample ", index, " and the ", kMaxReplacements,
@@ -54,18 +49,28 @@ absl::StatusOr<int64_t> SkippingSource::Read(int64_t index, uint64_t epoch, floa
       last.message()));
 }
 
-absl::Status SkippingSource::Check(int64_t index) const {
-  absl::Status last = inner_->Check(index);
-  for (int attempt = 1; !last.ok() && attempt <= kMaxReplacements; ++attempt) {
-    const absl::Status tried = inner_->Check(Replacement(index, attempt, size()));
-    if (tried.ok()) return tried;
-    last = tried;
+absl::StatusOr<int64_t> SkippingSource::Read(int64_t index, uint64_t epoch, float* out) const {
+  int64_t label = 0;
+  absl::StatusOr<int> good = FirstGood(
+      index,
+      [&](int64_t i) {
+        absl::StatusOr<int64_t> read = inner_->Read(i, epoch, out);
+        if (read.ok()) label = *read;
+        return read.status();
+      },
+      /*note_bad=*/true);
+  if (!good.ok()) return good.status();
+  if (*good > 0) {
+    absl::MutexLock lock(&mu_);
+    ++replaced_;
   }
-  if (last.ok()) return last;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sample ", index, " and the ", kMaxReplacements,
-      " samples tried in its place are all bad (is most of the dataset unreadable?); the last: ",
-      last.message()));
+  return label;
+}
+
+absl::Status SkippingSource::Check(int64_t index) const {
+  return FirstGood(
+             index, [&](int64_t i) { return inner_->Check(i); }, /*note_bad=*/false)
+      .status();
 }
 
 SkippingSource::Skipped SkippingSource::Take(size_t max_named) const {

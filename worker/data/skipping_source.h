@@ -17,6 +17,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "worker/data/sample_source.h"
 
@@ -53,6 +55,11 @@ class SkippingSource : public SampleSource {
   Skipped Take(size_t max_named) const;
 
  private:
+  // Tries sample `index`, then its candidates in turn, until `try_sample`
+  // passes one: which attempt it was (0: the sample itself), or the error
+  // saying they all failed. `note_bad`: each failure is noted (NoteBad).
+  absl::StatusOr<int> FirstGood(int64_t index, absl::FunctionRef<absl::Status(int64_t)> try_sample,
+                                bool note_bad) const;
   void NoteBad(int64_t index, const absl::Status& error) const;
 
   const std::shared_ptr<const SampleSource> inner_;

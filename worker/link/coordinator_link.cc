@@ -78,14 +78,18 @@ std::shared_ptr<v1::Coordinator::StubInterface> NewCoordinatorStub(const std::st
   // Reconnect quickly once the coordinator is back; our own backoff paces us.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // Each coordinator of this user's on this machine has its own token file.
-  if (security.token.empty() && find_local_token) {
-    if (const std::string file = FindLocalTokenFile(target, Role::kWorker); !file.empty()) {
-      absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
-      if (token.ok()) security.token = *token;
-    }
-  }
+  security.token = WorkerTokenFor(target, security, find_local_token);
   return v1::Coordinator::NewStub(MakeChannel(target, security, args));
+}
+
+std::string WorkerTokenFor(const std::string& target, const ClientSecurity& security,
+                           bool find_local_token) {
+  if (!security.token.empty() || !find_local_token) return security.token;
+  // Each coordinator of this user's on this machine has its own token file.
+  const std::string file = FindLocalTokenFile(target, Role::kWorker);
+  if (file.empty()) return "";
+  absl::StatusOr<std::string> token = LoadTokenFile("the coordinator's worker token", file);
+  return token.ok() ? *token : "";
 }
 
 CoordinatorLink::CoordinatorLink(const Clock* clock, Options options, Handler* handler,

@@ -49,6 +49,12 @@ std::shared_ptr<v1::Coordinator::StubInterface> NewCoordinatorStub(const std::st
                                                                    ClientSecurity security,
                                                                    bool find_local_token);
 
+// The bearer token calls to `target` carry: security's, or (none there,
+// and `find_local_token`) the worker token a local coordinator at `target`
+// made; "" when there is none.
+std::string WorkerTokenFor(const std::string& target, const ClientSecurity& security,
+                           bool find_local_token);
+
 class CoordinatorLink {
  public:
   struct Options {

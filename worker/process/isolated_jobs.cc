@@ -46,11 +46,6 @@ void IsolatedJobs::LaunchSpareLocked() {
   }
 }
 
-pid_t IsolatedJobs::process_id() const {
-  absl::MutexLock lock(&mu_);
-  return dead_ ? 0 : pid_;
-}
-
 absl::Status IsolatedJobs::EnsureProcess(const std::string& job_id, const v1::JobSpec& spec) {
   const std::string digest = SpecDigest(spec);
   {
@@ -136,8 +131,7 @@ void IsolatedJobs::Assign(const v1::Assignment& assignment, const std::string& t
   if (absl::Status s = EnsureProcess(assignment.job_id(), assignment.spec()); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return;
     DDP_LOG(Error) << s.message();
-    PushFailure(assignment.generation(), std::string(s.message()),
-                static_cast<int>(absl::StatusCode::kUnavailable));
+    PushFailure(assignment.generation(), std::string(s.message()));
     return;
   }
   {
@@ -166,7 +160,7 @@ void IsolatedJobs::Prepare(const v1::Prepare& prepare) {
   if (absl::Status s = EnsureProcess(prepare.job_id(), prepare.spec()); !s.ok()) {
     if (s.code() == absl::StatusCode::kCancelled) return;
     DDP_LOG(Error) << s.message();
-    PushFailure(0, std::string(s.message()), static_cast<int>(absl::StatusCode::kUnavailable));
+    PushFailure(0, std::string(s.message()));
     return;
   }
   v1::ToJobProcess message;
@@ -261,17 +255,16 @@ void IsolatedJobs::OnDeath(uint64_t serial, const std::string& how) {
                                        : std::string(": it held the job's state"));
   }
   board_->Reset();
-  PushFailure(generation, absl::StrCat("the job's process ", how),
-              static_cast<int>(absl::StatusCode::kUnavailable));
+  PushFailure(generation, absl::StrCat("the job's process ", how));
 }
 
-void IsolatedJobs::PushFailure(uint64_t generation, const std::string& detail, int code) {
+void IsolatedJobs::PushFailure(uint64_t generation, const std::string& detail) {
   v1::WorkerMessage failed;
   v1::StateChange* change = failed.mutable_state();
   change->set_generation(generation);
   change->set_state(v1::WORKER_STATE_FAILED);
   change->set_detail(detail);
-  change->set_code(code);
+  change->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
   outbox_->Push(std::move(failed));
   // Free again, holding nothing: its state went with the process.
   v1::WorkerMessage idle;

@@ -61,9 +61,6 @@ class IsolatedJobs final : public JobRunner {
   void Stop() override;
   void Claim(v1::RegisterRequest* request) override;
 
-  // The job's process now, or 0. Thread-safe.
-  pid_t process_id() const;
-
  private:
   // A process launched (loading, then waiting for its job), or an error.
   // On the thread that made the agent or the link's (PR_SET_PDEATHSIG
@@ -81,9 +78,10 @@ class IsolatedJobs final : public JobRunner {
   void Send(const v1::ToJobProcess& message);
   void OnMessage(uint64_t serial, v1::FromJobProcess message);
   void OnDeath(uint64_t serial, const std::string& how);
-  // Says that generation `generation` (0: none) failed with `detail`, and
-  // that the worker is free, holding nothing.
-  void PushFailure(uint64_t generation, const std::string& detail, int code);
+  // Says that generation `generation` (0: none) failed with `detail` (a
+  // fault, UNAVAILABLE: the job goes on without this rank), and that the
+  // worker is free, holding nothing.
+  void PushFailure(uint64_t generation, const std::string& detail);
 
   const Options options_;
   Outbox* const outbox_;

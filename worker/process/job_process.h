@@ -54,7 +54,7 @@ class JobProcess {
   // Gives it its job. Once.
   absl::Status Start(const v1::JobProcessStart& start);
   // Asks it to end (it leaves its generation and exits), waits up to
-  // `end_grace` and kills it past that. Its last messages are still passed on.
+  // kEndGrace and kills it past that. Its last messages are still passed on.
   ~JobProcess();
   JobProcess(const JobProcess&) = delete;
   JobProcess& operator=(const JobProcess&) = delete;
